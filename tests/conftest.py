@@ -1,0 +1,55 @@
+"""Markers and central skips. Devices are test parameters; skipping says why, in one place.
+
+Markers: gpu (needs CUDA), dali (needs nvidia-dali), hf (needs transformers as the oracle),
+slow (long; run with -m slow or in the full suite).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+MARKERS = {
+    "gpu": "needs a CUDA GPU",
+    "dali": "needs nvidia-dali importable",
+    "hf": "needs transformers (the oracle)",
+    "slow": "long-running",
+}
+
+
+def pytest_configure(config):
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def _cuda() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    return None if torch.cuda.is_available() else "no CUDA GPU on this machine"
+
+
+def _has(mod: str) -> str | None:
+    return None if importlib.util.find_spec(mod) is not None else f"{mod} is not installed"
+
+
+_SKIP = {"gpu": _cuda, "dali": lambda: _has("nvidia.dali") if _has("nvidia") is None else "nvidia-dali is not installed",
+         "hf": lambda: _has("transformers")}
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        for name, check in _SKIP.items():
+            if item.get_closest_marker(name) is None:
+                continue
+            if name not in reasons:
+                reasons[name] = check()
+            if reasons[name]:
+                item.add_marker(pytest.mark.skip(reason=f"[{name}] {reasons[name]}"))
+
+
+def devices() -> list:
+    """``device`` parameters: cpu always, cuda marked gpu (skipped centrally without one)."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

@@ -1,0 +1,47 @@
+"""vlmprep: exact, fast image preprocessing for vision-language models.
+
+``import vlmprep`` is cheap: torch, numpy, PIL and DALI load on first use.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import ImageError
+from .spec import ops
+from .spec import presets
+from .spec.pipeline import Pipeline
+
+__version__ = "0.1.0"
+
+__all__ = ["Processor", "Pipeline", "PackedBatch", "ImageError", "Plan", "ops", "presets",
+           "probe", "backends", "__version__"]
+
+if TYPE_CHECKING:
+    from .backends import registry as backends  # noqa: F401
+    from .io.probe import probe  # noqa: F401
+    from .pack import PackedBatch  # noqa: F401
+    from .plan import Plan  # noqa: F401
+    from .processor import Processor  # noqa: F401
+
+_LAZY = {
+    "Processor": ("vlmprep.processor", "Processor"),
+    "PackedBatch": ("vlmprep.pack", "PackedBatch"),
+    "Plan": ("vlmprep.plan", "Plan"),
+    "probe": ("vlmprep.io.probe", "probe"),
+    "backends": ("vlmprep.backends", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+        mod, attr = _LAZY[name]
+        m = importlib.import_module(mod)
+        value = m if attr is None else getattr(m, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'vlmprep' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,79 @@
+"""What every backend shares: run a plan op by op, one lowering per op, errors per image."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..errors import ImageError
+from ..spec.pipeline import Pipeline
+from .registry import get_lowering
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..io.inputs import Source
+    from ..plan import ImagePlan
+
+__all__ = ["Context", "Backend"]
+
+
+@dataclass
+class Context:
+    """What a lowering may read besides its op and its input value.
+
+    Fields:
+        source: the validated input item.
+        plan: this image's plan (all sizes and boxes come from here).
+        dest: ``(num_patches, patch_dim)`` slice of the batch output that patchify fills.
+        dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"``.
+        device: torch device string.
+    """
+
+    source: "Source"
+    plan: "ImagePlan"
+    dest: "torch.Tensor"
+    dtype: str
+    device: str
+
+
+class Backend:
+    """Executes a Pipeline's ops in order for each image, writing rows into a preallocated output.
+
+    Subclasses set ``name``; their lowerings are registered with
+    ``@registry.lowering(name, op_name)`` and called as ``fn(op, value, ctx) -> value``.
+    """
+
+    name = "base"
+
+    def __init__(self, pipeline: Pipeline, device: str, dtype: str):
+        self.pipeline = pipeline
+        self.device = device
+        self.dtype = dtype
+        # uint8 output is the resized, patchified pixels: normalize is left to the consumer.
+        self.ops = [op for op in pipeline.ops
+                    if op.name != "pack" and not (dtype == "uint8" and op.name == "normalize")]
+        # Resolve every lowering now, so a missing one fails at construction, not mid-batch.
+        self.lowerings = [get_lowering(self.name, op.name) for op in self.ops]
+
+    def run(self, sources: Sequence["Source | None"], plans: Sequence["ImagePlan"],
+            out: "torch.Tensor") -> dict[int, ImageError]:
+        """Fill ``out`` ``(total_patches, patch_dim)`` with the rows of every image whose plan
+        has no error, in input order; return ``{index: ImageError}`` for images that failed
+        now (their rows are left unwritten: the caller compacts)."""
+        errors: dict[int, ImageError] = {}
+        row = 0
+        for src, p in zip(sources, plans):
+            if p.error is not None or src is None:
+                continue
+            ctx = Context(src, p, out[row:row + p.num_patches], self.dtype, self.device)
+            row += p.num_patches
+            try:
+                self.run_image(ctx)
+            except ImageError as e:
+                errors[p.index] = e.at(index=p.index, source=src.desc)
+        return errors
+
+    def run_image(self, ctx: Context) -> None:
+        value: Any = ctx.source
+        for op, fn in zip(self.ops, self.lowerings):
+            value = fn(op, value, ctx)

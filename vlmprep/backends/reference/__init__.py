@@ -1,0 +1,13 @@
+"""``reference``: PIL + numpy, operation for operation as transformers' PIL-backend processors.
+
+Values flow as uint8 ``(H, W, 3)`` until normalize, float32 ``(H, W, 3)`` after; patchify writes
+the output rows. Always available (needs only Pillow, numpy and torch for the output tensors).
+"""
+from __future__ import annotations
+
+from ..base import Backend as _Base
+from . import ops as _ops  # noqa: F401  (registers the lowerings)
+
+
+class Backend(_Base):
+    name = "reference"

@@ -1,0 +1,77 @@
+"""Lowerings of the reference backend: ``fn(op, value, ctx) -> value``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...io import decode as _io
+from ...spec import ops
+from ..base import Context
+from ..registry import lowering
+
+B = "reference"
+
+_PIL_FILTER = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3}
+
+
+@lowering(B, "decode")
+def decode(op: ops.decode, src, ctx: Context) -> np.ndarray:
+    """Source -> uint8 ``(H, W, 3)``."""
+    return _io.decode(src)
+
+
+def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.ndarray:
+    """uint8 ``(H, W, 3)`` -> uint8 ``(h, w, 3)`` with ``PIL.Image.resize`` (what HF's PIL backend runs)."""
+    from PIL import Image
+    if img.shape[:2] == hw:
+        return img  # Pillow returns an unchanged copy for an equal size
+    pil = Image.fromarray(img, "RGB")
+    return np.asarray(pil.resize((hw[1], hw[0]), resample=_PIL_FILTER[interpolation]))
+
+
+@lowering(B, "smart_resize")
+def smart_resize(op: ops.smart_resize, img: np.ndarray, ctx: Context) -> np.ndarray:
+    return _resize_to(img, ctx.plan.resized_hw, op.interpolation)
+
+
+@lowering(B, "resize")
+def resize(op: ops.resize, img: np.ndarray, ctx: Context) -> np.ndarray:
+    return _resize_to(img, ctx.plan.resized_hw, op.interpolation)
+
+
+@lowering(B, "center_crop")
+def center_crop(op: ops.center_crop, img: np.ndarray, ctx: Context) -> np.ndarray:
+    """``(H, W, C)`` -> ``(h, w, C)`` from the plan's box; outside the image is 0 (as transformers)."""
+    top, left, h, w = ctx.plan.tiles[0]
+    H, W = img.shape[:2]
+    if top >= 0 and left >= 0 and top + h <= H and left + w <= W:
+        return img[top:top + h, left:left + w]
+    out = np.zeros((h, w) + img.shape[2:], img.dtype)
+    y0, x0 = max(top, 0), max(left, 0)
+    y1, x1 = min(top + h, H), min(left + w, W)
+    if y1 > y0 and x1 > x0:
+        out[y0 - top:y1 - top, x0 - left:x1 - left] = img[y0:y1, x0:x1]
+    return out
+
+
+@lowering(B, "normalize")
+def normalize(op: ops.normalize, img: np.ndarray, ctx: Context) -> np.ndarray:
+    """uint8 -> float32, as transformers: ``(x.astype(f64) * rescale).astype(f32)``, then
+    ``(x - mean) / std`` in float32 (same operations, so the same bits)."""
+    x = (img.astype(np.float64) * op.rescale).astype(np.float32)
+    return (x - np.asarray(op.mean, np.float32)) / np.asarray(op.std, np.float32)
+
+
+@lowering(B, "patchify")
+def patchify(op: ops.patchify, img: np.ndarray, ctx: Context) -> None:
+    """``(H, W, C)`` -> rows ``(gh*gw, C*T*P*P)`` written into ``ctx.dest``; see plan.grid."""
+    import torch
+    p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size
+    H, W, C = img.shape
+    gh, gw = H // p, W // p
+    # (bh, mh, py, bw, mw, px, c) -> (bh, bw, mh, mw, c, py, px), then T copies after c.
+    x = img.reshape(gh // m, m, p, gw // m, m, p, C).transpose(0, 3, 1, 4, 6, 2, 5)
+    x = np.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T,) + x.shape[5:])
+    if ctx.dest.dtype == torch.bfloat16:
+        ctx.dest.copy_(torch.from_numpy(np.ascontiguousarray(x).reshape(gh * gw, -1)))
+    else:
+        ctx.dest.numpy().reshape(x.shape)[...] = x  # one write, no intermediate copy

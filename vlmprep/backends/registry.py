@@ -1,0 +1,91 @@
+"""One registry of backends and of their per-op lowerings; loud on conflicts and misses.
+
+A backend registers a loader (imported lazily, so listing backends imports neither
+torch nor DALI) and a probe that says whether it can run here and, if not, why.
+Each backend module registers one lowering per op with ``@lowering(backend, op)``.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["register", "lowering", "get_lowering", "get", "names", "available", "why_unavailable",
+           "resolve_auto"]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    module: str          # imported on first use; must define ``Backend``
+    check: Callable[[], str | None]  # -> None when usable here, else the reason
+
+
+_BACKENDS: dict[str, _Entry] = {}
+_LOWERINGS: dict[tuple[str, str], Callable] = {}
+
+
+def register(name: str, module: str, check: Callable[[], str | None]) -> None:
+    if name in _BACKENDS:
+        raise RuntimeError(f"backend {name!r} registered twice ({_BACKENDS[name].module}, {module})")
+    _BACKENDS[name] = _Entry(name, module, check)
+
+
+def lowering(backend: str, op: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn`` executes op ``op`` on backend ``backend``."""
+    def deco(fn: Callable) -> Callable:
+        key = (backend, op)
+        if key in _LOWERINGS and _LOWERINGS[key] is not fn:
+            raise RuntimeError(f"lowering of op {op!r} for backend {backend!r} defined twice")
+        _LOWERINGS[key] = fn
+        return fn
+    return deco
+
+
+def get_lowering(backend: str, op: str) -> Callable:
+    try:
+        return _LOWERINGS[(backend, op)]
+    except KeyError:
+        have = sorted(b for (b, o) in _LOWERINGS if o == op)
+        raise NotImplementedError(
+            f"backend {backend!r} has no lowering for op {op!r}; backends that have it: "
+            f"{have or 'none'}; pick one of those with backend=...") from None
+
+
+def names() -> list[str]:
+    """Every registered backend name, usable here or not."""
+    return list(_BACKENDS)
+
+
+def why_unavailable(name: str) -> str | None:
+    """None when backend ``name`` can run on this machine, else the reason."""
+    if name not in _BACKENDS:
+        return f"no backend {name!r}; registered: {names()}"
+    return _BACKENDS[name].check()
+
+
+def available() -> list[str]:
+    """Backend names usable on this machine, e.g. ``['torch', 'reference']``."""
+    return [n for n in _BACKENDS if _BACKENDS[n].check() is None]
+
+
+def get(name: str) -> type:
+    """The ``Backend`` class of ``name``; raises with what exists when it is missing or unusable."""
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; expected one of {names()} "
+                         f"(usable here: {available()})")
+    reason = _BACKENDS[name].check()
+    if reason is not None:
+        raise RuntimeError(f"backend {name!r} is not usable here: {reason}; usable here: "
+                           f"{available()}")
+    return importlib.import_module(_BACKENDS[name].module).Backend
+
+
+def resolve_auto(device: str) -> str:
+    """``backend="auto"``: the first usable of dali, torch, reference for this device."""
+    prefer = ["dali", "torch", "reference"] if device.startswith("cuda") else ["torch", "reference"]
+    for n in prefer:
+        if n in _BACKENDS and _BACKENDS[n].check() is None and (
+                not device.startswith("cuda") or n != "reference"):
+            return n
+    raise RuntimeError(f"no backend can run on device {device!r}; usable here: {available()}")

@@ -1,0 +1,66 @@
+"""Lowerings of the torch backend: ``fn(op, value, ctx) -> value``."""
+from __future__ import annotations
+
+import torch
+
+from ...io import decode as _io
+from ...spec import ops
+from ..base import Context
+from ..registry import lowering
+from .resize import resize_like_pil
+
+B = "torch"
+
+
+@lowering(B, "decode")
+def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
+    """Source -> uint8 ``(3, H, W)`` on ``ctx.device``."""
+    if src.kind == "tensor":
+        return src.item.to(ctx.device)
+    hwc = torch.from_numpy(_io.decode(src))
+    return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
+
+
+@lowering(B, "smart_resize")
+def smart_resize(op: ops.smart_resize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
+    return resize_like_pil(img, ctx.plan.resized_hw, op.interpolation)
+
+
+@lowering(B, "resize")
+def resize(op: ops.resize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
+    return resize_like_pil(img, ctx.plan.resized_hw, op.interpolation)
+
+
+@lowering(B, "center_crop")
+def center_crop(op: ops.center_crop, img: torch.Tensor, ctx: Context) -> torch.Tensor:
+    """``(C, H, W)`` -> ``(C, h, w)`` from the plan's box; outside the image is 0."""
+    top, left, h, w = ctx.plan.tiles[0]
+    H, W = img.shape[-2:]
+    if top >= 0 and left >= 0 and top + h <= H and left + w <= W:
+        return img[:, top:top + h, left:left + w]
+    out = img.new_zeros((img.shape[0], h, w))
+    y0, x0, y1, x1 = max(top, 0), max(left, 0), min(top + h, H), min(left + w, W)
+    if y1 > y0 and x1 > x0:
+        out[:, y0 - top:y1 - top, x0 - left:x1 - left] = img[:, y0:y1, x0:x1]
+    return out
+
+
+@lowering(B, "normalize")
+def normalize(op: ops.normalize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
+    """uint8 -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded into mean/std,
+    as transformers' torchvision backend (differs from the PIL order by ~1 float ulp)."""
+    mean = torch.tensor(op.mean, dtype=torch.float32, device=img.device) / op.rescale
+    std = torch.tensor(op.std, dtype=torch.float32, device=img.device) / op.rescale
+    return (img.to(torch.float32) - mean[:, None, None]) / std[:, None, None]
+
+
+@lowering(B, "patchify")
+def patchify(op: ops.patchify, img: torch.Tensor, ctx: Context) -> None:
+    """``(C, H, W)`` -> rows ``(gh*gw, C*T*P*P)`` written into ``ctx.dest`` in one copy."""
+    p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size
+    C, H, W = img.shape
+    gh, gw = H // p, W // p
+    # (c, bh, mh, py, bw, mw, px) -> (bh, bw, mh, mw, c, py, px), then T copies after c.
+    x = img.reshape(C, gh // m, m, p, gw // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
+    x = x.unsqueeze(5).expand(*x.shape[:5], T, p, p)
+    ctx.dest.view(x.shape).copy_(x)

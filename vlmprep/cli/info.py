@@ -1,0 +1,72 @@
+"""``vlmprep info``: versions, backends usable here (and why not), devices, compiled kernels."""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from importlib import metadata
+
+_PACKAGES = ("torch", "torchvision", "pillow", "numpy", "opencv-python-headless",
+             "nvidia-dali-cuda130", "transformers")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="versions and which backends are available")
+    p.add_argument("--preset", default=None, help="also print this preset's resolved pipeline")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(run=run)
+
+
+def collect(preset: str | None = None) -> dict:
+    from .. import __version__, backends
+    from ..spec import presets
+    versions = {"python": platform.python_version(), "vlmprep": __version__}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    info: dict = {
+        "machine": {"platform": platform.platform(), "processor": platform.machine(),
+                    "cpu_count": __import__("os").cpu_count()},
+        "versions": versions,
+        "backends": {n: {"available": backends.why_unavailable(n) is None,
+                         "reason": backends.why_unavailable(n)} for n in backends.names()},
+        "presets": presets.names(),
+        "kernels": {"built": False, "reason": "csrc/ kernels are not part of this build"},
+    }
+    try:
+        import torch
+        info["cuda"] = {"available": torch.cuda.is_available(),
+                        "torch_cuda": torch.version.cuda,
+                        "devices": [torch.cuda.get_device_name(i)
+                                    for i in range(torch.cuda.device_count())]}
+    except ImportError:
+        info["cuda"] = {"available": False, "reason": "torch is not installed"}
+    if preset:
+        info["pipeline"] = presets.get(preset).to_dict()
+    return info
+
+
+def run(args: argparse.Namespace) -> int:
+    from .main import print_json
+    info = collect(args.preset)
+    if args.json:
+        print_json(info)
+        return 0
+    print(f"vlmprep {info['versions']['vlmprep']} on {info['machine']['platform']}, "
+          f"{info['machine']['cpu_count']} CPUs")
+    print("versions:")
+    for k, v in info["versions"].items():
+        print(f"  {k:24s} {v or 'not installed'}")
+    print("backends:")
+    for k, v in info["backends"].items():
+        print(f"  {k:24s} {'available' if v['available'] else 'unavailable: ' + v['reason']}")
+    cuda = info["cuda"]
+    print(f"cuda: {'available: ' + ', '.join(cuda['devices']) if cuda['available'] else 'not available'}")
+    print(f"kernels: {'built' if info['kernels']['built'] else 'not built: ' + info['kernels']['reason']}")
+    print(f"presets: {', '.join(info['presets'])}")
+    if "pipeline" in info:
+        from ..spec.pipeline import Pipeline
+        print(Pipeline.from_dict(info["pipeline"]))
+    return 0

@@ -1,0 +1,85 @@
+"""``vlmprep plan``: geometry and token counts from sizes or file headers (no decode)."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plan", help="resized size, patch grid and tokens per image (header only)",
+                       description="Plan images from --size WxH values or from image files' "
+                                   "headers; no pixel is decoded.")
+    p.add_argument("files", nargs="*", help="image files (only their headers are read)")
+    p.add_argument("--preset", default="qwen2-vl",
+                   help="preset name, or a checkpoint folder / preprocessor_config.json")
+    p.add_argument("--size", action="append", default=[], metavar="WxH",
+                   help="an image size, width x height (e.g. 1920x1080); repeatable")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a pipeline field, e.g. --set max_pixels=1003520")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(run=run)
+
+
+def _pipeline(preset: str, sets: list[str]):
+    from ..spec import presets
+    overrides = {}
+    for s in sets:
+        k, sep, v = s.partition("=")
+        if not sep:
+            raise ValueError(f"--set: expected FIELD=VALUE, got {s!r}")
+        try:
+            overrides[k] = int(v)
+        except ValueError:
+            try:
+                overrides[k] = float(v)
+            except ValueError:
+                overrides[k] = v
+    if os.path.exists(preset):
+        return presets.from_config(presets.load_config(preset)).replace(**overrides)
+    return presets.get(preset, **overrides)
+
+
+def _size(s: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", s)
+    if not m:
+        raise ValueError(f"--size: expected WIDTHxHEIGHT such as 1920x1080, got {s!r}")
+    w, h = int(m.group(1)), int(m.group(2))
+    return h, w
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import ImageError
+    from ..plan import plan_image
+    from .main import print_json, print_table
+    if not args.files and not args.size:
+        raise ValueError("expected --size WxH or image files, got neither")
+    pipe = _pipeline(args.preset, args.set)
+    rows = []
+    inputs: list[tuple[str, object]] = [(f"{w}x{h}", (h, w)) for h, w in map(_size, args.size)]
+    inputs += [(f, f) for f in args.files]
+    for i, (label, x) in enumerate(inputs):
+        row: dict = {"input": label}
+        try:
+            if isinstance(x, tuple):
+                hw = x
+            else:
+                from ..io.probe import probe
+                hdr = probe(x)
+                hw = hdr.size_hw
+                row["format"] = hdr.format
+            p = plan_image(pipe, hw, i)
+            row.update(source=f"{hw[1]}x{hw[0]}", resized=f"{p.resized_hw[1]}x{p.resized_hw[0]}",
+                       grid_thw=list(p.grid_thw[0]) if len(p.grid_thw) == 1 else
+                       [list(g) for g in p.grid_thw],
+                       patches=p.num_patches, tokens=p.num_tokens, error=None)
+        except ImageError as e:
+            row.update(tokens=0, error=e.reason)
+        rows.append(row)
+    ok = all(r["error"] is None for r in rows)
+    if args.json:
+        print_json({"preset": pipe.name, "pipeline": pipe.to_dict(), "images": rows})
+    else:
+        print(f"preset {pipe.name}  (sizes are width x height)")
+        print_table(rows, ["input", "source", "resized", "grid_thw", "patches", "tokens", "error"])
+    return 0 if ok else 1

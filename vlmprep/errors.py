@@ -1,0 +1,68 @@
+"""The one error type users see for a bad image.
+
+Every message says what was expected, what was found and what to do, so a
+serving log line is enough to fix the input without reading vlmprep's code.
+"""
+from __future__ import annotations
+
+__all__ = ["ImageError", "describe_source"]
+
+
+class ImageError(ValueError):
+    """A per-image failure: bad bytes, unsupported format, a size the family rejects.
+
+    Attributes:
+        index: position of the image in the list given to the call (``None`` when
+            raised outside a batch, e.g. by ``vlmprep.probe`` on one input).
+        source: a short description of the input (``"bytes[1234]"``, a path, ...).
+        reason: the message without the index/source prefix.
+    """
+
+    def __init__(self, reason: str, *, index: int | None = None, source: str | None = None):
+        self.reason = reason
+        self.index = index
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.index is not None:
+            where.append(f"image {self.index}")
+        if self.source:
+            where.append(self.source)
+        return f"{' '.join(where)}: {self.reason}" if where else self.reason
+
+    def at(self, index: int | None = None, source: str | None = None) -> "ImageError":
+        """Return this error with its position filled in (keeps values already set)."""
+        err = ImageError(
+            self.reason,
+            index=self.index if self.index is not None else index,
+            source=self.source if self.source is not None else source,
+        )
+        err.__cause__ = self.__cause__
+        return err
+
+    def __reduce__(self):  # picklable across worker processes (Ray, multiprocessing)
+        return (_rebuild, (self.reason, self.index, self.source))
+
+
+def _rebuild(reason, index, source):
+    return ImageError(reason, index=index, source=source)
+
+
+def describe_source(x: object) -> str:
+    """A short, log-safe description of an input item (never its content)."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return f"{type(x).__name__}[{len(x)}]"
+    name = type(x).__name__
+    mod = type(x).__module__ or ""
+    if isinstance(x, str) or name.endswith("Path"):
+        s = str(x)
+        return s if len(s) <= 120 else "..." + s[-117:]
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return f"{mod.split('.')[0]}.{name}{tuple(shape)} {getattr(x, 'dtype', '')}".strip()
+    size = getattr(x, "size", None)
+    if mod.startswith("PIL"):
+        return f"PIL.Image {getattr(x, 'mode', '?')} {size}"
+    return name

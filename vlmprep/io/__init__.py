@@ -1,0 +1,1 @@
+"""Inputs: header-only probe, classification of input items, decode to uint8 RGB."""

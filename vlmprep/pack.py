@@ -1,0 +1,181 @@
+"""PackedBatch: the output contract (API.md), and packing / splitting / to_hf.
+
+cu_seqlens, a tiny example::
+
+    Given  images A (grid 1x4x6 = 24 patches) and B (grid 1x2x2 = 4 patches)
+    Output pixel_values (28, 1176); seqlens [24, 4]; cu_seqlens [0, 24, 28] (int32);
+           max_seqlen 24; grid_thw [[1, 4, 6], [1, 2, 2]]; image_index [0, 1]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from .errors import ImageError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .plan import ImagePlan
+    from .spec.pipeline import Pipeline
+
+__all__ = ["PackedBatch", "build", "concat"]
+
+
+@dataclass
+class PackedBatch:
+    """All ViT sequences of a batch, concatenated in input order.
+
+    Fields (shapes first):
+        pixel_values: ``layout="patches"``: ``(total_patches, patch_dim)`` float32 / bfloat16 /
+            uint8 on ``device``; a row is one patch in the family's layout
+            (Qwen: ``[c, t, py, px]``, merge-grouped rows).
+        cu_seqlens: ``(num_seqs + 1,)`` int32 on ``device``: prefix sums of ``seqlens`` from 0.
+        seqlens: ``list[int]`` (host): patches per sequence; no device sync needed.
+        max_seqlen: ``int``: the longest sequence (0 for an empty batch).
+        grid_thw: ``(num_seqs, 3)`` int64 (host): ``(t, h, w)`` patch grid per sequence.
+        image_index: ``(num_seqs,)`` int64 (host): the input image of each sequence.
+        num_tokens: ``list[int]``, one per input image: LLM placeholder tokens (0 if skipped).
+        errors: ``{input index: ImageError}`` of skipped images (``errors="skip"`` only).
+        layout: ``"patches"`` or ``"tiles"``.
+        pipeline: the resolved Pipeline that made this batch (decides ``to_hf`` keys).
+        placeholders: ``list[str]``, one per input image: its prompt placeholder string.
+    """
+
+    pixel_values: "torch.Tensor"
+    cu_seqlens: "torch.Tensor"
+    seqlens: list[int]
+    max_seqlen: int
+    grid_thw: "torch.Tensor"
+    image_index: "torch.Tensor"
+    num_tokens: list[int]
+    errors: dict[int, ImageError] = field(default_factory=dict)
+    layout: str = "patches"
+    pipeline: "Pipeline | None" = field(default=None, repr=False)
+    placeholders: list[str] = field(default_factory=list, repr=False)
+
+    # -- basic facts ----------------------------------------------------------------------------
+    @property
+    def num_images(self) -> int:
+        """Input images, skipped ones included."""
+        return len(self.num_tokens)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seqlens)
+
+    @property
+    def device(self) -> "torch.device":
+        return self.pixel_values.device
+
+    @property
+    def dtype(self) -> "torch.dtype":
+        return self.pixel_values.dtype
+
+    def __repr__(self) -> str:
+        return (f"PackedBatch(layout={self.layout!r}, pixel_values={tuple(self.pixel_values.shape)} "
+                f"{str(self.pixel_values.dtype).replace('torch.', '')} on {self.device}, "
+                f"num_seqs={self.num_seqs}, max_seqlen={self.max_seqlen}, "
+                f"num_tokens={self.num_tokens}, errors={sorted(self.errors)})")
+
+    # -- conversions ----------------------------------------------------------------------------
+    def to(self, device: "str | torch.device", non_blocking: bool = False) -> "PackedBatch":
+        """The same batch with its device tensors on ``device`` (host fields shared)."""
+        return replace(self, pixel_values=self.pixel_values.to(device, non_blocking=non_blocking),
+                       cu_seqlens=self.cu_seqlens.to(device, non_blocking=non_blocking))
+
+    def split(self) -> Iterator["PackedBatch"]:
+        """One PackedBatch per input image, in input order (views, no copy).
+
+        A skipped image yields an empty batch whose ``errors`` is ``{0: error}``.
+        """
+        import torch
+        row = 0
+        seq = 0
+        img_of_seq = self.image_index.tolist()
+        for i in range(self.num_images):
+            s0 = seq
+            while seq < len(img_of_seq) and img_of_seq[seq] == i:
+                seq += 1
+            lens = self.seqlens[s0:seq]
+            n = sum(lens)
+            err = {0: self.errors[i]} if i in self.errors else {}
+            yield _assemble(self.pixel_values[row:row + n], lens, self.grid_thw[s0:seq],
+                            torch.zeros(seq - s0, dtype=torch.int64), [self.num_tokens[i]], err,
+                            self.layout, self.pipeline, self.placeholders[i:i + 1])
+            row += n
+
+    def to_hf(self, images_per_sample: Sequence[int] | None = None) -> dict:
+        """What the family's transformers image processor returns for the same images.
+
+        Qwen2-VL / Qwen3-VL (``merge_grouped``): ``{"pixel_values": (total_patches, patch_dim),
+        "image_grid_thw": (num_images, 3) int64}``; the processor flattens multi-image samples,
+        so ``images_per_sample`` only checks the count. Skipped images are absent.
+        """
+        n_ok = self.num_images - len(self.errors)
+        if images_per_sample is not None:
+            if any(int(k) < 0 for k in images_per_sample) or sum(images_per_sample) != n_ok:
+                raise ValueError(f"to_hf: images_per_sample expected non-negative counts summing to "
+                                 f"{n_ok} (the processed images), got {list(images_per_sample)}")
+        layout = self.pipeline.patchify.layout if self.pipeline is not None else "merge_grouped"
+        if layout == "merge_grouped":
+            return {"pixel_values": self.pixel_values, "image_grid_thw": self.grid_thw}
+        raise NotImplementedError(f"to_hf: no transformers form for patch layout {layout!r}")
+
+
+def _assemble(pixel_values, seqlens: list[int], grid_thw, image_index, num_tokens: list[int],
+              errors: dict, layout: str, pipeline, placeholders: list[str]) -> PackedBatch:
+    import torch
+    cu = [0]
+    for n in seqlens:
+        cu.append(cu[-1] + n)
+    return PackedBatch(
+        pixel_values=pixel_values,
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32).to(pixel_values.device),
+        seqlens=list(seqlens), max_seqlen=max(seqlens, default=0), grid_thw=grid_thw,
+        image_index=image_index, num_tokens=list(num_tokens), errors=dict(errors), layout=layout,
+        pipeline=pipeline, placeholders=list(placeholders))
+
+
+def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: dict[int, ImageError],
+          pipeline: "Pipeline") -> PackedBatch:
+    """Pack the rows of the good images of ``plans`` (in input order) into a PackedBatch.
+
+    ``pixel_values`` holds exactly the rows of the images not in ``errors``.
+    """
+    import torch
+    seqlens, grids, index = [], [], []
+    for p in plans:
+        if p.index in errors:
+            continue
+        for g in p.grid_thw:
+            seqlens.append(g[0] * g[1] * g[2])
+            grids.append(g)
+            index.append(p.index)
+    assert sum(seqlens) == pixel_values.shape[0], "packed rows disagree with the plan"
+    return _assemble(
+        pixel_values, seqlens, torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3),
+        torch.tensor(index, dtype=torch.int64), [0 if p.index in errors else p.num_tokens
+                                                 for p in plans],
+        errors, "patches", pipeline, ["" if p.index in errors else p.placeholder for p in plans])
+
+
+def concat(batches: Sequence[PackedBatch]) -> PackedBatch:
+    """Join batches as if their images had been one input list (inverse of ``split``)."""
+    import torch
+    if not batches:
+        raise ValueError("concat: expected at least one PackedBatch, got none")
+    layouts = {b.layout for b in batches}
+    if len(layouts) != 1:
+        raise ValueError(f"concat: expected one layout, got {sorted(layouts)}")
+    offset = 0
+    index, errors = [], {}
+    for b in batches:
+        index.append(b.image_index + offset)
+        errors.update({k + offset: v for k, v in b.errors.items()})
+        offset += b.num_images
+    return _assemble(
+        torch.cat([b.pixel_values for b in batches]), [n for b in batches for n in b.seqlens],
+        torch.cat([b.grid_thw for b in batches]), torch.cat(index),
+        [n for b in batches for n in b.num_tokens], errors, batches[0].layout,
+        batches[0].pipeline, [s for b in batches for s in b.placeholders])

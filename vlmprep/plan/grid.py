@@ -1,0 +1,39 @@
+"""Patch grids and token counts of one ViT sequence.
+
+merge_grouped (Qwen2-VL, Qwen3-VL), a tiny example:
+
+    Given  a 4x4 patch grid (gh = gw = 4), merge 2, patches named by (row, col)
+    Input  rows of the grid in raster order
+    Output row order  (0,0) (0,1) (1,0) (1,1) | (0,2) (0,3) (1,2) (1,3) |
+                      (2,0) (2,1) (3,0) (3,1) | (2,2) (2,3) (3,2) (3,3)
+           i.e. row r = ((bh * gw/2 + bw) * 2 + mh) * 2 + mw for patch (2bh+mh, 2bw+mw);
+           each group of 4 rows is one LLM token; a row holds [c, t, py, px].
+"""
+from __future__ import annotations
+
+from ..errors import ImageError
+from ..spec.ops import patchify
+
+__all__ = ["patch_grid", "tokens_for_grid", "row_length"]
+
+
+def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
+    """``(t, gh, gw)`` for a still image of size ``hw`` (t = 1: one temporal group)."""
+    h, w = hw
+    p, m = op.patch_size, op.merge_size
+    if h % (p * m) or w % (p * m):
+        raise ImageError(f"expected sides that are multiples of patch_size*merge_size = {p * m} "
+                         f"for layout {op.layout!r}, got {h}x{w} (HxW) after resizing; use a "
+                         f"resize op whose factor is {p * m}")
+    return 1, h // p, w // p
+
+
+def tokens_for_grid(grid_thw: tuple[int, int, int], op: patchify) -> int:
+    """LLM tokens of one sequence: ``t*gh*gw / merge**2`` (the 2x2 merger joins 4 patches)."""
+    t, gh, gw = grid_thw
+    return t * gh * gw // (op.merge_size ** 2)
+
+
+def row_length(op: patchify, channels: int = 3) -> int:
+    """Elements per patch row: ``C * T * P * P`` (1176 for Qwen2-VL, 1536 for Qwen3-VL)."""
+    return channels * op.temporal_patch_size * op.patch_size * op.patch_size

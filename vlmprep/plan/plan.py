@@ -1,0 +1,158 @@
+"""The plan: every size, box and count of a batch, decided from header sizes only.
+
+Backends receive a plan and never decide a shape; ``Processor.plan()`` returns the
+same plan that ``Processor.__call__`` executes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from ..errors import ImageError
+from ..spec.ops import center_crop, decode, resize, smart_resize
+from ..spec.pipeline import Pipeline
+from . import grid
+from . import resize as rules
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["ImagePlan", "Plan", "plan_image", "plan_images"]
+
+Box = tuple[int, int, int, int]  # (top, left, height, width)
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """Geometry of one input image.
+
+    Fields:
+        index: position in the input list.
+        source_hw: ``(H, W)`` after EXIF orientation (what the user sees).
+        resized_hw: ``(H', W')`` after the sizing op.
+        tiles: ``(top, left, height, width)`` boxes in the resized canvas, in output order;
+            one box for untiled families (the whole image, or the centre crop). A box may
+            reach outside the canvas (a crop larger than the image): outside is zero.
+        grid_thw: one ``(t, h, w)`` patch grid per ViT sequence (per tile).
+        num_patches: sum of ``t*h*w`` over the sequences.
+        num_tokens: LLM placeholder tokens for this image (0 when ``error`` is set).
+        placeholder: the exact string the family's processor puts in the prompt.
+        error: the ImageError of a skipped image, else None.
+    """
+
+    index: int
+    source_hw: tuple[int, int]
+    resized_hw: tuple[int, int] = (0, 0)
+    tiles: tuple[Box, ...] = ()
+    grid_thw: tuple[tuple[int, int, int], ...] = ()
+    num_patches: int = 0
+    num_tokens: int = 0
+    placeholder: str = ""
+    error: ImageError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _resized_hw(op, hw: tuple[int, int]) -> tuple[int, int]:
+    h, w = hw
+    if isinstance(op, smart_resize):
+        return rules.smart_resize(h, w, op.factor, op.min_pixels, op.max_pixels,
+                                  op.max_aspect_ratio)
+    assert isinstance(op, resize)
+    if op.mode == "fixed":
+        return op.height, op.width
+    if op.mode == "shortest_edge":
+        return rules.shortest_edge(h, w, op.size)
+    return rules.longest_edge(h, w, op.size)
+
+
+def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -> ImagePlan:
+    """Plan one image of ``source_hw = (H, W)`` (oriented); raises ImageError.
+
+    Given qwen2-vl and (1080, 1920) -> resized (1092, 1932), tiles ((0, 0, 1092, 1932),),
+    grid ((1, 78, 138),), 10764 patches, 2691 tokens.
+    """
+    h, w = source_hw
+    dec: decode = pipeline["decode"]  # type: ignore[assignment]
+    if h < 1 or w < 1:
+        raise ImageError(f"expected an image of at least 1x1 pixels, got {h}x{w} (HxW)")
+    if h * w > dec.max_source_pixels:
+        raise ImageError(f"expected at most {dec.max_source_pixels:,} source pixels, got {h}x{w} = "
+                         f"{h * w:,} (rejected from the header, before decoding); downscale the "
+                         f"image or raise max_source_pixels= if it is trusted")
+    rhw = _resized_hw(pipeline.sizing, (h, w))
+    crop = pipeline.get("center_crop")
+    if isinstance(crop, center_crop):
+        # transformers: top = (H - h) // 2, floor; negative when the crop is larger (zero pad).
+        tiles: tuple[Box, ...] = (((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2,
+                                   crop.height, crop.width),)
+    else:
+        tiles = ((0, 0, rhw[0], rhw[1]),)
+    pf = pipeline.patchify
+    grids = tuple(grid.patch_grid((t[2], t[3]), pf) for t in tiles)
+    num_tokens = sum(grid.tokens_for_grid(g, pf) for g in grids)
+    pk = pipeline.pack
+    return ImagePlan(
+        index=index, source_hw=(h, w), resized_hw=rhw, tiles=tiles, grid_thw=grids,
+        num_patches=sum(t * gh * gw for t, gh, gw in grids), num_tokens=num_tokens,
+        placeholder=pk.prefix + pk.image_token * num_tokens + pk.suffix,
+    )
+
+
+def plan_images(pipeline: Pipeline, sizes: Sequence[tuple[int, int] | ImageError]
+                ) -> list[ImagePlan]:
+    """Plan a batch; an ImageError in ``sizes`` (a failed probe) or from planning is recorded in
+    that image's ``error`` (the caller decides whether to raise)."""
+    out = []
+    for i, hw in enumerate(sizes):
+        if isinstance(hw, ImageError):
+            out.append(ImagePlan(index=i, source_hw=(0, 0), error=hw.at(index=i)))
+            continue
+        try:
+            out.append(plan_image(pipeline, hw, i))
+        except ImageError as e:
+            out.append(ImagePlan(index=i, source_hw=tuple(hw), error=e.at(index=i)))
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of a batch: ``images[i]`` for input ``i``, plus batch-level shortcuts."""
+
+    images: tuple[ImagePlan, ...]
+    pipeline: Pipeline = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def num_tokens(self) -> list[int]:
+        """LLM placeholder tokens per input image (0 for a bad image)."""
+        return [p.num_tokens for p in self.images]
+
+    @property
+    def grid_thw(self) -> "np.ndarray":
+        """``(num_seqs, 3)`` int64: every good image's sequences, in input order."""
+        import numpy as np
+        rows = [g for p in self.images for g in p.grid_thw]
+        return np.asarray(rows, dtype=np.int64).reshape(len(rows), 3)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(p.num_tokens for p in self.images)
+
+    @property
+    def total_patches(self) -> int:
+        return sum(p.num_patches for p in self.images)
+
+    @property
+    def errors(self) -> dict[int, ImageError]:
+        return {p.index: p.error for p in self.images if p.error is not None}
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __iter__(self):
+        return iter(self.images)
+
+    def __getitem__(self, i: int) -> ImagePlan:
+        return self.images[i]

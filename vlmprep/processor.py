@@ -1,0 +1,166 @@
+"""Processor: the user's entry point. Resolve inputs -> plan -> backend -> PackedBatch."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Sequence
+
+from .errors import ImageError, describe_source
+from .plan import ImagePlan, Plan, plan_images
+from .spec import presets
+from .spec.pipeline import Pipeline
+
+__all__ = ["Processor"]
+
+_DTYPES = ("float32", "bfloat16", "uint8")
+_ERRORS = ("raise", "skip")
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def _as_list(images: Any) -> list:
+    if isinstance(images, (list, tuple)):
+        return list(images)
+    # One image given bare: accepted as a batch of one, like transformers' processors.
+    if isinstance(images, (bytes, bytearray, memoryview, str, os.PathLike)) or hasattr(images, "shape") \
+            or (type(images).__module__ or "").startswith("PIL"):
+        return [images]
+    raise TypeError(f"images: expected a list of images (bytes, paths, PIL images, HWC uint8 arrays, "
+                    f"CHW uint8 tensors), got {type(images).__name__}; wrap a generator in list()")
+
+
+class Processor:
+    """Turns images into the tensors a VLM's vision encoder expects.
+
+    Args:
+        pipeline: a preset name (``vlmprep.presets.names()``) or a ``vlmprep.Pipeline``.
+        backend: ``"auto"`` | ``"torch"`` | ``"reference"`` (``vlmprep.backends.available()``).
+        device: ``"cpu"`` | ``"cuda"`` | ``"cuda:N"``: where ``pixel_values`` is produced.
+        dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"`` (resized, patchified, not normalized).
+        errors: ``"raise"`` (the first bad image raises, nothing is returned) or ``"skip"``
+            (bad images are left out and named in ``batch.errors``).
+        **overrides: any field of the pipeline's ops, e.g. ``max_pixels=1_003_520``.
+    """
+
+    def __init__(self, pipeline: str | Pipeline = "qwen2-vl", backend: str = "auto",
+                 device: str = "cpu", dtype: str = "float32", errors: str = "raise",
+                 **overrides: Any):
+        from . import backends
+        if isinstance(pipeline, Pipeline):
+            pipe = pipeline.replace(**overrides)
+        elif isinstance(pipeline, str):
+            pipe = presets.get(pipeline, **overrides)
+        else:
+            raise TypeError(f"pipeline: expected a preset name {presets.names()} or a "
+                            f"vlmprep.Pipeline, got {type(pipeline).__name__}")
+        device = str(device)
+        if not _DEVICE_RE.match(device):
+            raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype: expected one of {_DTYPES}, got {dtype!r}")
+        if errors not in _ERRORS:
+            raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
+        name = backends.resolve_auto(device) if backend == "auto" else backend
+        cls = backends.get(name)
+        if device.startswith("cuda"):
+            import torch
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"device {device!r}: expected a CUDA GPU, found none "
+                                   f"(torch.cuda.is_available() is False); use device='cpu'")
+            if name == "reference":
+                raise ValueError("backend 'reference' runs on the CPU only; use backend='torch' "
+                                 "for CUDA, or device='cpu'")
+        self.pipeline = pipe
+        self.backend_name = name
+        self.device = device
+        self.dtype = dtype
+        self.errors = errors
+        self._backend = cls(pipe, device, dtype)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> "Processor":
+        """A Processor from a local checkpoint folder or its ``preprocessor_config.json``.
+
+        Reads transformers 4.x and 5.x spellings; never downloads. ``kwargs`` go to
+        ``Processor(...)`` (backend, device, dtype, errors and field overrides).
+        """
+        pipe = presets.from_config(presets.load_config(path))
+        return cls(pipe, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"Processor({self.pipeline.name!r}, backend={self.backend_name!r}, "
+                f"device={self.device!r}, dtype={self.dtype!r}, errors={self.errors!r})")
+
+    # -- planning -------------------------------------------------------------------------------
+    def _resolve(self, items: list) -> tuple[list, list[ImagePlan]]:
+        from .io.inputs import resolve
+        sources: list = []
+        sizes: list = []
+        for i, item in enumerate(items):
+            try:
+                src = resolve(item)
+            except ImageError as e:
+                sources.append(None)
+                sizes.append(e.at(index=i, source=describe_source(item)))
+                continue
+            sources.append(src)
+            sizes.append(src.hw)
+        plans = plan_images(self.pipeline, sizes)
+        plans = [p if p.error is None or sources[p.index] is None
+                 else _with_source(p, sources[p.index].desc) for p in plans]
+        return sources, plans
+
+    def _first_error(self, plans: Sequence[ImagePlan]) -> None:
+        if self.errors == "raise":
+            for p in plans:
+                if p.error is not None:
+                    raise p.error
+
+    def plan(self, images: Sequence[Any]) -> Plan:
+        """Geometry of every image from headers only (no pixel is decoded).
+
+        Returns a Plan equal to what ``self(images)`` produces. With ``errors="raise"``
+        the first bad image raises ImageError; with ``"skip"`` it is recorded in its plan.
+        """
+        _, plans = self._resolve(_as_list(images))
+        self._first_error(plans)
+        return Plan(tuple(plans), self.pipeline)
+
+    # -- execution ------------------------------------------------------------------------------
+    def __call__(self, images: Sequence[Any]):
+        """Process ``images`` -> PackedBatch (see API.md for every field)."""
+        import torch
+
+        from . import pack
+        from .plan.grid import row_length
+        sources, plans = self._resolve(_as_list(images))
+        self._first_error(plans)  # raise before any decode: no partial state
+        total = sum(p.num_patches for p in plans if p.error is None)
+        out = torch.empty((total, row_length(self.pipeline.patchify)),
+                          dtype=getattr(torch, self.dtype), device=self.device)
+        late = self._backend.run(sources, plans, out)
+        if late:
+            if self.errors == "raise":
+                raise late[min(late)]
+            out = _drop_rows(out, plans, late)
+        errors = {p.index: p.error for p in plans if p.error is not None}
+        errors.update(late)
+        return pack.build(out, plans, errors, self.pipeline)
+
+
+def _with_source(p: ImagePlan, desc: str) -> ImagePlan:
+    from dataclasses import replace
+    return replace(p, error=p.error.at(source=desc))
+
+
+def _drop_rows(out, plans: Sequence[ImagePlan], failed: dict[int, ImageError]):
+    """``out`` without the rows of images that failed during decode (rare path: one copy)."""
+    import torch
+    keep, row = [], 0
+    for p in plans:
+        if p.error is not None:
+            continue
+        if p.index not in failed:
+            keep.append(torch.arange(row, row + p.num_patches))
+        row += p.num_patches
+    idx = torch.cat(keep) if keep else torch.zeros(0, dtype=torch.int64)
+    return out[idx.to(out.device)]

@@ -1,0 +1,170 @@
+"""Pipeline: an ordered, frozen, printable tuple of ops (stdlib only)."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping
+
+from .ops import OP_TYPES, Op, decode, normalize, pack, patchify
+
+__all__ = ["Pipeline"]
+
+# Ops that size the image; a pipeline needs exactly one of these before patchify.
+_SIZING = ("smart_resize", "resize")
+
+
+class Pipeline:
+    """What to do to every image, in order; the same value for every backend.
+
+    A pipeline is resolved on construction: a missing ``decode`` is put first and a
+    missing ``pack`` last, so ``print(pipe)`` shows every value that will be used.
+
+    Example::
+
+        pipe = Pipeline([ops.decode(), ops.smart_resize(factor=28), ops.normalize(),
+                         ops.patchify(patch_size=14)], name="my-qwen")
+        pipe.replace(max_pixels=1_003_520)   # a changed copy
+    """
+
+    __slots__ = ("_ops", "_name")
+
+    def __init__(self, ops: Iterable[Op], name: str = "custom"):
+        ops = tuple(ops)
+        for i, op in enumerate(ops):
+            if not isinstance(op, Op):
+                raise TypeError(f"Pipeline: op {i}: expected a vlmprep.ops.* instance, got "
+                                f"{type(op).__name__}; build ops with vlmprep.ops.<name>(...)")
+        if not ops or ops[0].name != "decode":
+            ops = (decode(),) + ops
+        if ops[-1].name != "pack":
+            ops = ops + (pack(),)
+        names = [op.name for op in ops]
+        for n in set(names):
+            if names.count(n) > 1:
+                raise ValueError(f"Pipeline: op {n!r} appears {names.count(n)} times; expected at "
+                                 f"most once; merge them into one op")
+        sizing = [n for n in names if n in _SIZING]
+        if len(sizing) != 1:
+            raise ValueError(f"Pipeline: expected exactly one sizing op (one of {_SIZING}), got "
+                             f"{sizing or 'none'}; add vlmprep.ops.smart_resize(...) or ops.resize(...)")
+        if "patchify" not in names:
+            raise ValueError("Pipeline: expected a patchify op (it defines the ViT sequences), got "
+                             "none; add vlmprep.ops.patchify(patch_size=...)")
+        if names.index(sizing[0]) > names.index("patchify") or (
+                "normalize" in names and names.index("normalize") > names.index("patchify")):
+            raise ValueError(f"Pipeline: expected resize and normalize before patchify, got order "
+                             f"{names}; reorder the ops")
+        if "center_crop" in names and names.index("center_crop") < names.index(sizing[0]):
+            raise ValueError(f"Pipeline: expected center_crop after the resize, got order {names}")
+        self._ops = ops
+        self._name = str(name)
+
+    # -- access ---------------------------------------------------------------------------------
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return self._ops
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def get(self, op_name: str) -> Op | None:
+        """The op called ``op_name`` or None."""
+        for op in self._ops:
+            if op.name == op_name:
+                return op
+        return None
+
+    def __getitem__(self, op_name: str) -> Op:
+        op = self.get(op_name)
+        if op is None:
+            raise KeyError(f"Pipeline {self._name!r} has no op {op_name!r}; it has "
+                           f"{[o.name for o in self._ops]}")
+        return op
+
+    @property
+    def sizing(self) -> Op:
+        return next(op for op in self._ops if op.name in _SIZING)
+
+    @property
+    def patchify(self) -> patchify:
+        return self["patchify"]  # type: ignore[return-value]
+
+    @property
+    def normalize(self) -> normalize | None:
+        return self.get("normalize")  # type: ignore[return-value]
+
+    @property
+    def pack(self) -> pack:
+        return self["pack"]  # type: ignore[return-value]
+
+    # -- changes --------------------------------------------------------------------------------
+    def replace(self, **overrides: Any) -> "Pipeline":
+        """A copy with fields changed by name, e.g. ``replace(max_pixels=1_003_520)``.
+
+        A field name must belong to exactly one op; ``<op>__<field>`` (e.g.
+        ``resize__size``) picks the op explicitly.
+        """
+        if not overrides:
+            return self
+        changes: dict[int, dict[str, Any]] = {}
+        for key, value in overrides.items():
+            if "__" in key:
+                op_name, fld = key.split("__", 1)
+                owners = [i for i, op in enumerate(self._ops)
+                          if op.name == op_name and fld in op.field_names()]
+            else:
+                fld = key
+                owners = [i for i, op in enumerate(self._ops) if fld in op.field_names()]
+            if len(owners) != 1:
+                known = sorted({f for op in self._ops for f in op.field_names()})
+                if not owners:
+                    raise TypeError(f"Pipeline {self._name!r}: no op has a field {key!r}; "
+                                    f"expected one of {known}")
+                raise TypeError(f"Pipeline {self._name!r}: field {key!r} belongs to several ops "
+                                f"{[self._ops[i].name for i in owners]}; write <op>__{fld}=...")
+            changes.setdefault(owners[0], {})[fld] = value
+        new = [op.replace(**changes[i]) if i in changes else op for i, op in enumerate(self._ops)]
+        return Pipeline(new, name=self._name)
+
+    # -- serialisation --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form: ``{"name": str, "ops": [{"op": name, field: value, ...}, ...]}``."""
+        return {"name": self._name, "ops": [op.to_dict() for op in self._ops]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Pipeline":
+        if not isinstance(d, Mapping) or not isinstance(d.get("ops"), list):
+            raise ValueError(f"Pipeline.from_dict: expected {{'name': str, 'ops': [...]}} as made by "
+                             f"Pipeline.to_dict(), got {type(d).__name__} with keys "
+                             f"{list(d) if isinstance(d, Mapping) else '-'}")
+        ops = []
+        for i, od in enumerate(d["ops"]):
+            od = dict(od)
+            name = od.pop("op", None)
+            if name not in OP_TYPES:
+                raise ValueError(f"Pipeline.from_dict: op {i}: expected one of {sorted(OP_TYPES)}, "
+                                 f"got {name!r}")
+            typ = OP_TYPES[name]
+            unknown = set(od) - set(typ.field_names())
+            if unknown:
+                raise ValueError(f"Pipeline.from_dict: op {name!r} has no fields {sorted(unknown)}; "
+                                 f"it has {list(typ.field_names())}")
+            ops.append(typ(**{k: tuple(v) if isinstance(v, list) else v for k, v in od.items()}))
+        return cls(ops, name=d.get("name", "custom"))
+
+    # -- value semantics ------------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Pipeline) and self._ops == other._ops and self._name == other._name
+
+    def __hash__(self) -> int:
+        return hash((self._ops, self._name))
+
+    def __repr__(self) -> str:
+        lines = [f"Pipeline({self._name!r}, ["]
+        lines += [f"    {op!r}," for op in self._ops]
+        return "\n".join(lines + ["])"])

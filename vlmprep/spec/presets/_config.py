@@ -1,0 +1,41 @@
+"""Helpers shared by presets that read a transformers ``preprocessor_config.json``."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..ops import PIL_RESAMPLE
+
+_RESAMPLE_NAMES = {v: k for k, v in PIL_RESAMPLE.items()}
+
+
+def need(cfg: Mapping[str, Any], key: str, default: Any) -> Any:
+    v = cfg.get(key, default)
+    return default if v is None else v
+
+
+def config_interpolation(cfg: Mapping[str, Any], default: str) -> str:
+    """``resample`` (PIL int, or a name) -> our interpolation name."""
+    r = cfg.get("resample", None)
+    if r is None:
+        return default
+    if isinstance(r, str) and r.lower() in PIL_RESAMPLE:
+        return r.lower()
+    if r in _RESAMPLE_NAMES:
+        return _RESAMPLE_NAMES[r]
+    raise ValueError(f"preprocessor_config: resample expected one of {sorted(_RESAMPLE_NAMES)} "
+                     f"(PIL codes) or {sorted(PIL_RESAMPLE)}, got {r!r}")
+
+
+def config_normalize(cfg: Mapping[str, Any], mean: tuple, std: tuple
+                     ) -> tuple[tuple, tuple, float, bool]:
+    """-> (mean, std, rescale, do_normalize_at_all) with transformers' flag semantics.
+
+    ``do_rescale=false`` means rescale 1; ``do_normalize=false`` means mean 0, std 1;
+    both false means no normalize op at all (the uint8-like float output).
+    """
+    do_rescale = bool(need(cfg, "do_rescale", True))
+    do_norm = bool(need(cfg, "do_normalize", True))
+    rescale = float(need(cfg, "rescale_factor", 1 / 255)) if do_rescale else 1.0
+    m = tuple(need(cfg, "image_mean", mean)) if do_norm else (0.0, 0.0, 0.0)
+    s = tuple(need(cfg, "image_std", std)) if do_norm else (1.0, 1.0, 1.0)
+    return m, s, rescale, do_rescale or do_norm
