@@ -1,6 +1,7 @@
 """Lowerings of the torch backend: ``fn(op, value, ctx) -> value``."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...io import decode as _io
@@ -17,7 +18,8 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     """Source -> uint8 ``(3, H, W)`` on ``ctx.device``."""
     if src.kind == "tensor":
         return src.item.to(ctx.device)
-    hwc = torch.from_numpy(_io.decode(src))
+    # Pillow hands out read-only arrays; torch wants writable memory (copies only then).
+    hwc = torch.from_numpy(np.require(_io.decode(src), requirements="W"))
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 

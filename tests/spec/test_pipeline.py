@@ -1,0 +1,140 @@
+"""The pipeline-definition API: presets, ops, replace, to_dict/from_dict, from_pretrained."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import vlmprep
+from vlmprep import ops
+
+# Public checkpoint values (PEERS.md 2.1, 2.2), written out here, not read from vlmprep.
+QWEN2 = dict(factor=28, min_pixels=3136, max_pixels=12_845_056, patch_size=14,
+             mean=(0.48145466, 0.4578275, 0.40821073), std=(0.26862954, 0.26130258, 0.27577711))
+QWEN3 = dict(factor=32, min_pixels=65_536, max_pixels=16_777_216, patch_size=16,
+             mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+
+
+def test_names():
+    assert {"qwen2-vl", "qwen3-vl"} <= set(vlmprep.presets.names())
+
+
+@pytest.mark.parametrize("name,want", [("qwen2-vl", QWEN2), ("qwen3-vl", QWEN3)])
+def test_checkpoint_values(name, want):
+    p = vlmprep.presets.get(name)
+    sr, nz, pf = p["smart_resize"], p["normalize"], p["patchify"]
+    assert (sr.factor, sr.min_pixels, sr.max_pixels) == (want["factor"], want["min_pixels"],
+                                                        want["max_pixels"])
+    assert sr.interpolation == "bicubic" and sr.max_aspect_ratio == 200
+    assert (pf.patch_size, pf.temporal_patch_size, pf.merge_size) == (want["patch_size"], 2, 2)
+    assert nz.mean == want["mean"] and nz.std == want["std"] and nz.rescale == 1 / 255
+    assert p.pack.image_token == "<|image_pad|>"
+
+
+def test_replace_and_overrides():
+    p = vlmprep.presets.get("qwen2-vl")
+    q = p.replace(max_pixels=1_003_520, patch_size=14)
+    assert q["smart_resize"].max_pixels == 1_003_520 and p["smart_resize"].max_pixels == 12_845_056
+    assert vlmprep.presets.get("qwen2-vl", max_pixels=1_003_520) == q
+    assert vlmprep.Processor("qwen2-vl", backend="reference", max_pixels=1_003_520).pipeline == q
+    with pytest.raises(TypeError, match="no op has a field 'max_pixel'"):
+        p.replace(max_pixel=5)
+    with pytest.raises(ValueError, match="min_pixels"):
+        p.replace(min_pixels=10**9)
+    with pytest.raises(ValueError, match="interpolation"):
+        p.replace(interpolation="cubic")
+    assert p.replace(smart_resize__interpolation="bilinear")["smart_resize"].interpolation == "bilinear"
+
+
+def test_round_trip_json():
+    for name in vlmprep.presets.names():
+        p = vlmprep.presets.get(name).replace(max_pixels=1_000_000)
+        d = json.loads(json.dumps(p.to_dict()))
+        assert vlmprep.Pipeline.from_dict(d) == p
+    with pytest.raises(ValueError, match="expected one of"):
+        vlmprep.Pipeline.from_dict({"ops": [{"op": "nope"}]})
+
+
+def test_custom_pipeline_equals_preset():
+    # The API.md example: a user-built pipeline works wherever a preset name does.
+    custom = vlmprep.Pipeline([
+        ops.decode(),
+        ops.smart_resize(factor=28, min_pixels=3136, max_pixels=12_845_056,
+                         interpolation="bicubic"),
+        ops.normalize(rescale=1 / 255, mean=QWEN2["mean"], std=QWEN2["std"]),
+        ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2, layout="merge_grouped"),
+    ])
+    assert custom.ops == vlmprep.presets.get("qwen2-vl").ops
+    import numpy as np
+    rng = np.random.default_rng()
+    img = rng.integers(0, 256, (61, 97, 3), dtype=np.uint8)
+    a = vlmprep.Processor(custom, backend="reference")([img])
+    b = vlmprep.Processor("qwen2-vl", backend="reference")([img])
+    assert a.pixel_values.equal(b.pixel_values)
+    assert "smart_resize(factor=28" in repr(custom)
+
+
+def test_pipeline_validation():
+    with pytest.raises(ValueError, match="sizing op"):
+        vlmprep.Pipeline([ops.normalize(), ops.patchify()])
+    with pytest.raises(ValueError, match="patchify"):
+        vlmprep.Pipeline([ops.smart_resize()])
+    with pytest.raises(TypeError, match="vlmprep.ops"):
+        vlmprep.Pipeline([ops.smart_resize(), "patchify"])
+    with pytest.raises(ValueError, match="appears 2 times"):
+        vlmprep.Pipeline([ops.smart_resize(), ops.normalize(), ops.normalize(), ops.patchify()])
+    with pytest.raises(KeyError, match="unknown preset"):
+        vlmprep.presets.get("qwen9")
+
+
+def _write(tmp_path, cfg):
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "preprocessor_config.json").write_text(json.dumps(cfg))
+    return d
+
+
+@pytest.mark.parametrize("cfg,want", [
+    # transformers 4.x spelling (Qwen2-VL-7B-Instruct)
+    ({"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
+      "merge_size": 2, "image_mean": list(QWEN2["mean"]), "image_std": list(QWEN2["std"]),
+      "image_processor_type": "Qwen2VLImageProcessor"}, ("qwen2-vl", 28, 3136, 12845056)),
+    # transformers 5.x spelling (Qwen3-VL-8B-Instruct)
+    ({"size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16,
+      "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+      "image_processor_type": "Qwen2VLImageProcessorFast"}, ("qwen3-vl", 32, 65536, 16777216)),
+    # both: top-level min/max_pixels win, as in transformers
+    ({"size": {"shortest_edge": 1, "longest_edge": 2}, "min_pixels": 3136, "max_pixels": 1003520,
+      "image_processor_type": "Qwen2VLImageProcessorPil"}, ("qwen2-vl", 28, 3136, 1003520)),
+    # nothing but the type: the class defaults
+    ({"image_processor_type": "Qwen2VLImageProcessor"}, ("qwen2-vl", 28, 3136, 1003520)),
+])
+def test_from_pretrained(tmp_path, cfg, want):
+    d = _write(tmp_path, cfg)
+    for path in (d, d / "preprocessor_config.json"):
+        proc = vlmprep.Processor.from_pretrained(path, backend="reference")
+        sr = proc.pipeline["smart_resize"]
+        assert (proc.pipeline.name, sr.factor, sr.min_pixels, sr.max_pixels) == want
+
+
+@pytest.mark.hf
+def test_from_pretrained_matches_transformers_flags(tmp_path):
+    # do_normalize=false / do_rescale=false behave as in transformers' PIL backend.
+    import numpy as np
+    from PIL import Image
+    from transformers import Qwen2VLImageProcessorPil
+    cfg = {"image_processor_type": "Qwen2VLImageProcessor", "do_normalize": False,
+           "min_pixels": 3136, "max_pixels": 12845056}
+    img = np.random.default_rng().integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    ours = vlmprep.Processor.from_pretrained(_write(tmp_path, cfg), backend="reference")([img])
+    theirs = Qwen2VLImageProcessorPil(do_normalize=False, min_pixels=3136, max_pixels=12845056)(
+        [Image.fromarray(img)], return_tensors="pt")
+    assert ours.pixel_values.equal(theirs["pixel_values"])
+
+
+def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="never downloads"):
+        vlmprep.Processor.from_pretrained(tmp_path / "missing")
+    d = _write(tmp_path, {"image_processor_type": "SomethingElse"})
+    with pytest.raises(ValueError, match="not a family vlmprep knows"):
+        vlmprep.Processor.from_pretrained(d)
