@@ -88,16 +88,12 @@ def _decode_encoded(src: Source) -> "np.ndarray":
     assert hdr is not None
     data = read_bytes(src)
     if hdr.bit_depth == 16 and hdr.format in ("png", "tiff"):
-        img = _decode_16bit(data)
-    else:
-        img = Image.open(io.BytesIO(data))
-        if getattr(img, "n_frames", 1) > 1:
-            img.seek(0)  # animations: the first frame
-        img.load()  # raises on truncated data (Image.LOAD_TRUNCATED_IMAGES stays False)
-    if (img.height, img.width) != (hdr.height, hdr.width):
-        raise ValueError(f"the header says {hdr.height}x{hdr.width} but the data decodes to "
-                         f"{img.height}x{img.width}")
-    return to_rgb(orient(img, hdr.orientation))
+        return to_rgb(orient(_decode_16bit(data), hdr.orientation))
+    from PIL import ImageOps
+    img = Image.open(io.BytesIO(data))  # opens at frame 0: an animation gives its first frame
+    img.load()  # raises on truncated data (Image.LOAD_TRUNCATED_IMAGES stays False)
+    ImageOps.exif_transpose(img, in_place=True)  # exactly what transformers' load_image does
+    return to_rgb(img)
 
 
 def decode(src: Source) -> "np.ndarray":
