@@ -1,0 +1,133 @@
+"""probe reads a header, not an image: byte counts instead of timings.
+
+A full decode must read every byte of the file; these tests count the bytes
+probe pulls from a path or a file object and require far less than the file
+(< 64 KiB), including when large metadata (a camera EXIF block, an ICC
+profile, WebP EXIF stored after the image data) has to be skipped.
+"""
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+import skimage.data
+from matplotlib import cbook
+from PIL import Image, ImageOps
+
+import vlmprep.io.probe as probe_module
+from vlmprep.io.probe import probe
+
+BUDGET = 64 * 1024
+
+
+class CountingFile(io.RawIOBase):
+    """A binary file object that counts the bytes and calls of ``read``."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.bytes_read = 0
+        self.reads = 0
+
+    def read(self, n=-1):
+        data = self._raw.read(n)
+        self.bytes_read += len(data)
+        self.reads += 1
+        return data
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        return self._raw.seek(offset, whence)
+
+    def tell(self):
+        return self._raw.tell()
+
+    def fileno(self):
+        return self._raw.fileno()
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def close(self):
+        self._raw.close()
+        super().close()
+
+
+def mosaic_1080p() -> Image.Image:
+    """1920x1080 mosaic of six real photos (3 x 2 tiles of 640x540)."""
+    with cbook.get_sample_data("grace_hopper.jpg") as f:
+        photos = [Image.open(f).convert("RGB")]
+    photos += [Image.fromarray(getattr(skimage.data, n)()).convert("RGB")
+               for n in ("astronaut", "chelsea", "coffee", "camera", "rocket")]
+    canvas = Image.new("RGB", (1920, 1080))
+    for i, photo in enumerate(photos):
+        canvas.paste(ImageOps.fit(photo, (640, 540), Image.LANCZOS), ((i % 3) * 640, (i // 3) * 540))
+    return canvas
+
+
+@pytest.fixture(scope="module")
+def mosaic():
+    return mosaic_1080p()
+
+
+def _camera_exif(blob: int) -> bytes:
+    """EXIF with Orientation 6 followed by a ``blob``-byte MakerNote, as cameras write."""
+    entries = struct.pack("<HHL", 274, 3, 1) + struct.pack("<HH", 6, 0)
+    entries += struct.pack("<HHLL", 37500, 7, blob, 8 + 2 + 24 + 4)
+    tiff = b"II*\x00" + struct.pack("<L", 8) + struct.pack("<H", 2) + entries + struct.pack("<L", 0)
+    return b"Exif\x00\x00" + tiff + bytes(blob)
+
+
+@pytest.fixture(scope="module")
+def files(mosaic, tmp_path_factory):
+    """name -> (path, expected (width, height, orientation)) for 1080p files."""
+    tmp = tmp_path_factory.mktemp("cost")
+    icc = bytes(60000)  # skipped APP2 segment; content is irrelevant to probe
+    specs = {
+        "jpeg": ("JPEG", {"quality": 90}, 1),
+        "jpeg-progressive": ("JPEG", {"quality": 90, "progressive": True}, 1),
+        "jpeg-camera-exif-icc": ("JPEG", {"quality": 90, "exif": _camera_exif(60000), "icc_profile": icc}, 6),
+        "png": ("PNG", {"icc_profile": icc}, 1),
+        "webp-exif-after-image": ("WEBP", {"quality": 80, "exif": _camera_exif(100)}, 6),
+        "tiff": ("TIFF", {"compression": "tiff_lzw"}, 1),
+    }
+    out = {}
+    for name, (fmt, kw, orientation) in specs.items():
+        path = tmp / f"{name}.{fmt.lower()}"
+        mosaic.save(path, fmt, **kw)
+        assert path.stat().st_size > 2 * BUDGET  # the budget is meaningful against the file size
+        out[name] = path, (1920, 1080, orientation)
+    return out
+
+
+NAMES = ["jpeg", "jpeg-progressive", "jpeg-camera-exif-icc", "png", "webp-exif-after-image", "tiff"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_file_object_reads_only_a_prefix(files, name):
+    path, expected = files[name]
+    with CountingFile(open(path, "rb", buffering=0)) as f:
+        r = probe(f)
+        assert (r.width, r.height, r.orientation) == expected
+        assert f.bytes_read < BUDGET, f"{name}: read {f.bytes_read} of {path.stat().st_size} bytes"
+        assert f.reads <= 4, f"{name}: {f.reads} reads"
+        assert f.tell() == 0  # position restored
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_path_reads_only_a_prefix(files, name, monkeypatch):
+    opened = []
+
+    def counting_open(*args, **kwargs):
+        f = CountingFile(open(*args, **kwargs))
+        opened.append(f)
+        return f
+
+    monkeypatch.setattr(probe_module, "open", counting_open, raising=False)
+    path, expected = files[name]
+    r = probe(path)
+    assert (r.width, r.height, r.orientation) == expected
+    assert len(opened) == 1 and opened[0].closed
+    assert opened[0].bytes_read < BUDGET, f"{name}: read {opened[0].bytes_read} bytes"
