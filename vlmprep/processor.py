@@ -123,7 +123,7 @@ class Processor:
         """
         _, plans = self._resolve(_as_list(images))
         self._first_error(plans)
-        return Plan(tuple(plans), self.pipeline)
+        return Plan(list(plans), self.pipeline)
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, images: Sequence[Any]):

@@ -43,8 +43,8 @@ class ImagePlan:
     index: int
     source_hw: tuple[int, int]
     resized_hw: tuple[int, int] = (0, 0)
-    tiles: tuple[Box, ...] = ()
-    grid_thw: tuple[tuple[int, int, int], ...] = ()
+    tiles: list[Box] = field(default_factory=list)
+    grid_thw: list[tuple[int, int, int]] = field(default_factory=list)
     num_patches: int = 0
     num_tokens: int = 0
     placeholder: str = ""
@@ -71,8 +71,8 @@ def _resized_hw(op, hw: tuple[int, int]) -> tuple[int, int]:
 def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -> ImagePlan:
     """Plan one image of ``source_hw = (H, W)`` (oriented); raises ImageError.
 
-    Given qwen2-vl and (1080, 1920) -> resized (1092, 1932), tiles ((0, 0, 1092, 1932),),
-    grid ((1, 78, 138),), 10764 patches, 2691 tokens.
+    Given qwen2-vl and (1080, 1920) -> resized (1092, 1932), tiles [(0, 0, 1092, 1932)],
+    grid [(1, 78, 138)], 10764 patches, 2691 tokens.
     """
     h, w = source_hw
     dec: decode = pipeline["decode"]  # type: ignore[assignment]
@@ -86,12 +86,12 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
     crop = pipeline.get("center_crop")
     if isinstance(crop, center_crop):
         # transformers: top = (H - h) // 2, floor; negative when the crop is larger (zero pad).
-        tiles: tuple[Box, ...] = (((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2,
-                                   crop.height, crop.width),)
+        tiles: list[Box] = [((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2,
+                             crop.height, crop.width)]
     else:
-        tiles = ((0, 0, rhw[0], rhw[1]),)
+        tiles = [(0, 0, rhw[0], rhw[1])]
     pf = pipeline.patchify
-    grids = tuple(grid.patch_grid((t[2], t[3]), pf) for t in tiles)
+    grids = [grid.patch_grid((t[2], t[3]), pf) for t in tiles]
     num_tokens = sum(grid.tokens_for_grid(g, pf) for g in grids)
     pk = pipeline.pack
     return ImagePlan(
@@ -121,7 +121,7 @@ def plan_images(pipeline: Pipeline, sizes: Sequence[tuple[int, int] | ImageError
 class Plan:
     """The plan of a batch: ``images[i]`` for input ``i``, plus batch-level shortcuts."""
 
-    images: tuple[ImagePlan, ...]
+    images: list[ImagePlan]
     pipeline: Pipeline = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     @property
