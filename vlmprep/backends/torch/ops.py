@@ -6,6 +6,7 @@ import torch
 
 from ...io import decode as _io
 from ...spec import ops
+from ...plan.tiling import box_overlap
 from ..base import Context
 from ..registry import lowering
 from .resize import resize_like_pil
@@ -36,14 +37,14 @@ def resize(op: ops.resize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
 @lowering(B, "center_crop")
 def center_crop(op: ops.center_crop, img: torch.Tensor, ctx: Context) -> torch.Tensor:
     """``(C, H, W)`` -> ``(C, h, w)`` from the plan's box; outside the image is 0."""
-    top, left, h, w = ctx.plan.tiles[0]
-    H, W = img.shape[-2:]
-    if top >= 0 and left >= 0 and top + h <= H and left + w <= W:
-        return img[:, top:top + h, left:left + w]
+    top, left, h, w = box = ctx.plan.tiles[0]
+    win = box_overlap(box, tuple(img.shape[-2:]))
+    if win is not None and win[1] == (0, h, 0, w):
+        return img[:, top:top + h, left:left + w]  # wholly inside: a view
     out = img.new_zeros((img.shape[0], h, w))
-    y0, x0, y1, x1 = max(top, 0), max(left, 0), min(top + h, H), min(left + w, W)
-    if y1 > y0 and x1 > x0:
-        out[:, y0 - top:y1 - top, x0 - left:x1 - left] = img[:, y0:y1, x0:x1]
+    if win is not None:
+        (sy0, sy1, sx0, sx1), (dy0, dy1, dx0, dx1) = win
+        out[:, dy0:dy1, dx0:dx1] = img[:, sy0:sy1, sx0:sx1]
     return out
 
 
