@@ -5,13 +5,18 @@ from the public checkpoint's preprocessor_config.json. Error is measured in uint
 ``dtype="uint8"`` vlmprep returns the resized, patchified pixels, and the oracle run with
 ``do_rescale=False, do_normalize=False`` returns the same pixels as floats in the same layout.
 
-Bounds (levels, over all elements of one image):
+Bounds against the PIL oracle (levels, over all elements of one image):
 - reference: max 0. It runs the same Pillow resize and the same numpy ops, so any difference
   is a bug (the issue allows 1; we hold 0 and the float output to 0 too).
 - torch: max 3, mean 0.5 (the issue's bound). torchvision's uint8 kernel uses Pillow's filter
   with 22-bit fixed-point coefficients computed slightly differently, so cubic overshoot
   near edges can round differently by 1-2 levels; both passes run in Pillow's order, so the
   large (8-24 level) pass-order errors do not occur.
+
+Against transformers' torchvision backend (recorded for every case too): max 24, mean 0.5. That
+backend always resizes horizontal-first, so where Pillow 13 goes vertical-first it is itself 8-24
+levels off the oracle on real photos (PEERS.md 0.3); every backend of ours inherits that gap when
+compared with it, and no more.
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ pytestmark = pytest.mark.hf
 PHOTOS = [("astronaut", 301, 453), ("chelsea", 300, 451), ("coffee", 399, 597),
           ("rocket", 427, 640), ("hopper", 477, 389), ("camera", 255, 511)]
 BOUNDS = {"reference": (0, 0.0), "torch": (3, 0.5)}
+HF_TORCHVISION_BOUND = (24, 0.5)
 FIGURES: dict = {}
 
 
@@ -49,6 +55,10 @@ def _check(preset: str, backend: str, ours_inputs: list, oracle_inputs: list, la
     FIGURES[(preset, backend, label)] = (mx, mean)
     bmax, bmean = BOUNDS[backend]
     assert mx <= bmax and mean <= bmean, f"{label}: max {mx} mean {mean:.4f} levels"
+    tv = hf_outputs(preset, "torchvision", oracle_inputs, raw=True)["pixel_values"]
+    tmx, tmean = _levels(batch.pixel_values, tv)
+    FIGURES[(preset, backend, label + " vs hf-torchvision")] = (tmx, tmean)
+    assert tmx <= HF_TORCHVISION_BOUND[0] and tmean <= HF_TORCHVISION_BOUND[1], (label, tmx, tmean)
 
 
 @pytest.mark.parametrize("backend", ["reference", "torch"])

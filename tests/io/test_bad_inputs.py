@@ -12,6 +12,14 @@ import vlmprep
 from imgdata import crop, encode
 
 
+def _huge_png_header() -> bytes:
+    # A valid PNG signature + IHDR claiming 30000x30000 (900 Mpx), and no pixel data at all.
+    import struct
+    import zlib
+    chunk = b"IHDR" + struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
 def _bad_items(tmp_path):
     jpeg = encode(crop("astronaut", 120, 160), "jpeg")
     return {
@@ -19,6 +27,7 @@ def _bad_items(tmp_path):
         "random bytes": os.urandom(512),
         "truncated header": jpeg[:40],
         "truncated data": jpeg[: len(jpeg) // 2],
+        "huge header": _huge_png_header(),
         "float array": np.zeros((20, 20, 3), np.float32),
         "gray array": np.zeros((20, 20), np.uint8),
         "rgba array": np.zeros((20, 20, 4), np.uint8),
