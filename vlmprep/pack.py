@@ -27,9 +27,10 @@ class PackedBatch:
     """All ViT sequences of a batch, concatenated in input order.
 
     Fields (shapes first):
-        pixel_values: ``layout="patches"``: ``(total_patches, patch_dim)`` float32 / bfloat16 /
-            uint8 on ``device``; a row is one patch in the family's layout
-            (Qwen: ``[c, t, py, px]``, merge-grouped rows).
+        pixel_values: float32 / bfloat16 / uint8 on ``device``. ``layout="patches"``:
+            ``(total_patches, patch_dim)``, a row is one patch in the family's layout (Qwen:
+            ``[c, t, py, px]``, merge-grouped rows); ``layout="tiles"``:
+            ``(num_seqs, C, H, W)``, one tile image per ViT sequence.
         cu_seqlens: ``(num_seqs + 1,)`` int32 on ``device``: prefix sums of ``seqlens`` from 0.
         seqlens: ``list[int]`` (host): patches per sequence; no device sync needed.
         max_seqlen: ``int``: the longest sequence (0 for an empty batch).
@@ -98,7 +99,7 @@ class PackedBatch:
             while seq < len(img_of_seq) and img_of_seq[seq] == i:
                 seq += 1
             lens = self.seqlens[s0:seq]
-            n = sum(lens)
+            n = sum(lens) if self.layout == "patches" else len(lens)
             err = {0: self.errors[i]} if i in self.errors else {}
             yield _assemble(self.pixel_values[row:row + n], lens, self.grid_thw[s0:seq],
                             torch.zeros(seq - s0, dtype=torch.int64), [self.num_tokens[i]], err,
@@ -108,19 +109,39 @@ class PackedBatch:
     def to_hf(self, images_per_sample: Sequence[int] | None = None) -> dict:
         """What the family's transformers image processor returns for the same images.
 
-        Qwen2-VL / Qwen3-VL (``merge_grouped``): ``{"pixel_values": (total_patches, patch_dim),
-        "image_grid_thw": (num_images, 3) int64}``; the processor flattens multi-image samples,
-        so ``images_per_sample`` only checks the count. Skipped images are absent.
+        By the pipeline's ``pack.hf_output`` ("auto": by layout):
+          - ``qwen2_vl``: ``{"pixel_values": (total_patches, patch_dim), "image_grid_thw":
+            (num_images, 3) int64}`` (``Qwen2VLImageProcessor``);
+          - ``images``: ``{"pixel_values": (num_images, C, H, W)}`` (SigLIP, CLIP / LLaVA-1.5);
+          - ``got_ocr2``: ``{"pixel_values": (total_tiles, C, H, W), "num_patches": (num_images,)
+            int64}`` (InternVL's ``GotOcr2ImageProcessor`` with ``crop_to_patches``).
+        These processors flatten multi-image samples, so ``images_per_sample`` only checks the
+        count. Skipped images are absent.
         """
         n_ok = self.num_images - len(self.errors)
         if images_per_sample is not None:
             if any(int(k) < 0 for k in images_per_sample) or sum(images_per_sample) != n_ok:
                 raise ValueError(f"to_hf: images_per_sample expected non-negative counts summing to "
                                  f"{n_ok} (the processed images), got {list(images_per_sample)}")
-        layout = self.pipeline.patchify.layout if self.pipeline is not None else "merge_grouped"
-        if layout == "merge_grouped":
+        form = hf_output(self.pipeline)
+        if form == "qwen2_vl":
             return {"pixel_values": self.pixel_values, "image_grid_thw": self.grid_thw}
-        raise NotImplementedError(f"to_hf: no transformers form for patch layout {layout!r}")
+        if form == "images":
+            return {"pixel_values": self.pixel_values}
+        import torch
+        counts = torch.bincount(self.image_index, minlength=self.num_images)
+        ok = [i for i in range(self.num_images) if i not in self.errors]
+        return {"pixel_values": self.pixel_values, "num_patches": counts[ok]}
+
+
+def hf_output(pipeline: "Pipeline | None") -> str:
+    """The resolved ``pack.hf_output`` of a pipeline ("auto" picks by the patchify layout)."""
+    if pipeline is None:
+        return "qwen2_vl"
+    form = pipeline.pack.hf_output
+    if form == "auto":
+        return "images" if pipeline.patchify.layout == "tiles" else "qwen2_vl"
+    return form
 
 
 def _assemble(pixel_values, seqlens: list[int], grid_thw, image_index, num_tokens: list[int],
@@ -141,7 +162,7 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
           pipeline: "Pipeline") -> PackedBatch:
     """Pack the rows of the good images of ``plans`` (in input order) into a PackedBatch.
 
-    ``pixel_values`` holds exactly the rows of the images not in ``errors``.
+    ``pixel_values`` holds exactly the rows (patches or tiles) of the images not in ``errors``.
     """
     import torch
     seqlens, grids, index = [], [], []
@@ -152,12 +173,14 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
             seqlens.append(g[0] * g[1] * g[2])
             grids.append(g)
             index.append(p.index)
-    assert sum(seqlens) == pixel_values.shape[0], "packed rows disagree with the plan"
+    rows = sum(seqlens) if pipeline.patchify.layout != "tiles" else len(seqlens)
+    assert rows == pixel_values.shape[0], "packed rows disagree with the plan"
     return _assemble(
         pixel_values, seqlens, torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3),
         torch.tensor(index, dtype=torch.int64), [0 if p.index in errors else p.num_tokens
                                                  for p in plans],
-        errors, "patches", pipeline, ["" if p.index in errors else p.placeholder for p in plans])
+        errors, "tiles" if pipeline.patchify.layout == "tiles" else "patches", pipeline,
+        ["" if p.index in errors else p.placeholder for p in plans])
 
 
 def concat(batches: Sequence[PackedBatch]) -> PackedBatch:

@@ -134,14 +134,18 @@ class Processor:
         from .plan.grid import row_length
         sources, plans = self._resolve(_as_list(images))
         self._first_error(plans)  # raise before any decode: no partial state
-        total = sum(p.num_patches for p in plans if p.error is None)
-        out = torch.empty((total, row_length(self.pipeline.patchify)),
-                          dtype=getattr(torch, self.dtype), device=self.device)
+        layout = self.pipeline.patchify.layout
+        total = sum(p.rows(layout) for p in plans if p.error is None)
+        if layout == "tiles":
+            shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]
+        else:
+            shape = (total, row_length(self.pipeline.patchify))
+        out = torch.empty(shape, dtype=getattr(torch, self.dtype), device=self.device)
         late = self._backend.run(sources, plans, out)
         if late:
             if self.errors == "raise":
                 raise late[min(late)]
-            out = _drop_rows(out, plans, late)
+            out = _drop_rows(out, plans, late, layout)
         errors = {p.index: p.error for p in plans if p.error is not None}
         errors.update(late)
         return pack.build(out, plans, errors, self.pipeline)
@@ -152,15 +156,16 @@ def _with_source(p: ImagePlan, desc: str) -> ImagePlan:
     return replace(p, error=p.error.at(source=desc))
 
 
-def _drop_rows(out, plans: Sequence[ImagePlan], failed: dict[int, ImageError]):
+def _drop_rows(out, plans: Sequence[ImagePlan], failed: dict[int, ImageError], layout: str):
     """``out`` without the rows of images that failed during decode (rare path: one copy)."""
     import torch
     keep, row = [], 0
     for p in plans:
         if p.error is not None:
             continue
+        n = p.rows(layout)
         if p.index not in failed:
-            keep.append(torch.arange(row, row + p.num_patches))
-        row += p.num_patches
+            keep.append(torch.arange(row, row + n))
+        row += n
     idx = torch.cat(keep) if keep else torch.zeros(0, dtype=torch.int64)
     return out[idx.to(out.device)]

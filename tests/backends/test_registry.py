@@ -7,8 +7,8 @@ from vlmprep.backends import registry
 
 
 def test_missing_lowering_names_op_and_owners():
-    with pytest.raises(NotImplementedError, match=r"no lowering for op 'tile'; backends that have it: none"):
-        registry.get_lowering("reference", "tile")
+    with pytest.raises(NotImplementedError, match=r"no lowering for op 'pad'; backends that have it: none"):
+        registry.get_lowering("reference", "pad")
     import vlmprep.backends.reference  # noqa: F401  (registers its lowerings)
     with pytest.raises(NotImplementedError, match=r"backends that have it: \[.*'reference'"):
         registry.get_lowering("nope", "smart_resize")

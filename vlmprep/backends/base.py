@@ -24,7 +24,8 @@ class Context:
     Fields:
         source: the validated input item.
         plan: this image's plan (all sizes and boxes come from here).
-        dest: ``(num_patches, patch_dim)`` slice of the batch output that patchify fills.
+        dest: this image's slice of the batch output, which patchify fills:
+            ``(num_patches, patch_dim)`` rows or ``(num_tiles, C, H, W)`` tiles.
         dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"``.
         device: torch device string.
     """
@@ -57,16 +58,19 @@ class Backend:
 
     def run(self, sources: Sequence["Source | None"], plans: Sequence["ImagePlan"],
             out: "torch.Tensor") -> dict[int, ImageError]:
-        """Fill ``out`` ``(total_patches, patch_dim)`` with the rows of every image whose plan
-        has no error, in input order; return ``{index: ImageError}`` for images that failed
-        now (their rows are left unwritten: the caller compacts)."""
+        """Fill ``out`` (``(total_patches, patch_dim)`` or ``(total_tiles, C, H, W)``) with the
+        rows of every image whose plan has no error, in input order; return
+        ``{index: ImageError}`` for images that failed now (their rows are left unwritten: the
+        caller compacts)."""
         errors: dict[int, ImageError] = {}
+        layout = self.pipeline.patchify.layout
         row = 0
         for src, p in zip(sources, plans):
             if p.error is not None or src is None:
                 continue
-            ctx = Context(src, p, out[row:row + p.num_patches], self.dtype, self.device)
-            row += p.num_patches
+            n = p.rows(layout)
+            ctx = Context(src, p, out[row:row + n], self.dtype, self.device)
+            row += n
             try:
                 self.run_image(ctx)
             except ImageError as e:

@@ -18,9 +18,15 @@ __all__ = ["patch_grid", "tokens_for_grid", "row_length"]
 
 
 def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
-    """``(t, gh, gw)`` for a still image of size ``hw`` (t = 1: one temporal group)."""
+    """``(t, gh, gw)`` for a still image or tile of size ``hw`` (t = 1: one temporal group).
+
+    ``tiles`` layout: ``floor(side / patch_size)``, what a stride-P patch embedding sees
+    (SigLIP 384 with patch 14 -> 27 x 27).
+    """
     h, w = hw
     p, m = op.patch_size, op.merge_size
+    if op.layout == "tiles":
+        return 1, h // p, w // p
     if h % (p * m) or w % (p * m):
         raise ImageError(f"expected sides that are multiples of patch_size*merge_size = {p * m} "
                          f"for layout {op.layout!r}, got {h}x{w} (HxW) after resizing; use a "
@@ -29,7 +35,8 @@ def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
 
 
 def tokens_for_grid(grid_thw: tuple[int, int, int], op: patchify) -> int:
-    """LLM tokens of one sequence: ``t*gh*gw / merge**2`` (the 2x2 merger joins 4 patches)."""
+    """LLM tokens of one sequence: ``t*gh*gw / merge**2`` (the 2x2 merger joins 4 patches;
+    InternVL's pixel shuffle likewise; merge 1: one token per patch)."""
     t, gh, gw = grid_thw
     return t * gh * gw // (op.merge_size ** 2)
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ImageError
-from ..spec.ops import center_crop, decode, resize, smart_resize
+from ..spec.ops import center_crop, decode, resize, smart_resize, tile
 from ..spec.pipeline import Pipeline
 from . import grid
 from . import resize as rules
+from . import tiling
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,10 +30,13 @@ class ImagePlan:
     Fields:
         index: position in the input list.
         source_hw: ``(H, W)`` after EXIF orientation (what the user sees).
-        resized_hw: ``(H', W')`` after the sizing op.
+        resized_hw: ``(H', W')`` after the sizing op (the first canvas).
         tiles: ``(top, left, height, width)`` boxes in the resized canvas, in output order;
             one box for untiled families (the whole image, or the centre crop). A box may
             reach outside the canvas (a crop larger than the image): outside is zero.
+        canvases: ``(h, w)`` sizes the whole source is resized to, once each; ``canvases[0]``
+            is ``resized_hw``; a second one holds e.g. InternVL's thumbnail.
+        tile_canvas: for each tile, the index of the canvas its box is cut from.
         grid_thw: one ``(t, h, w)`` patch grid per ViT sequence (per tile).
         num_patches: sum of ``t*h*w`` over the sequences.
         num_tokens: LLM placeholder tokens for this image (0 when ``error`` is set).
@@ -45,6 +49,8 @@ class ImagePlan:
     resized_hw: tuple[int, int] = (0, 0)
     tiles: list[Box] = field(default_factory=list)
     grid_thw: list[tuple[int, int, int]] = field(default_factory=list)
+    canvases: list[tuple[int, int]] = field(default_factory=list)
+    tile_canvas: list[int] = field(default_factory=list)
     num_patches: int = 0
     num_tokens: int = 0
     placeholder: str = ""
@@ -54,9 +60,16 @@ class ImagePlan:
     def ok(self) -> bool:
         return self.error is None
 
+    def rows(self, layout: str) -> int:
+        """Leading-dimension rows this image fills in ``pixel_values``: patches or tiles."""
+        return len(self.tiles) if layout == "tiles" else self.num_patches
+
 
 def _resized_hw(op, hw: tuple[int, int]) -> tuple[int, int]:
     h, w = hw
+    if isinstance(op, tile):
+        cols, rows = tiling.internvl_grid(h, w, op.tile_size, op.min_tiles, op.max_tiles)
+        return rows * op.tile_size, cols * op.tile_size
     if isinstance(op, smart_resize):
         return rules.smart_resize(h, w, op.factor, op.min_pixels, op.max_pixels,
                                   op.max_aspect_ratio)
@@ -82,22 +95,36 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
         raise ImageError(f"expected at most {dec.max_source_pixels:,} source pixels, got {h}x{w} = "
                          f"{h * w:,} (rejected from the header, before decoding); downscale the "
                          f"image or raise max_source_pixels= if it is trusted")
-    rhw = _resized_hw(pipeline.sizing, (h, w))
+    sizing = pipeline.sizing
+    rhw = _resized_hw(sizing, (h, w))
+    canvases = [rhw]
     crop = pipeline.get("center_crop")
-    if isinstance(crop, center_crop):
+    if isinstance(sizing, tile):
+        # Row-major tiles of the resized canvas, then the thumbnail (its own canvas) if > 1 tile.
+        t = sizing.tile_size
+        tiles: list[Box] = [(r, c, t, t) for r in range(0, rhw[0], t) for c in range(0, rhw[1], t)]
+        tile_canvas = [0] * len(tiles)
+        if sizing.thumbnail and len(tiles) > 1:
+            canvases.append((t, t))
+            tiles.append((0, 0, t, t))
+            tile_canvas.append(1)
+    elif isinstance(crop, center_crop):
         # transformers: top = (H - h) // 2, floor; negative when the crop is larger (zero pad).
-        tiles: list[Box] = [((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2,
-                             crop.height, crop.width)]
+        tiles = [((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2, crop.height, crop.width)]
+        tile_canvas = [0]
     else:
         tiles = [(0, 0, rhw[0], rhw[1])]
+        tile_canvas = [0]
     pf = pipeline.patchify
-    grids = [grid.patch_grid((t[2], t[3]), pf) for t in tiles]
-    num_tokens = sum(grid.tokens_for_grid(g, pf) for g in grids)
+    grids = [grid.patch_grid((b[2], b[3]), pf) for b in tiles]
+    image_tokens = sum(grid.tokens_for_grid(g, pf) for g in grids)
     pk = pipeline.pack
     return ImagePlan(
         index=index, source_hw=(h, w), resized_hw=rhw, tiles=tiles, grid_thw=grids,
-        num_patches=sum(t * gh * gw for t, gh, gw in grids), num_tokens=num_tokens,
-        placeholder=pk.prefix + pk.image_token * num_tokens + pk.suffix,
+        canvases=canvases, tile_canvas=tile_canvas,
+        num_patches=sum(t * gh * gw for t, gh, gw in grids),
+        num_tokens=image_tokens + pk.extra_tokens,
+        placeholder=pk.prefix + pk.image_token * image_tokens + pk.suffix,
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
-    "Op", "decode", "smart_resize", "resize", "center_crop", "normalize", "patchify", "pack",
+    "Op", "decode", "smart_resize", "resize", "tile", "center_crop", "normalize", "patchify", "pack",
     "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE",
 ]
 
@@ -149,6 +149,40 @@ class resize(Op):
         _check_interp(self.name, self.interpolation)
 
 
+#: Tile rules: how an image is cut into fixed-size tiles (see ``vlmprep.plan.tiling``).
+TILE_RULES = ("internvl",)
+
+
+@dataclass(frozen=True)
+class tile(Op):
+    """Cut the image into ``tile_size`` squares by the family's grid rule (a sizing op).
+
+    ``rule="internvl"`` (InternVL / GotOcr2 ``crop_to_patches``): choose ``cols x rows`` with
+    ``min_tiles <= cols*rows <= max_tiles`` closest to the image's aspect ratio, squash-resize the
+    image to ``(rows*tile_size, cols*tile_size)``, cut it row-major, and when there is more than
+    one tile append a ``thumbnail``: the whole image squashed to ``tile_size``.
+    """
+
+    name: ClassVar[str] = "tile"
+    rule: str = "internvl"
+    tile_size: int = 448
+    min_tiles: int = 1
+    max_tiles: int = 12
+    thumbnail: bool = True
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        if self.rule not in TILE_RULES:
+            _fail(self.name, "rule", f"one of {TILE_RULES}", self.rule, "pick a rule")
+        _check_int(self.name, "tile_size", self.tile_size)
+        _check_int(self.name, "min_tiles", self.min_tiles)
+        _check_int(self.name, "max_tiles", self.max_tiles)
+        if self.min_tiles > self.max_tiles:
+            _fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
+                  "lower min_tiles or raise max_tiles")
+        _check_interp(self.name, self.interpolation)
+
+
 @dataclass(frozen=True)
 class center_crop(Op):
     """Crop ``(height, width)`` from the centre, top/left rounded down as transformers does
@@ -187,8 +221,8 @@ class normalize(Op):
         object.__setattr__(self, "rescale", float(self.rescale))
 
 
-#: Patch-row layouts. See ``vlmprep.plan.grid`` for the Given/Input/Output examples.
-LAYOUTS = ("merge_grouped",)
+#: Output layouts. See ``vlmprep.plan.grid`` for the Given/Input/Output examples.
+LAYOUTS = ("merge_grouped", "tiles")
 
 
 @dataclass(frozen=True)
@@ -198,6 +232,11 @@ class patchify(Op):
     ``layout="merge_grouped"`` (Qwen2-VL / Qwen3-VL): each row is ``[c, t, py, px]``
     with the still image repeated ``temporal_patch_size`` times; rows are grouped by
     ``merge_size x merge_size`` blocks so each 4 consecutive rows are one LLM token.
+
+    ``layout="tiles"`` (fixed-size tile families): the output keeps each tile as a
+    ``(C, H, W)`` image; ``patch_size`` only sets the ViT grid (``floor(H / patch_size)``
+    per side, as a stride-P convolution sees it) and ``merge_size`` how many patches per
+    side one LLM token covers (InternVL's pixel shuffle: 2).
     """
 
     name: ClassVar[str] = "patchify"
@@ -214,6 +253,11 @@ class patchify(Op):
             _fail(self.name, "layout", f"one of {LAYOUTS}", self.layout, "pick a layout")
 
 
+#: ``to_hf()`` forms: qwen2_vl (pixel_values + image_grid_thw), images (pixel_values
+#: ``[N, C, H, W]``), got_ocr2 (tiles + num_patches); "auto" = qwen2_vl or images by layout.
+HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2")
+
+
 @dataclass(frozen=True)
 class pack(Op):
     """How packed sequences are presented to the LLM: the placeholder token.
@@ -228,13 +272,22 @@ class pack(Op):
     image_token: str = "<|image_pad|>"
     prefix: str = ""
     suffix: str = ""
+    #: LLM tokens that ``prefix`` + ``suffix`` add (InternVL's ``<img>``/``</img>``: 2).
+    extra_tokens: int = 0
+    #: Which transformers image processor's output ``PackedBatch.to_hf()`` reproduces.
+    hf_output: str = "auto"
 
     def __post_init__(self) -> None:
         for k in ("image_token", "prefix", "suffix"):
             if not isinstance(getattr(self, k), str):
                 _fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
+        _check_int(self.name, "extra_tokens", self.extra_tokens, lo=0)
+        if self.hf_output not in HF_OUTPUTS:
+            _fail(self.name, "hf_output", f"one of {HF_OUTPUTS}", self.hf_output,
+                  "'auto' picks from the patchify layout")
 
 
 OP_TYPES: dict[str, type[Op]] = {
-    cls.name: cls for cls in (decode, smart_resize, resize, center_crop, normalize, patchify, pack)
+    cls.name: cls for cls in (decode, smart_resize, resize, tile, center_crop, normalize, patchify,
+                              pack)
 }

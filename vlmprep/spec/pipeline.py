@@ -8,7 +8,7 @@ from .ops import OP_TYPES, Op, decode, normalize, pack, patchify
 __all__ = ["Pipeline"]
 
 # Ops that size the image; a pipeline needs exactly one of these before patchify.
-_SIZING = ("smart_resize", "resize")
+_SIZING = ("smart_resize", "resize", "tile")
 
 
 class Pipeline:
@@ -44,7 +44,7 @@ class Pipeline:
         sizing = [n for n in names if n in _SIZING]
         if len(sizing) != 1:
             raise ValueError(f"Pipeline: expected exactly one sizing op (one of {_SIZING}), got "
-                             f"{sizing or 'none'}; add vlmprep.ops.smart_resize(...) or ops.resize(...)")
+                             f"{sizing or 'none'}; add vlmprep.ops.smart_resize(...), ops.resize(...) or ops.tile(...)")
         if "patchify" not in names:
             raise ValueError("Pipeline: expected a patchify op (it defines the ViT sequences), got "
                              "none; add vlmprep.ops.patchify(patch_size=...)")
@@ -52,10 +52,16 @@ class Pipeline:
                 "normalize" in names and names.index("normalize") > names.index("patchify")):
             raise ValueError(f"Pipeline: expected resize and normalize before patchify, got order "
                              f"{names}; reorder the ops")
-        if "center_crop" in names and names.index("center_crop") < names.index(sizing[0]):
-            raise ValueError(f"Pipeline: expected center_crop after the resize, got order {names}")
+        if "center_crop" in names and (names.index("center_crop") < names.index(sizing[0])
+                                       or sizing[0] == "tile"):
+            raise ValueError(f"Pipeline: expected center_crop after a resize (not with tile), got "
+                             f"order {names}")
         self._ops = ops
         self._name = str(name)
+        if self.patchify.layout == "tiles" and self.tile_hw is None:
+            raise ValueError(f"Pipeline: layout 'tiles' expected one tile size for every image "
+                             f"(ops.tile, ops.center_crop or ops.resize(mode='fixed')), got "
+                             f"{names}; add a crop or use layout='merge_grouped'")
 
     # -- access ---------------------------------------------------------------------------------
     @property
@@ -89,6 +95,18 @@ class Pipeline:
     @property
     def sizing(self) -> Op:
         return next(op for op in self._ops if op.name in _SIZING)
+
+    @property
+    def tile_hw(self) -> tuple[int, int] | None:
+        """``(h, w)`` every tile has, when the ops fix it (tile, center_crop, fixed resize)."""
+        crop, size = self.get("center_crop"), self.sizing
+        if crop is not None:
+            return crop.height, crop.width  # type: ignore[attr-defined]
+        if size.name == "tile":
+            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
+        if size.name == "resize" and size.mode == "fixed":  # type: ignore[attr-defined]
+            return size.height, size.width  # type: ignore[attr-defined]
+        return None
 
     @property
     def patchify(self) -> patchify:

@@ -23,26 +23,15 @@ def decode(op: ops.decode, src, ctx: Context) -> np.ndarray:
 def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.ndarray:
     """uint8 ``(H, W, 3)`` -> uint8 ``(h, w, 3)`` with ``PIL.Image.resize`` (what HF's PIL backend runs)."""
     from PIL import Image
-    if img.shape[:2] == hw:
+    if img.shape[:2] == tuple(hw):
         return img  # Pillow returns an unchanged copy for an equal size
     pil = Image.fromarray(img, "RGB")
     return np.asarray(pil.resize((hw[1], hw[0]), resample=_PIL_FILTER[interpolation]))
 
 
-@lowering(B, "smart_resize")
-def smart_resize(op: ops.smart_resize, img: np.ndarray, ctx: Context) -> np.ndarray:
-    return _resize_to(img, ctx.plan.resized_hw, op.interpolation)
-
-
-@lowering(B, "resize")
-def resize(op: ops.resize, img: np.ndarray, ctx: Context) -> np.ndarray:
-    return _resize_to(img, ctx.plan.resized_hw, op.interpolation)
-
-
-@lowering(B, "center_crop")
-def center_crop(op: ops.center_crop, img: np.ndarray, ctx: Context) -> np.ndarray:
-    """``(H, W, C)`` -> ``(h, w, C)`` from the plan's box; outside the image is 0 (as transformers)."""
-    top, left, h, w = box = ctx.plan.tiles[0]
+def _cut(img: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """``(H, W, C)`` -> ``(h, w, C)``: the box, zero where it leaves the image (as transformers)."""
+    top, left, h, w = box
     win = box_overlap(box, img.shape[:2])
     if win is not None and win[1] == (0, h, 0, w):
         return img[top:top + h, left:left + w]  # wholly inside: a view
@@ -53,25 +42,58 @@ def center_crop(op: ops.center_crop, img: np.ndarray, ctx: Context) -> np.ndarra
     return out
 
 
+def _canvases(img: np.ndarray, ctx: Context, interpolation: str) -> list[np.ndarray]:
+    """The source resized to each of the plan's canvases (each from the source, once)."""
+    return [_resize_to(img, hw, interpolation) for hw in ctx.plan.canvases]
+
+
+@lowering(B, "smart_resize")
+def smart_resize(op: ops.smart_resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    return _canvases(img, ctx, op.interpolation)
+
+
+@lowering(B, "resize")
+def resize(op: ops.resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    return _canvases(img, ctx, op.interpolation)
+
+
+@lowering(B, "tile")
+def tile(op: ops.tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> the plan's tiles, each cut from its canvas, in output order."""
+    canvases = _canvases(img, ctx, op.interpolation)
+    return [_cut(canvases[k], box) for box, k in zip(ctx.plan.tiles, ctx.plan.tile_canvas)]
+
+
+@lowering(B, "center_crop")
+def center_crop(op: ops.center_crop, imgs: list[np.ndarray], ctx: Context) -> list[np.ndarray]:
+    """The plan's one box from the resized image; outside the image is 0 (as transformers)."""
+    return [_cut(imgs[0], ctx.plan.tiles[0])]
+
+
 @lowering(B, "normalize")
-def normalize(op: ops.normalize, img: np.ndarray, ctx: Context) -> np.ndarray:
+def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context) -> list[np.ndarray]:
     """uint8 -> float32, as transformers: ``(x.astype(f64) * rescale).astype(f32)``, then
     ``(x - mean) / std`` in float32 (same operations, so the same bits)."""
-    x = (img.astype(np.float64) * op.rescale).astype(np.float32)
-    return (x - np.asarray(op.mean, np.float32)) / np.asarray(op.std, np.float32)
+    mean, std = np.asarray(op.mean, np.float32), np.asarray(op.std, np.float32)
+    return [((x.astype(np.float64) * op.rescale).astype(np.float32) - mean) / std for x in imgs]
 
 
 @lowering(B, "patchify")
-def patchify(op: ops.patchify, img: np.ndarray, ctx: Context) -> None:
-    """``(H, W, C)`` -> rows ``(gh*gw, C*T*P*P)`` written into ``ctx.dest``; see plan.grid."""
+def patchify(op: ops.patchify, imgs: list[np.ndarray], ctx: Context) -> None:
+    """Tiles ``(h, w, C)`` -> ``ctx.dest``: merge-grouped rows ``(gh*gw, C*T*P*P)`` (see
+    plan.grid), or ``(n_tiles, C, h, w)`` images for the ``tiles`` layout."""
     import torch
-    p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size
-    H, W, C = img.shape
-    gh, gw = H // p, W // p
-    # (bh, mh, py, bw, mw, px, c) -> (bh, bw, mh, mw, c, py, px), then T copies after c.
-    x = img.reshape(gh // m, m, p, gw // m, m, p, C).transpose(0, 3, 1, 4, 6, 2, 5)
-    x = np.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T,) + x.shape[5:])
+    if op.layout == "tiles":
+        x = np.stack(imgs).transpose(0, 3, 1, 2)
+    else:
+        (img,) = imgs
+        p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size
+        H, W, C = img.shape
+        gh, gw = H // p, W // p
+        # (bh, mh, py, bw, mw, px, c) -> (bh, bw, mh, mw, c, py, px), then T copies after c.
+        x = img.reshape(gh // m, m, p, gw // m, m, p, C).transpose(0, 3, 1, 4, 6, 2, 5)
+        x = np.broadcast_to(x[:, :, :, :, :, None], x.shape[:5] + (T,) + x.shape[5:])
     if ctx.dest.dtype == torch.bfloat16:
-        ctx.dest.copy_(torch.from_numpy(np.ascontiguousarray(x).reshape(gh * gw, -1)))
+        ctx.dest.copy_(torch.from_numpy(np.ascontiguousarray(x)).view(ctx.dest.shape))
     else:
         ctx.dest.numpy().reshape(x.shape)[...] = x  # one write, no intermediate copy

@@ -24,20 +24,9 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 
-@lowering(B, "smart_resize")
-def smart_resize(op: ops.smart_resize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
-    return resize_like_pil(img, ctx.plan.resized_hw, op.interpolation)
-
-
-@lowering(B, "resize")
-def resize(op: ops.resize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
-    return resize_like_pil(img, ctx.plan.resized_hw, op.interpolation)
-
-
-@lowering(B, "center_crop")
-def center_crop(op: ops.center_crop, img: torch.Tensor, ctx: Context) -> torch.Tensor:
-    """``(C, H, W)`` -> ``(C, h, w)`` from the plan's box; outside the image is 0."""
-    top, left, h, w = box = ctx.plan.tiles[0]
+def _cut(img: torch.Tensor, box: tuple[int, int, int, int]) -> torch.Tensor:
+    """``(C, H, W)`` -> ``(C, h, w)``: the box, zero where it leaves the image (as transformers)."""
+    top, left, h, w = box
     win = box_overlap(box, tuple(img.shape[-2:]))
     if win is not None and win[1] == (0, h, 0, w):
         return img[:, top:top + h, left:left + w]  # wholly inside: a view
@@ -48,18 +37,53 @@ def center_crop(op: ops.center_crop, img: torch.Tensor, ctx: Context) -> torch.T
     return out
 
 
+def _canvases(img: torch.Tensor, ctx: Context, interpolation: str) -> list[torch.Tensor]:
+    """The source resized to each of the plan's canvases (each from the source, once)."""
+    return [resize_like_pil(img, hw, interpolation) for hw in ctx.plan.canvases]
+
+
+@lowering(B, "smart_resize")
+def smart_resize(op: ops.smart_resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    return _canvases(img, ctx, op.interpolation)
+
+
+@lowering(B, "resize")
+def resize(op: ops.resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    return _canvases(img, ctx, op.interpolation)
+
+
+@lowering(B, "tile")
+def tile(op: ops.tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> the plan's tiles, each cut from its canvas, in output order."""
+    canvases = _canvases(img, ctx, op.interpolation)
+    return [_cut(canvases[k], box) for box, k in zip(ctx.plan.tiles, ctx.plan.tile_canvas)]
+
+
+@lowering(B, "center_crop")
+def center_crop(op: ops.center_crop, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
+    """The plan's one box from the resized image; outside the image is 0."""
+    return [_cut(imgs[0], ctx.plan.tiles[0])]
+
+
 @lowering(B, "normalize")
-def normalize(op: ops.normalize, img: torch.Tensor, ctx: Context) -> torch.Tensor:
+def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
     """uint8 -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded into mean/std,
     as transformers' torchvision backend (differs from the PIL order by ~1 float ulp)."""
-    mean = torch.tensor(op.mean, dtype=torch.float32, device=img.device) / op.rescale
-    std = torch.tensor(op.std, dtype=torch.float32, device=img.device) / op.rescale
-    return (img.to(torch.float32) - mean[:, None, None]) / std[:, None, None]
+    dev = imgs[0].device
+    mean = (torch.tensor(op.mean, dtype=torch.float32, device=dev) / op.rescale)[:, None, None]
+    std = (torch.tensor(op.std, dtype=torch.float32, device=dev) / op.rescale)[:, None, None]
+    return [(x.to(torch.float32) - mean) / std for x in imgs]
 
 
 @lowering(B, "patchify")
-def patchify(op: ops.patchify, img: torch.Tensor, ctx: Context) -> None:
-    """``(C, H, W)`` -> rows ``(gh*gw, C*T*P*P)`` written into ``ctx.dest`` in one copy."""
+def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
+    """Tiles ``(C, h, w)`` -> ``ctx.dest``: merge-grouped rows ``(gh*gw, C*T*P*P)`` written in one
+    copy, or ``(n_tiles, C, h, w)`` images for the ``tiles`` layout."""
+    if op.layout == "tiles":
+        for k, x in enumerate(imgs):
+            ctx.dest[k].copy_(x)
+        return
+    (img,) = imgs
     p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size
     C, H, W = img.shape
     gh, gw = H // p, W // p
