@@ -7,6 +7,18 @@ from pathlib import Path
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 
+# preset -> (PIL-backend class, torchvision-backend class, kwargs the model's processor forces)
+_CLASSES = {
+    "qwen2-vl": ("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor", {}),
+    "qwen3-vl": ("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor", {}),
+    "siglip": ("SiglipImageProcessorPil", "SiglipImageProcessor", {}),
+    "llava-1.5": ("CLIPImageProcessorPil", "CLIPImageProcessor", {}),
+    # InternVLProcessor forces crop_to_patches=True whatever the saved config says.
+    "internvl": ("GotOcr2ImageProcessorPil", "GotOcr2ImageProcessor", {"crop_to_patches": True}),
+}
+_DROP = ("image_processor_type", "processor_class", "crop_size", "do_center_crop", "data_format",
+         "default_to_square")
+
 
 def config(preset: str) -> dict:
     return json.loads((CONFIGS / f"{preset}.json").read_text())
@@ -15,13 +27,16 @@ def config(preset: str) -> dict:
 @functools.lru_cache(maxsize=None)
 def hf_processor(preset: str, backend: str, raw: bool = False):
     """``backend``: "pil" (the oracle) or "torchvision". ``raw``: no rescale/normalize."""
-    from transformers import Qwen2VLImageProcessor, Qwen2VLImageProcessorPil
-    cfg = {k: v for k, v in config(preset).items()
-           if k not in ("image_processor_type", "processor_class")}
+    import transformers
+    pil_name, tv_name, forced = _CLASSES[preset]
+    cfg = config(preset)
+    keep = {k: v for k, v in cfg.items() if k not in _DROP and v is not None}
+    if cfg.get("do_center_crop"):
+        keep.update(do_center_crop=True, crop_size=cfg["crop_size"])
+    keep.update(forced)
     if raw:
-        cfg.update(do_rescale=False, do_normalize=False)
-    cls = Qwen2VLImageProcessorPil if backend == "pil" else Qwen2VLImageProcessor
-    return cls(**cfg)
+        keep.update(do_rescale=False, do_normalize=False)
+    return getattr(transformers, pil_name if backend == "pil" else tv_name)(**keep)
 
 
 def hf_outputs(preset: str, backend: str, images: list, raw: bool = False) -> dict:

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..pipeline import Pipeline
-from . import qwen
+from . import internvl, llava, qwen, siglip
 
 __all__ = ["names", "get", "from_config", "load_config", "FAMILIES"]
 
 #: Family modules in the order their configs are tried by ``from_config``.
-FAMILIES = (qwen,)
+FAMILIES = (qwen, llava, internvl, siglip)
 
 _BUILDERS: dict[str, Callable[[], Pipeline]] = {}
 for _fam in FAMILIES:

@@ -39,3 +39,21 @@ def config_normalize(cfg: Mapping[str, Any], mean: tuple, std: tuple
     m = tuple(need(cfg, "image_mean", mean)) if do_norm else (0.0, 0.0, 0.0)
     s = tuple(need(cfg, "image_std", std)) if do_norm else (1.0, 1.0, 1.0)
     return m, s, rescale, do_rescale or do_norm
+
+
+def config_hw(cfg: Mapping[str, Any], key: str, default: tuple[int, int]) -> tuple[int, int]:
+    """``size`` / ``crop_size`` as ``{"height", "width"}``, a bare int, or absent -> ``(h, w)``."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v, v
+    if isinstance(v, Mapping) and "height" in v and "width" in v:
+        return int(v["height"]), int(v["width"])
+    raise ValueError(f"preprocessor_config: {key!r} expected {{'height': h, 'width': w}} or an int, "
+                     f"got {v!r}")
+
+
+def config_types(name: str) -> tuple[str, ...]:
+    """A transformers image-processor class name in its 4.x and 5.x spellings."""
+    return (name, name + "Fast", name + "Pil")

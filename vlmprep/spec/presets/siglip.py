@@ -1,0 +1,45 @@
+"""SigLIP v1 (``siglip``): squash to S x S, mean = std = 0.5; one tile, no placeholder of its own.
+
+Defaults: google/siglip-so400m-patch14-384 (384 x 384, patch 14 -> 27 x 27 = 729 tokens);
+the class default is 224.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .. import ops
+from ..pipeline import Pipeline
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need
+
+IMAGE_PROCESSOR_TYPES = config_types("SiglipImageProcessor")
+
+
+def _pipeline(hw: tuple[int, int], patch: int, mean, std, interpolation: str = "bicubic",
+              rescale: float = 1 / 255, do_normalize: bool = True) -> Pipeline:
+    steps: list[ops.Op] = [ops.decode(), ops.resize(mode="fixed", height=hw[0], width=hw[1],
+                                                    interpolation=interpolation)]
+    if do_normalize:
+        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1, layout="tiles"),
+              # SigLIP inserts no text of its own (PaliGemma etc. add theirs): tokens = patches.
+              ops.pack(image_token="", hf_output="images")]
+    return Pipeline(steps, name="siglip")
+
+
+def siglip() -> Pipeline:
+    return _pipeline((384, 384), 14, (0.5,) * 3, (0.5,) * 3)
+
+
+def matches(cfg: Mapping[str, Any]) -> bool:
+    return cfg.get("image_processor_type") in IMAGE_PROCESSOR_TYPES
+
+
+def from_config(cfg: Mapping[str, Any]) -> Pipeline:
+    """``SiglipImageProcessor`` config -> Pipeline (the patch size lives in the model config:
+    14 unless the image-processor config carries ``patch_size``)."""
+    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    return _pipeline(config_hw(cfg, "size", (224, 224)), int(need(cfg, "patch_size", 14)), mean,
+                     std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
+
+
+PRESETS = {"siglip": siglip}
