@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
 from ..spec.pipeline import Pipeline
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..io.inputs import Source
     from ..plan import ImagePlan
 
-__all__ = ["Context", "Backend"]
+__all__ = ["Context", "Backend", "build_canvases", "cut_tiles"]
 
 
 @dataclass
@@ -81,3 +81,28 @@ class Backend:
         value: Any = ctx.source
         for op, fn in zip(self.ops, self.lowerings):
             value = fn(op, value, ctx)
+
+
+def build_canvases(img: Any, plan: "ImagePlan", interpolation: str,
+                   resize: Callable[[Any, tuple[int, int], str], Any],
+                   cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any]
+                   ) -> list:
+    """Execute the plan's canvases with a backend's two primitives (shared by every backend):
+    ``resize(img, (h, w), interpolation)`` and ``cut(img, (top, left, h, w), fill)``, where a
+    box reaching outside the image is filled with ``fill`` (so padding is a cut too)."""
+    built: list = []
+    for c in plan.canvases:
+        x = img if c.parent < 0 else built[c.parent]
+        if c.box is not None:
+            x = cut(x, c.box, (0, 0, 0))
+        x = resize(x, c.resize_hw, c.interpolation or interpolation)
+        if c.size is not None:
+            x = cut(x, (-c.offset[0], -c.offset[1], c.size[0], c.size[1]), c.fill)
+        built.append(x)
+    return built
+
+
+def cut_tiles(canvases: list, plan: "ImagePlan",
+              cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any]) -> list:
+    """The plan's tiles, each cut from its canvas, in output order."""
+    return [cut(canvases[k], box, (0, 0, 0)) for box, k in zip(plan.tiles, plan.tile_canvas)]

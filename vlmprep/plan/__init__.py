@@ -1,6 +1,6 @@
 """Exact integer geometry, shared by every backend and by ``Processor.plan()``."""
-from .plan import ImagePlan, Plan, plan_image, plan_images
+from .plan import Canvas, ImagePlan, Plan, plan_image, plan_images
 from .resize import longest_edge, shortest_edge, smart_resize
 
-__all__ = ["ImagePlan", "Plan", "plan_image", "plan_images", "smart_resize", "shortest_edge",
+__all__ = ["Canvas", "ImagePlan", "Plan", "plan_image", "plan_images", "smart_resize", "shortest_edge",
            "longest_edge"]

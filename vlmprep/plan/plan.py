@@ -18,9 +18,36 @@ from . import tiling
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ImagePlan", "Plan", "plan_image", "plan_images"]
+__all__ = ["Canvas", "ImagePlan", "Plan", "plan_image", "plan_images"]
 
 Box = tuple[int, int, int, int]  # (top, left, height, width)
+RGB = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """One intermediate image that tiles are cut from, built in three steps:
+
+    ``parent`` (-1: the decoded source; k: canvas k, built earlier) -> cut ``box`` (None: all)
+    -> resize to ``resize_hw`` (``interpolation``, None: the sizing op's) -> place at ``offset``
+    in a ``size`` canvas filled with ``fill`` (uint8 RGB; None ``size``: no padding).
+
+    Given InternVL on 1080x1920: Canvas((896, 1792)) for the 8 tiles and Canvas((448, 448)) for
+    the thumbnail, both from the source.
+    """
+
+    resize_hw: tuple[int, int]
+    parent: int = -1
+    box: Box | None = None
+    size: tuple[int, int] | None = None
+    offset: tuple[int, int] = (0, 0)
+    fill: RGB = (0, 0, 0)
+    interpolation: str | None = None
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        """The canvas's final ``(h, w)``."""
+        return self.size if self.size is not None else self.resize_hw
 
 
 @dataclass(frozen=True)
@@ -34,8 +61,8 @@ class ImagePlan:
         tiles: ``(top, left, height, width)`` boxes in the resized canvas, in output order;
             one box for untiled families (the whole image, or the centre crop). A box may
             reach outside the canvas (a crop larger than the image): outside is zero.
-        canvases: ``(h, w)`` sizes the whole source is resized to, once each; ``canvases[0]``
-            is ``resized_hw``; a second one holds e.g. InternVL's thumbnail.
+        canvases: the intermediate images (``Canvas``) tiles are cut from, each built once;
+            ``canvases[0].resize_hw`` is ``resized_hw``; e.g. InternVL's thumbnail is a second.
         tile_canvas: for each tile, the index of the canvas its box is cut from.
         grid_thw: one ``(t, h, w)`` patch grid per ViT sequence (per tile).
         num_patches: sum of ``t*h*w`` over the sequences.
@@ -49,7 +76,7 @@ class ImagePlan:
     resized_hw: tuple[int, int] = (0, 0)
     tiles: list[Box] = field(default_factory=list)
     grid_thw: list[tuple[int, int, int]] = field(default_factory=list)
-    canvases: list[tuple[int, int]] = field(default_factory=list)
+    canvases: list[Canvas] = field(default_factory=list)
     tile_canvas: list[int] = field(default_factory=list)
     num_patches: int = 0
     num_tokens: int = 0
@@ -97,7 +124,7 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
                          f"image or raise max_source_pixels= if it is trusted")
     sizing = pipeline.sizing
     rhw = _resized_hw(sizing, (h, w))
-    canvases = [rhw]
+    canvases = [Canvas(rhw)]
     crop = pipeline.get("center_crop")
     if isinstance(sizing, tile):
         # Row-major tiles of the resized canvas, then the thumbnail (its own canvas) if > 1 tile.
@@ -105,7 +132,7 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
         tiles: list[Box] = [(r, c, t, t) for r in range(0, rhw[0], t) for c in range(0, rhw[1], t)]
         tile_canvas = [0] * len(tiles)
         if sizing.thumbnail and len(tiles) > 1:
-            canvases.append((t, t))
+            canvases.append(Canvas((t, t)))
             tiles.append((0, 0, t, t))
             tile_canvas.append(1)
     elif isinstance(crop, center_crop):

@@ -6,7 +6,7 @@ import numpy as np
 from ...io import decode as _io
 from ...spec import ops
 from ...plan.tiling import box_overlap
-from ..base import Context
+from ..base import Context, build_canvases, cut_tiles
 from ..registry import lowering
 
 B = "reference"
@@ -29,13 +29,14 @@ def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.n
     return np.asarray(pil.resize((hw[1], hw[0]), resample=_PIL_FILTER[interpolation]))
 
 
-def _cut(img: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
-    """``(H, W, C)`` -> ``(h, w, C)``: the box, zero where it leaves the image (as transformers)."""
+def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.ndarray:
+    """``(H, W, C)`` -> ``(h, w, C)``: the box, ``fill`` where it leaves the image."""
     top, left, h, w = box
     win = box_overlap(box, img.shape[:2])
     if win is not None and win[1] == (0, h, 0, w):
         return img[top:top + h, left:left + w]  # wholly inside: a view
-    out = np.zeros((h, w) + img.shape[2:], img.dtype)
+    out = np.empty((h, w) + img.shape[2:], img.dtype)
+    out[...] = np.asarray(fill, img.dtype)
     if win is not None:
         (sy0, sy1, sx0, sx1), (dy0, dy1, dx0, dx1) = win
         out[dy0:dy1, dx0:dx1] = img[sy0:sy1, sx0:sx1]
@@ -43,8 +44,7 @@ def _cut(img: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
 
 
 def _canvases(img: np.ndarray, ctx: Context, interpolation: str) -> list[np.ndarray]:
-    """The source resized to each of the plan's canvases (each from the source, once)."""
-    return [_resize_to(img, hw, interpolation) for hw in ctx.plan.canvases]
+    return build_canvases(img, ctx.plan, interpolation, _resize_to, _cut)
 
 
 @lowering(B, "smart_resize")
@@ -60,8 +60,7 @@ def resize(op: ops.resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
 @lowering(B, "tile")
 def tile(op: ops.tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
     """uint8 ``(H, W, 3)`` -> the plan's tiles, each cut from its canvas, in output order."""
-    canvases = _canvases(img, ctx, op.interpolation)
-    return [_cut(canvases[k], box) for box, k in zip(ctx.plan.tiles, ctx.plan.tile_canvas)]
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
 
 
 @lowering(B, "center_crop")

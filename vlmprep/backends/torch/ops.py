@@ -7,7 +7,7 @@ import torch
 from ...io import decode as _io
 from ...spec import ops
 from ...plan.tiling import box_overlap
-from ..base import Context
+from ..base import Context, build_canvases, cut_tiles
 from ..registry import lowering
 from .resize import resize_like_pil
 
@@ -24,13 +24,13 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 
-def _cut(img: torch.Tensor, box: tuple[int, int, int, int]) -> torch.Tensor:
-    """``(C, H, W)`` -> ``(C, h, w)``: the box, zero where it leaves the image (as transformers)."""
+def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> torch.Tensor:
+    """``(C, H, W)`` -> ``(C, h, w)``: the box, ``fill`` where it leaves the image."""
     top, left, h, w = box
     win = box_overlap(box, tuple(img.shape[-2:]))
     if win is not None and win[1] == (0, h, 0, w):
         return img[:, top:top + h, left:left + w]  # wholly inside: a view
-    out = img.new_zeros((img.shape[0], h, w))
+    out = torch.tensor(fill, dtype=img.dtype, device=img.device)[:, None, None].repeat(1, h, w)
     if win is not None:
         (sy0, sy1, sx0, sx1), (dy0, dy1, dx0, dx1) = win
         out[:, dy0:dy1, dx0:dx1] = img[:, sy0:sy1, sx0:sx1]
@@ -38,8 +38,7 @@ def _cut(img: torch.Tensor, box: tuple[int, int, int, int]) -> torch.Tensor:
 
 
 def _canvases(img: torch.Tensor, ctx: Context, interpolation: str) -> list[torch.Tensor]:
-    """The source resized to each of the plan's canvases (each from the source, once)."""
-    return [resize_like_pil(img, hw, interpolation) for hw in ctx.plan.canvases]
+    return build_canvases(img, ctx.plan, interpolation, resize_like_pil, _cut)
 
 
 @lowering(B, "smart_resize")
@@ -55,8 +54,7 @@ def resize(op: ops.resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor
 @lowering(B, "tile")
 def tile(op: ops.tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
     """uint8 ``(3, H, W)`` -> the plan's tiles, each cut from its canvas, in output order."""
-    canvases = _canvases(img, ctx, op.interpolation)
-    return [_cut(canvases[k], box) for box, k in zip(ctx.plan.tiles, ctx.plan.tile_canvas)]
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
 
 
 @lowering(B, "center_crop")
