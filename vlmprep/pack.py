@@ -9,7 +9,7 @@ cu_seqlens, a tiny example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from .errors import ImageError
 
@@ -123,15 +123,39 @@ class PackedBatch:
             if any(int(k) < 0 for k in images_per_sample) or sum(images_per_sample) != n_ok:
                 raise ValueError(f"to_hf: images_per_sample expected non-negative counts summing to "
                                  f"{n_ok} (the processed images), got {list(images_per_sample)}")
-        form = hf_output(self.pipeline)
-        if form == "qwen2_vl":
-            return {"pixel_values": self.pixel_values, "image_grid_thw": self.grid_thw}
-        if form == "images":
-            return {"pixel_values": self.pixel_values}
-        import torch
-        counts = torch.bincount(self.image_index, minlength=self.num_images)
-        ok = [i for i in range(self.num_images) if i not in self.errors]
-        return {"pixel_values": self.pixel_values, "num_patches": counts[ok]}
+        return HF_FORMS[hf_output(self.pipeline)](self)
+
+
+#: ``pack.hf_output`` name -> fn(batch) -> the transformers image processor's output dict.
+HF_FORMS: dict[str, "Callable[[PackedBatch], dict]"] = {}
+
+
+def hf_form(name: str):
+    """Decorator: register the ``to_hf()`` form called ``name``; loud on conflicts."""
+    def deco(fn):
+        if name in HF_FORMS:
+            raise RuntimeError(f"to_hf form {name!r} defined twice")
+        HF_FORMS[name] = fn
+        return fn
+    return deco
+
+
+@hf_form("qwen2_vl")
+def _qwen2_vl(b: "PackedBatch") -> dict:
+    return {"pixel_values": b.pixel_values, "image_grid_thw": b.grid_thw}
+
+
+@hf_form("images")
+def _images(b: "PackedBatch") -> dict:
+    return {"pixel_values": b.pixel_values}
+
+
+@hf_form("got_ocr2")
+def _got_ocr2(b: "PackedBatch") -> dict:
+    import torch
+    counts = torch.bincount(b.image_index, minlength=b.num_images)
+    ok = [i for i in range(b.num_images) if i not in b.errors]
+    return {"pixel_values": b.pixel_values, "num_patches": counts[ok]}
 
 
 def hf_output(pipeline: "Pipeline | None") -> str:

@@ -6,7 +6,7 @@ same plan that ``Processor.__call__`` executes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
 from ..spec.ops import center_crop, decode, resize, smart_resize, tile
@@ -18,7 +18,8 @@ from . import tiling
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Canvas", "ImagePlan", "Plan", "plan_image", "plan_images"]
+__all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SIZING_RULES", "sizing_rule", "plan_image",
+           "plan_images"]
 
 Box = tuple[int, int, int, int]  # (top, left, height, width)
 RGB = tuple[int, int, int]
@@ -92,20 +93,78 @@ class ImagePlan:
         return len(self.tiles) if layout == "tiles" else self.num_patches
 
 
-def _resized_hw(op, hw: tuple[int, int]) -> tuple[int, int]:
-    h, w = hw
-    if isinstance(op, tile):
-        cols, rows = tiling.internvl_grid(h, w, op.tile_size, op.min_tiles, op.max_tiles)
-        return rows * op.tile_size, cols * op.tile_size
-    if isinstance(op, smart_resize):
-        return rules.smart_resize(h, w, op.factor, op.min_pixels, op.max_pixels,
-                                  op.max_aspect_ratio)
-    assert isinstance(op, resize)
+@dataclass(frozen=True)
+class Sizing:
+    """What a sizing rule decides for one image (see ImagePlan for the fields).
+
+    ``image_tokens`` / ``placeholder``: None means the default rule, the sum over tiles of
+    ``tokens_for_grid`` and ``prefix + image_token * image_tokens + suffix``; families whose
+    token count or prompt string follows another rule set them.
+    """
+
+    canvases: list[Canvas]
+    tiles: list[Box]
+    tile_canvas: list[int]
+    image_tokens: int | None = None
+    placeholder: str | None = None
+
+
+#: sizing op name -> rule(op, (H, W), pipeline) -> Sizing. One per sizing op; loud on conflicts.
+SIZING_RULES: dict[str, Callable[[Any, tuple[int, int], Pipeline], Sizing]] = {}
+
+
+def sizing_rule(op_name: str):
+    """Decorator: register the plan rule of sizing op ``op_name``."""
+    def deco(fn):
+        if op_name in SIZING_RULES:
+            raise RuntimeError(f"sizing rule for op {op_name!r} defined twice")
+        SIZING_RULES[op_name] = fn
+        return fn
+    return deco
+
+
+def _one_canvas(rhw: tuple[int, int], pipeline: Pipeline) -> Sizing:
+    """The whole resized image as one tile, or the centre crop of it."""
+    crop = pipeline.get("center_crop")
+    if isinstance(crop, center_crop):
+        # transformers: top = (H - h) // 2, floor; negative when the crop is larger (zero pad).
+        box = ((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2, crop.height, crop.width)
+    else:
+        box = (0, 0, rhw[0], rhw[1])
+    return Sizing([Canvas(rhw)], [box], [0])
+
+
+@sizing_rule("smart_resize")
+def _smart_resize(op: smart_resize, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
+    rhw = rules.smart_resize(hw[0], hw[1], op.factor, op.min_pixels, op.max_pixels,
+                             op.max_aspect_ratio)
+    return _one_canvas(rhw, pipeline)
+
+
+@sizing_rule("resize")
+def _resize(op: resize, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
     if op.mode == "fixed":
-        return op.height, op.width
-    if op.mode == "shortest_edge":
-        return rules.shortest_edge(h, w, op.size)
-    return rules.longest_edge(h, w, op.size)
+        rhw = (op.height, op.width)
+    elif op.mode == "shortest_edge":
+        rhw = rules.shortest_edge(hw[0], hw[1], op.size)
+    else:
+        rhw = rules.longest_edge(hw[0], hw[1], op.size)
+    return _one_canvas(rhw, pipeline)
+
+
+@sizing_rule("tile")
+def _tile(op: tile, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
+    """Row-major tiles of the resized canvas, then the thumbnail (its own canvas) if > 1 tile."""
+    cols, rows = tiling.internvl_grid(hw[0], hw[1], op.tile_size, op.min_tiles, op.max_tiles)
+    t = op.tile_size
+    canvases = [Canvas((rows * t, cols * t))]
+    tiles: list[Box] = [(r * t, c * t, t, t) for r in range(rows) for c in range(cols)]
+    tile_canvas = [0] * len(tiles)
+    if op.thumbnail and len(tiles) > 1:
+        canvases.append(Canvas((t, t)))
+        tiles.append((0, 0, t, t))
+        tile_canvas.append(1)
+    return Sizing(canvases, tiles, tile_canvas)
 
 
 def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -> ImagePlan:
@@ -122,36 +181,19 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
         raise ImageError(f"expected at most {dec.max_source_pixels:,} source pixels, got {h}x{w} = "
                          f"{h * w:,} (rejected from the header, before decoding); downscale the "
                          f"image or raise max_source_pixels= if it is trusted")
-    sizing = pipeline.sizing
-    rhw = _resized_hw(sizing, (h, w))
-    canvases = [Canvas(rhw)]
-    crop = pipeline.get("center_crop")
-    if isinstance(sizing, tile):
-        # Row-major tiles of the resized canvas, then the thumbnail (its own canvas) if > 1 tile.
-        t = sizing.tile_size
-        tiles: list[Box] = [(r, c, t, t) for r in range(0, rhw[0], t) for c in range(0, rhw[1], t)]
-        tile_canvas = [0] * len(tiles)
-        if sizing.thumbnail and len(tiles) > 1:
-            canvases.append(Canvas((t, t)))
-            tiles.append((0, 0, t, t))
-            tile_canvas.append(1)
-    elif isinstance(crop, center_crop):
-        # transformers: top = (H - h) // 2, floor; negative when the crop is larger (zero pad).
-        tiles = [((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2, crop.height, crop.width)]
-        tile_canvas = [0]
-    else:
-        tiles = [(0, 0, rhw[0], rhw[1])]
-        tile_canvas = [0]
+    sz = SIZING_RULES[pipeline.sizing.name](pipeline.sizing, (h, w), pipeline)
     pf = pipeline.patchify
-    grids = [grid.patch_grid((b[2], b[3]), pf) for b in tiles]
-    image_tokens = sum(grid.tokens_for_grid(g, pf) for g in grids)
+    grids = [grid.patch_grid((b[2], b[3]), pf) for b in sz.tiles]
     pk = pipeline.pack
+    image_tokens = (sz.image_tokens if sz.image_tokens is not None
+                    else sum(grid.tokens_for_grid(g, pf) for g in grids))
     return ImagePlan(
-        index=index, source_hw=(h, w), resized_hw=rhw, tiles=tiles, grid_thw=grids,
-        canvases=canvases, tile_canvas=tile_canvas,
+        index=index, source_hw=(h, w), resized_hw=sz.canvases[0].resize_hw, tiles=sz.tiles,
+        grid_thw=grids, canvases=sz.canvases, tile_canvas=sz.tile_canvas,
         num_patches=sum(t * gh * gw for t, gh, gw in grids),
         num_tokens=image_tokens + pk.extra_tokens,
-        placeholder=pk.prefix + pk.image_token * image_tokens + pk.suffix,
+        placeholder=(sz.placeholder if sz.placeholder is not None
+                     else pk.prefix + pk.image_token * image_tokens + pk.suffix),
     )
 
 
