@@ -48,7 +48,7 @@ def test_replace_and_overrides():
 
 def test_round_trip_json():
     for name in vlmprep.presets.names():
-        p = vlmprep.presets.get(name).replace(max_pixels=1_000_000)
+        p = vlmprep.presets.get(name).replace(rescale=0.5)
         d = json.loads(json.dumps(p.to_dict()))
         assert vlmprep.Pipeline.from_dict(d) == p
     with pytest.raises(ValueError, match="expected one of"):

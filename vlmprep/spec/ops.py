@@ -52,11 +52,23 @@ def _triple(op: str, name: str, v: Any) -> tuple[float, float, float]:
     return t  # type: ignore[return-value]
 
 
+#: op name -> op class; every ``Op`` subclass registers itself here (loud on a clash).
+OP_TYPES: dict[str, type["Op"]] = {}
+
+
 @dataclass(frozen=True)
 class Op:
-    """Base of every op. ``name`` is the op's one name in every layer."""
+    """Base of every op. ``name`` is the op's one name in every layer; ``sizing`` ops decide the
+    resized canvases and tiles (a pipeline has exactly one, with a plan rule in vlmprep.plan)."""
 
     name: ClassVar[str] = "op"
+    sizing: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.name in OP_TYPES and OP_TYPES[cls.name].__qualname__ != cls.__qualname__:
+            raise RuntimeError(f"op name {cls.name!r} defined twice")
+        OP_TYPES[cls.name] = cls
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.name}
@@ -100,6 +112,7 @@ class smart_resize(Op):
     """
 
     name: ClassVar[str] = "smart_resize"
+    sizing: ClassVar[bool] = True
     factor: int = 28
     min_pixels: int = 3136
     max_pixels: int = 12_845_056
@@ -131,6 +144,7 @@ class resize(Op):
     """
 
     name: ClassVar[str] = "resize"
+    sizing: ClassVar[bool] = True
     mode: str = "fixed"
     size: int = 0
     height: int = 0
@@ -164,6 +178,7 @@ class tile(Op):
     """
 
     name: ClassVar[str] = "tile"
+    sizing: ClassVar[bool] = True
     rule: str = "internvl"
     tile_size: int = 448
     min_tiles: int = 1
@@ -287,7 +302,3 @@ class pack(Op):
                   "'auto' picks from the patchify layout")
 
 
-OP_TYPES: dict[str, type[Op]] = {
-    cls.name: cls for cls in (decode, smart_resize, resize, tile, center_crop, normalize, patchify,
-                              pack)
-}

@@ -7,8 +7,6 @@ from .ops import OP_TYPES, Op, decode, normalize, pack, patchify
 
 __all__ = ["Pipeline"]
 
-# Ops that size the image; a pipeline needs exactly one of these before patchify.
-_SIZING = ("smart_resize", "resize", "tile")
 
 
 class Pipeline:
@@ -41,10 +39,11 @@ class Pipeline:
             if names.count(n) > 1:
                 raise ValueError(f"Pipeline: op {n!r} appears {names.count(n)} times; expected at "
                                  f"most once; merge them into one op")
-        sizing = [n for n in names if n in _SIZING]
+        sizing = [op.name for op in ops if op.sizing]
         if len(sizing) != 1:
-            raise ValueError(f"Pipeline: expected exactly one sizing op (one of {_SIZING}), got "
-                             f"{sizing or 'none'}; add vlmprep.ops.smart_resize(...), ops.resize(...) or ops.tile(...)")
+            allowed = sorted(n for n, t in OP_TYPES.items() if t.sizing)
+            raise ValueError(f"Pipeline: expected exactly one sizing op (one of {allowed}), got "
+                             f"{sizing or 'none'}; add one, e.g. vlmprep.ops.smart_resize(...)")
         if "patchify" not in names:
             raise ValueError("Pipeline: expected a patchify op (it defines the ViT sequences), got "
                              "none; add vlmprep.ops.patchify(patch_size=...)")
@@ -94,7 +93,7 @@ class Pipeline:
 
     @property
     def sizing(self) -> Op:
-        return next(op for op in self._ops if op.name in _SIZING)
+        return next(op for op in self._ops if op.sizing)
 
     @property
     def tile_hw(self) -> tuple[int, int] | None:
