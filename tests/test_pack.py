@@ -88,6 +88,9 @@ def test_skip_keeps_good_images_and_split_reports_error():
     assert b.num_tokens[1] == 0 and b.image_index.tolist() == [0, 2]
     parts = list(b.split())
     assert parts[1].num_seqs == 0 and list(parts[1].errors) == [0]
+    assert parts[1].errors[0].index == 0  # the error's index follows its key
+    joined = concat([parts[1], parts[0], parts[1]])
+    assert {k: e.index for k, e in joined.errors.items()} == {0: 0, 2: 2}
     alone = proc([good[1]])
     assert torch.equal(parts[2].pixel_values, alone.pixel_values)
     assert len(b.to_hf()["image_grid_thw"]) == 2

@@ -100,7 +100,7 @@ class PackedBatch:
                 seq += 1
             lens = self.seqlens[s0:seq]
             n = sum(lens) if self.layout == "patches" else len(lens)
-            err = {0: self.errors[i]} if i in self.errors else {}
+            err = {0: _reindex(self.errors[i], 0)} if i in self.errors else {}
             yield _assemble(self.pixel_values[row:row + n], lens, self.grid_thw[s0:seq],
                             torch.zeros(seq - s0, dtype=torch.int64), [self.num_tokens[i]], err,
                             self.layout, self.pipeline, self.placeholders[i:i + 1])
@@ -168,6 +168,13 @@ def hf_output(pipeline: "Pipeline | None") -> str:
     return form
 
 
+def _reindex(err: ImageError, index: int) -> ImageError:
+    """The same error placed at ``index`` (its position in the batch that now holds it)."""
+    out = ImageError(err.reason, index=index, source=err.source)
+    out.__cause__ = err.__cause__
+    return out
+
+
 def _assemble(pixel_values, seqlens: list[int], grid_thw, image_index, num_tokens: list[int],
               errors: dict, layout: str, pipeline, placeholders: list[str]) -> PackedBatch:
     import torch
@@ -219,7 +226,7 @@ def concat(batches: Sequence[PackedBatch]) -> PackedBatch:
     index, errors = [], {}
     for b in batches:
         index.append(b.image_index + offset)
-        errors.update({k + offset: v for k, v in b.errors.items()})
+        errors.update({k + offset: _reindex(v, k + offset) for k, v in b.errors.items()})
         offset += b.num_images
     return _assemble(
         torch.cat([b.pixel_values for b in batches]), [n for b in batches for n in b.seqlens],
