@@ -23,9 +23,13 @@ def test_plan_sizes_table_and_json():
     rc, out, _ = _run("plan", "--preset", "qwen3-vl", "--size", "1920x1080", "--json")
     d = json.loads(out)
     img = d["images"][0]
-    assert (img["resized"], img["grid_thw"], img["tokens"]) == ("1920x1088", [1, 68, 120], 2040)
+    assert (img["resized"], img["grid_thw"], img["tokens"]) == ("1920x1088", [[1, 68, 120]], 2040)
     rc, out, _ = _run("plan", "--size", "1920x1080", "--set", "max_pixels=1003520", "--json")
     assert json.loads(out)["images"][0]["tokens"] == 1222
+    # A tiling family: InternVL 1080x1920 -> 4x2 tiles + thumbnail, 2306 tokens (PEERS.md 2.6).
+    rc, out, _ = _run("plan", "--preset", "internvl", "--size", "1920x1080", "--json")
+    img = json.loads(out)["images"][0]
+    assert (img["tiles"], img["tokens"], img["resized"]) == (9, 2306, "1792x896")
 
 
 def test_plan_files_reads_headers(tmp_path):

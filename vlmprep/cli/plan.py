@@ -70,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 row["format"] = hdr.format
             p = plan_image(pipe, hw, i)
             row.update(source=f"{hw[1]}x{hw[0]}", resized=f"{p.resized_hw[1]}x{p.resized_hw[0]}",
-                       grid_thw=list(p.grid_thw[0]) if len(p.grid_thw) == 1 else
-                       [list(g) for g in p.grid_thw],
+                       tiles=len(p.tiles), grid_thw=[list(g) for g in p.grid_thw],
                        patches=p.num_patches, tokens=p.num_tokens, error=None)
         except ImageError as e:
             row.update(tokens=0, error=e.reason)
@@ -80,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"preset": pipe.name, "pipeline": pipe.to_dict(), "images": rows})
     else:
-        print(f"preset {pipe.name}  (sizes are width x height)")
-        print_table(rows, ["input", "source", "resized", "grid_thw", "patches", "tokens", "error"])
+        print(f"preset {pipe.name}  (sizes are width x height; grid_thw of the first sequence)")
+        for r in rows:
+            g = r.get("grid_thw")
+            r["grid_thw"] = "" if not g else (f"{g[0]}" if len(g) == 1 else f"{g[0]} x{len(g)}")
+        print_table(rows, ["input", "source", "resized", "tiles", "grid_thw", "patches", "tokens",
+                           "error"])
     return 0 if ok else 1
