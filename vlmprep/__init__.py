@@ -29,6 +29,9 @@ _LAZY = {
     "Plan": ("vlmprep.plan", "Plan"),
     "probe": ("vlmprep.io.probe", "probe"),
     "backends": ("vlmprep.backends", None),
+    "loader": ("vlmprep.loader", None),
+    "cache": ("vlmprep.cache", None),
+    "serve": ("vlmprep.serve", None),
 }
 
 

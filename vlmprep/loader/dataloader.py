@@ -1,0 +1,510 @@
+"""DataLoader: batches of processed images for batch jobs and training, resumable mid-epoch.
+
+Three stages, each single-purpose:
+
+    feeder thread      sources -> Samples (id, image, header-only token count) -> batches
+    worker threads     batch -> Processor (or OutputCache hits) -> PackedBatch
+    consumer (caller)  takes batches strictly in stream order: ``for ids, batch in loader``
+
+The feeder and workers run ahead by at most ``prefetch`` batches; the consumer always waits for
+the next batch in order, so what is yielded never depends on thread timing.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import queue
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from ..errors import ImageError
+from .batching import Sample, group_by_tokens, pack_greedy, stream_from
+
+if TYPE_CHECKING:
+    from ..cache import OutputCache
+    from ..pack import PackedBatch
+    from ..processor import Processor
+
+__all__ = ["DataLoader"]
+
+logger = logging.getLogger("vlmprep.loader")
+
+_STATE_VERSION = 1
+_END = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _is_single_image(x: Any) -> bool:
+    if isinstance(x, (str, bytes, bytearray, memoryview, os.PathLike)):
+        return True
+    if (type(x).__module__ or "").startswith("PIL"):
+        return True
+    shape = getattr(x, "shape", None)
+    return shape is not None and str(getattr(x, "dtype", "")) not in ("object", "|O")
+
+
+def _is_map_style(sources: Any) -> bool:
+    if isinstance(sources, Mapping):
+        raise TypeError("sources: expected a sequence or iterable of samples, got a dict; pass a "
+                        "list of dicts (one per sample) or list(d.values())")
+    if _is_single_image(sources):
+        raise TypeError(f"sources: expected a sequence or iterable of images, got one image "
+                        f"({type(sources).__name__}); wrap it in a list: [image]")
+    names = {c.__name__ for c in type(sources).__mro__}
+    if "IterableDataset" in names:  # torch / HF streaming datasets: iterate, never index
+        return False
+    t = type(sources)
+    if hasattr(t, "__len__") and hasattr(t, "__getitem__"):
+        return True
+    if hasattr(t, "__iter__"):
+        return False
+    raise TypeError(f"sources: expected a sequence (len + index) or an iterable, got "
+                    f"{type(sources).__name__}")
+
+
+def _check_int(name: str, v: Any, lo: int, none_ok: bool = False) -> None:
+    if v is None and none_ok:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        more = " or None" if none_ok else ""
+        raise ValueError(f"DataLoader: {name} expected an int >= {lo}{more}, got {v!r}")
+
+
+class DataLoader:
+    """Iterate ``(ids, batch)`` over ``sources``, processed by ``proc``, in deterministic order.
+
+    Yields:
+        ids: ``list``, the sample ids of this batch in order, skipped samples included: a dict
+            sample's ``id_key`` field, else its position (index into a sequence, or count in an
+            iterable, from 0).
+        batch: ``PackedBatch`` of those samples in the same order (``pixel_values``
+            ``(total_patches, patch_dim)`` on ``proc.device``, ...). With ``proc.errors="skip"``
+            ``batch.errors[k]`` names the k-th sample of the batch when it was skipped (its
+            ``num_tokens[k]`` is 0 and it has no rows); the message names the sample id.
+
+    Args:
+        sources: a sequence (``len`` + index: map-style, shuffled and resumed exactly) or an
+            iterable (streaming) of images (paths, bytes, PIL images, HWC uint8 arrays, CHW
+            uint8 tensors) or of dicts holding one under ``image_key`` (an HF
+            ``{"bytes", "path"}`` struct is accepted there).
+        proc: the ``vlmprep.Processor``; its ``errors`` policy decides skip or raise.
+        batch_size: at most this many images per batch (None: no count limit).
+        max_batch_tokens: at most this many LLM tokens per batch, counted header-only with
+            ``proc.plan`` (None: no token limit). Both limits apply when both are set; pass
+            ``max_batch_tokens=None`` for plain count batching. A sample alone above the budget
+            forms its own batch and is listed in ``loader.oversize``; it is never dropped.
+        shuffle: map-style only: the order is ``numpy.random.default_rng(seed + epoch)
+            .permutation(len(sources))``.
+        seed: int >= 0.
+        num_workers: processing threads (0: process in the caller's thread).
+        drop_last: drop the epoch's final batch unless it is full (``batch_size`` images, or at
+            least ``max_batch_tokens`` tokens).
+        group_by_size: within each window of ``group_window`` consecutive samples, order by
+            token count (largest first) so that batches pack similar sizes (deterministic).
+        group_window: samples per sorting window (default ``64 * batch_size``, else 1024).
+        prefetch: batches processed ahead of the consumer (default ``2 * num_workers``).
+        image_key, id_key: the fields of dict samples.
+        cache: an optional ``vlmprep.cache.OutputCache``; a hit skips processing that image.
+
+    Epochs: a complete pass advances ``epoch``; ``set_epoch(e)`` sets it (either style works).
+    A new ``iter(loader)`` restarts the current epoch unless ``load_state_dict`` armed a resume
+    point. ``state_dict()`` holds the samples yielded so far; a loader given it with
+    ``load_state_dict`` yields exactly the remaining samples. For iterable sources, resuming
+    iterates past the consumed items again (no decode, no header read: just ``next()``), so
+    resume costs one pass over the consumed prefix of the stream.
+    """
+
+    def __init__(self, sources: Iterable[Any], proc: "Processor", batch_size: int | None = None,
+                 max_batch_tokens: int | None = 16384, shuffle: bool = False, seed: int = 0,
+                 num_workers: int = 2, drop_last: bool = False, *, group_by_size: bool = False,
+                 group_window: int | None = None, prefetch: int | None = None,
+                 image_key: str = "image", id_key: str | None = "id",
+                 cache: "OutputCache | None" = None):
+        if not (callable(proc) and hasattr(proc, "plan") and hasattr(proc, "errors")):
+            raise TypeError(f"DataLoader: proc expected a vlmprep.Processor, got "
+                            f"{type(proc).__name__}; e.g. vlmprep.Processor('qwen2-vl')")
+        _check_int("batch_size", batch_size, 1, none_ok=True)
+        _check_int("max_batch_tokens", max_batch_tokens, 1, none_ok=True)
+        if batch_size is None and max_batch_tokens is None:
+            raise ValueError("DataLoader: expected batch_size or max_batch_tokens (or both), got "
+                             "neither; e.g. batch_size=32 or max_batch_tokens=16384")
+        _check_int("seed", seed, 0)
+        _check_int("num_workers", num_workers, 0)
+        _check_int("prefetch", prefetch, 1, none_ok=True)
+        _check_int("group_window", group_window, 1, none_ok=True)
+        self._map = _is_map_style(sources)
+        if shuffle and not self._map:
+            raise ValueError(f"DataLoader: shuffle=True expected a sequence (len + index), got an "
+                             f"iterable ({type(sources).__name__}); shuffle the stream upstream "
+                             f"(e.g. a shuffle buffer) or pass list(sources)")
+        if cache is not None and not all(hasattr(cache, m) for m in ("key_for", "get", "put")):
+            raise TypeError(f"DataLoader: cache expected a vlmprep.cache.OutputCache, got "
+                            f"{type(cache).__name__}")
+        self.sources = sources
+        self.proc = proc
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.num_workers = num_workers
+        self.drop_last = bool(drop_last)
+        self.group_by_size = bool(group_by_size)
+        self.group_window = group_window or (64 * batch_size if batch_size else 1024)
+        self.prefetch = prefetch or max(1, 2 * num_workers)
+        self.image_key = image_key
+        self.id_key = id_key
+        self.cache = cache
+        self.skipped: list[tuple[Any, ImageError]] = []
+        self.oversize: list[tuple[Any, int]] = []
+        self._need_tokens = max_batch_tokens is not None or self.group_by_size
+        self._cuda = str(getattr(proc, "device", "cpu")).startswith("cuda")
+        self._tls = threading.local()
+        self._tokens: dict[int, int] = {}  # map-style: index -> tokens (headers read once)
+        self._order_cache: tuple[int, Any] | None = None
+        self._len_cache: tuple[int, int] | None = None
+        self._epoch = 0
+        self._yielded = 0
+        self._resume = False
+        self._gen = 0
+
+    def __repr__(self) -> str:
+        kind = f"{len(self.sources)} samples" if self._map else "iterable"
+        return (f"DataLoader({kind}, batch_size={self.batch_size}, "
+                f"max_batch_tokens={self.max_batch_tokens}, shuffle={self.shuffle}, "
+                f"seed={self.seed}, num_workers={self.num_workers}, epoch={self._epoch})")
+
+    # -- epochs and resume ----------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (its shuffle order) from its first sample on the next iter."""
+        _check_int("epoch", epoch, 0)
+        self._epoch = epoch
+        self._yielded = 0
+        self._resume = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: ``{"kind", "epoch", "seed", "samples_yielded", ...}`` (JSON-safe).
+
+        ``samples_yielded`` counts the samples of the batches already handed to the caller
+        (prefetched batches are not counted: they are processed again on resume).
+        """
+        return {"version": _STATE_VERSION, "kind": "map" if self._map else "iterable",
+                "epoch": self._epoch, "seed": self.seed, "samples_yielded": self._yielded,
+                "num_samples": len(self.sources) if self._map else None,
+                "shuffle": self.shuffle, "group_by_size": self.group_by_size,
+                "group_window": self.group_window if self.group_by_size else None}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from ``state_dict()``: the next iteration yields exactly the samples not yet
+        yielded (epoch and seed are taken from ``state``; the sample order must be the same:
+        same sources, shuffle and size grouping)."""
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            got = state.get("version") if isinstance(state, Mapping) else "-"
+            raise ValueError(f"load_state_dict: expected a dict from DataLoader.state_dict() "
+                             f"(version {_STATE_VERSION}), got {type(state).__name__} with "
+                             f"version {got}")
+        mine = self.state_dict()
+        for k in ("kind", "num_samples", "shuffle", "group_by_size", "group_window"):
+            if state.get(k) != mine[k]:
+                raise ValueError(f"load_state_dict: {k} expected {mine[k]!r} (this loader), got "
+                                 f"{state.get(k)!r} (the saved state); build the loader with the "
+                                 f"same sources and options as the one that saved it")
+        _check_int("samples_yielded", state.get("samples_yielded"), 0)
+        _check_int("epoch", state.get("epoch"), 0)
+        _check_int("seed", state.get("seed"), 0)
+        self.seed = state["seed"]
+        self._epoch = state["epoch"]
+        self._yielded = state["samples_yielded"]
+        self._resume = True
+        self._order_cache = self._len_cache = None
+
+    # -- the sample stream ----------------------------------------------------------------------
+    def _order(self, epoch: int):
+        if self._order_cache is None or self._order_cache[0] != (epoch, self.seed):
+            n = len(self.sources)
+            if self.shuffle:
+                import numpy as np
+                order = np.random.default_rng(self.seed + epoch).permutation(n).tolist()
+            else:
+                order = range(n)
+            self._order_cache = ((epoch, self.seed), order)
+        return self._order_cache[1]
+
+    def _raw(self, epoch: int, start: int, fetch: bool = True) -> Iterator[tuple[int, Any]]:
+        """``(index, item)`` of the epoch's order from position ``start`` (map-style with
+        ``fetch=False``: ``(index, None)``)."""
+        if self._map:
+            order = self._order(epoch)
+            for j in range(start, len(order)):
+                i = order[j]
+                yield i, (self.sources[i] if fetch else None)
+        else:
+            it = iter(self.sources)
+            for _ in range(start):  # resume: skip consumed items without reading headers
+                if next(it, _END) is _END:
+                    return
+            yield from enumerate(it, start)
+
+    def _image_of(self, raw: Any) -> tuple[Any, Any, ImageError | None]:
+        """``raw`` sample -> (id or None, image, error)."""
+        if not isinstance(raw, Mapping):
+            return None, raw, None
+        sid = raw.get(self.id_key) if self.id_key is not None else None
+        if self.image_key not in raw:
+            keys = sorted(map(str, raw))[:8]
+            return sid, None, ImageError(f"expected a dict with the image under "
+                                         f"{self.image_key!r}, got keys {keys}; pass "
+                                         f"image_key= to DataLoader", source="dict")
+        image = raw[self.image_key]
+        if isinstance(image, Mapping):  # HF datasets Image(decode=False): {"bytes", "path"}
+            image = image.get("bytes") or image.get("path")
+        return sid, image, None
+
+    def _tokens_of(self, image: Any) -> int:
+        try:
+            return int(self.proc.plan([image]).total_tokens)
+        except ImageError:
+            return 0  # raised or skipped when its batch is processed, naming the sample
+
+    def _make_sample(self, pos: int, index: int, raw: Any) -> Sample:
+        sid, image, err = self._image_of(raw)
+        s = Sample(pos, index, index if sid is None else sid, image, -1, err)
+        if self._need_tokens:
+            t = self._tokens.get(index) if self._map else None
+            if t is None:
+                t = 0 if err is not None else self._tokens_of(image)
+                if self._map:
+                    self._tokens[index] = t
+            s.tokens = t
+        return s
+
+    def _samples(self, epoch: int, skip: int, make=None, fetch: bool = True
+                 ) -> Iterator[Sample]:
+        make = make or self._make_sample
+        if not self.group_by_size:
+            return stream_from(self._raw(epoch, skip, fetch), skip, make)
+        w0 = skip - skip % self.group_window  # a window is re-sorted whole, then trimmed
+        return group_by_tokens(stream_from(self._raw(epoch, w0, fetch), w0, make),
+                               self.group_window, skip - w0)
+
+    def _batches(self, epoch: int, skip: int, make=None, fetch: bool = True
+                 ) -> Iterator[list[Sample]]:
+        return pack_greedy(self._samples(epoch, skip, make, fetch), self.batch_size,
+                           self.max_batch_tokens, self.drop_last)
+
+    def __len__(self) -> int:
+        """Batches in the current epoch (map-style only). With a token budget or size grouping
+        this reads every sample's header once (cached) and packs the epoch's order."""
+        if not self._map:
+            raise TypeError("len(DataLoader): an iterable source has no length; pass a sequence "
+                            "(len + index) to get one")
+        n = len(self.sources)
+        if not self._need_tokens:
+            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        if self._len_cache is None or self._len_cache[0] != (self._epoch, self.seed):
+
+            def light(pos: int, index: int, raw: Any) -> Sample:
+                # Token counts only: sources[index] is fetched on a header-cache miss alone.
+                t = self._tokens.get(index)
+                if t is None:
+                    return self._make_sample(pos, index, self.sources[index])
+                return Sample(pos, index, index, None, t)
+
+            count = sum(1 for _ in self._batches(self._epoch, 0, light, fetch=False))
+            self._len_cache = ((self._epoch, self.seed), count)
+        return self._len_cache[1]
+
+    # -- processing -----------------------------------------------------------------------------
+    def _named(self, e: ImageError, s: Sample, k: int) -> ImageError:
+        who = f"sample {s.sid!r}" if s.sid is s.index else f"sample {s.sid!r} (index {s.index})"
+        err = ImageError(f"{who}: {e.reason}", index=k, source=e.source)
+        err.__cause__ = e.__cause__
+        return err
+
+    def _call(self, samples: list[Sample], positions: list[int]) -> "PackedBatch":
+        try:
+            return self.proc([samples[k].image for k in positions])
+        except ImageError as e:
+            j = e.index if e.index is not None and 0 <= e.index < len(positions) else 0
+            k = positions[j]
+            raise self._named(e, samples[k], k) from e
+
+    def _error_part(self, err: ImageError) -> "PackedBatch":
+        import torch
+
+        from ..pack import build
+        from ..plan import ImagePlan
+        from ..plan.grid import row_length
+        proc = self.proc
+        pv = torch.empty((0, row_length(proc.pipeline.patchify)),
+                         dtype=getattr(torch, proc.dtype), device=proc.device)
+        return build(pv, [ImagePlan(index=0, source_hw=(0, 0), error=err)], {0: err},
+                     proc.pipeline)
+
+    def _run(self, samples: list[Sample]) -> "PackedBatch":
+        """One batch of samples -> its PackedBatch (errors renamed to name the sample ids)."""
+        pre = {k: s.error for k, s in enumerate(samples) if s.error is not None}
+        if pre and self.proc.errors == "raise":
+            k0 = min(pre)
+            if k0:
+                self._call(samples, list(range(k0)))  # an earlier bad image raises first
+            raise self._named(pre[k0], samples[k0], k0)
+        if self.cache is None and not pre:
+            batch = self._call(samples, list(range(len(samples))))
+        else:
+            batch = self._run_parts(samples, pre)
+        for k, e in list(batch.errors.items()):
+            batch.errors[k] = self._named(e, samples[k], k)
+        return batch
+
+    def _run_parts(self, samples: list[Sample], pre: dict[int, ImageError]) -> "PackedBatch":
+        """Image by image: cache hits, one Processor call for the misses, error placeholders."""
+        from ..pack import concat
+        parts: list[Any] = [None] * len(samples)
+        keys: dict[int, str] = {}
+        first: dict[str, int] = {}
+        dup: dict[int, int] = {}
+        todo: list[int] = []
+        for k, s in enumerate(samples):
+            if k in pre:
+                parts[k] = self._error_part(pre[k])
+                continue
+            key = self.cache.key_for(s.image, self.proc) if self.cache is not None else None
+            if key is not None:
+                if key in first:  # the same image twice in one batch: processed once
+                    dup[k] = first[key]
+                    continue
+                first[key] = k
+                hit = self.cache.get(key)
+                if hit is not None:
+                    if self._cuda:
+                        # made on another worker's stream: an eviction must not free it while
+                        # this stream still reads it
+                        import torch
+                        hit.pixel_values.record_stream(torch.cuda.current_stream())
+                    parts[k] = hit
+                    continue
+                keys[k] = key
+            todo.append(k)
+        if todo:
+            out = self._call(samples, todo)
+            for k, part in zip(todo, out.split()):
+                parts[k] = part
+                if k in keys:
+                    self.cache.put(keys[k], part)
+        for k, j in dup.items():
+            parts[k] = parts[j]
+        return concat(parts)
+
+    def _process(self, samples: list[Sample]) -> "PackedBatch":
+        if not self._cuda:
+            return self._run(samples)
+        import torch
+        stream = getattr(self._tls, "stream", None)
+        if stream is None:  # one side stream per worker thread
+            stream = self._tls.stream = torch.cuda.Stream(device=torch.device(self.proc.device))
+        with torch.cuda.device(stream.device), torch.cuda.stream(stream):
+            batch = self._run(samples)
+        # Complete before it is handed on: the consumer, and other workers reading cache
+        # entries, use it from other streams. The worker waits here, not the consumer.
+        stream.synchronize()
+        return batch
+
+    # -- iteration ------------------------------------------------------------------------------
+    def _threaded(self, batches: Iterator[list[Sample]]
+                  ) -> Iterator[tuple[list[Sample], "PackedBatch"]]:
+        slots = threading.Semaphore(self.prefetch)
+        q: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        stop = threading.Event()
+        pool = ThreadPoolExecutor(self.num_workers, thread_name_prefix="vlmprep-loader")
+
+        def feed() -> None:
+            try:
+                for samples in batches:
+                    while not slots.acquire(timeout=0.05):
+                        if stop.is_set():
+                            return
+                    if stop.is_set():
+                        return
+                    q.put((samples, pool.submit(self._process, samples)))
+                q.put(_END)
+            except BaseException as e:  # noqa: BLE001 (re-raised in the consumer, in order)
+                q.put(_Failure(e))
+
+        feeder = threading.Thread(target=feed, name="vlmprep-loader-feed", daemon=True)
+        feeder.start()
+        try:
+            while True:
+                msg = q.get()
+                if msg is _END:
+                    return
+                if isinstance(msg, _Failure):
+                    raise msg.exc
+                samples, fut = msg
+                batch = fut.result()  # waits for this batch only; later ones keep running
+                slots.release()
+                yield samples, batch
+        finally:
+            stop.set()
+            while True:
+                try:
+                    msg = q.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(msg, tuple):
+                    msg[1].cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def __iter__(self) -> Iterator[tuple[list[Any], "PackedBatch"]]:
+        skip = self._yielded if self._resume else 0
+        self._resume = False
+        self._gen += 1
+        self._yielded = skip
+        if skip == 0:
+            self.skipped, self.oversize = [], []
+        return self._iterate(self._epoch, skip, self._gen)
+
+    def _iterate(self, epoch: int, skip: int, gen: int
+                 ) -> Iterator[tuple[list[Any], "PackedBatch"]]:
+        batches = self._batches(epoch, skip)
+        if self.num_workers == 0:
+            results = ((b, self._process(b)) for b in batches)
+        else:
+            results = self._threaded(batches)
+        try:
+            for samples, batch in results:
+                ids = [s.sid for s in samples]
+                if self._cuda:
+                    import torch
+                    cur = torch.cuda.current_stream(batch.pixel_values.device)
+                    # made on a worker's stream: keep the memory until this stream is done with it
+                    batch.pixel_values.record_stream(cur)
+                    batch.cu_seqlens.record_stream(cur)
+                if gen == self._gen:  # a newer iter() owns the loader's state
+                    self.skipped.extend((ids[k], e) for k, e in sorted(batch.errors.items()))
+                    if self.max_batch_tokens is not None:
+                        for s in samples:
+                            if s.tokens > self.max_batch_tokens:
+                                self.oversize.append((s.sid, s.tokens))
+                                logger.warning("sample %r has %d tokens, above max_batch_tokens=%d:"
+                                               " batched alone", s.sid, s.tokens,
+                                               self.max_batch_tokens)
+                    self._yielded += len(samples)
+                yield ids, batch
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+        if gen == self._gen and self._epoch == epoch:
+            self._epoch = epoch + 1
+            self._yielded = 0
