@@ -20,10 +20,11 @@ def main() -> int:
         proc = vlmprep.Processor(preset, backend="reference")
         plan = proc.plan(paths)
         print(f"\n== {preset}: plan from headers ({plan.total_tokens} tokens in all)")
-        print(f"{'image':28s} {'source HxW':>11s} {'resized HxW':>12s} {'grid_thw':>15s} {'tokens':>7s}")
+        print(f"{'image':28s} {'source HxW':>11s} {'resized HxW':>12s} {'tiles':>5s} "
+              f"{'grid_thw':>15s} {'tokens':>7s}")
         for p, path in zip(plan.images, paths):
             print(f"{path.name:28s} {'%dx%d' % p.source_hw:>11s} {'%dx%d' % p.resized_hw:>12s} "
-                  f"{str(p.grid_thw[0]):>15s} {p.num_tokens:>7d}")
+                  f"{len(p.tiles):>5d} {str(p.grid_thw[0]):>15s} {p.num_tokens:>7d}")
         print(f"\n{'backend':10s} {'dtype':9s} {'images/s':>9s} {'ms/image':>9s} {'tokens':>8s} "
               f"{'pixel_values':>22s}")
         for backend in vlmprep.backends.available():
