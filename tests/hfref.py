@@ -15,6 +15,20 @@ _CLASSES = {
     "llava-1.5": ("CLIPImageProcessorPil", "CLIPImageProcessor", {}),
     # InternVLProcessor forces crop_to_patches=True whatever the saved config says.
     "internvl": ("GotOcr2ImageProcessorPil", "GotOcr2ImageProcessor", {"crop_to_patches": True}),
+    # LlavaNextProcessor's images_kwargs force do_pad=True (batch padding of the crops).
+    "llava-next": ("LlavaNextImageProcessorPil", "LlavaNextImageProcessor", {"do_pad": True}),
+    "llava-onevision": ("LlavaOnevisionImageProcessorPil", "LlavaOnevisionImageProcessor", {}),
+    # PixtralProcessor passes patch_size = patch * spatial_merge_size (16 * 1 for Pixtral-12B).
+    "pixtral": ("PixtralImageProcessorPil", "PixtralImageProcessor", {"patch_size": 16}),
+    "siglip2-naflex": ("Siglip2ImageProcessorPil", "Siglip2ImageProcessor", {}),
+    "idefics3": ("Idefics3ImageProcessorPil", "Idefics3ImageProcessor", {}),
+    # Not a preset name: a SmolVLM2 checkpoint config, read by from_pretrained into `idefics3`.
+    "smolvlm": ("SmolVLMImageProcessorPil", "SmolVLMImageProcessor", {}),
+    "mllama": ("MllamaImageProcessorPil", "MllamaImageProcessor", {}),
+    # Gemma3Processor's images_kwargs fill the config's null pan-and-scan fields (off by default).
+    "gemma3": ("Gemma3ImageProcessorPil", "Gemma3ImageProcessor",
+               {"do_pan_and_scan": False, "pan_and_scan_min_crop_size": 256,
+                "pan_and_scan_max_num_crops": 4, "pan_and_scan_min_ratio_to_activate": 1.2}),
 }
 _DROP = ("image_processor_type", "processor_class", "crop_size", "do_center_crop", "data_format",
          "default_to_square")

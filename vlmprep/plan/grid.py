@@ -8,6 +8,21 @@ merge_grouped (Qwen2-VL, Qwen3-VL), a tiny example:
                       (2,0) (2,1) (3,0) (3,1) | (2,2) (2,3) (3,2) (3,3)
            i.e. row r = ((bh * gw/2 + bw) * 2 + mh) * 2 + mw for patch (2bh+mh, 2bw+mw);
            each group of 4 rows is one LLM token; a row holds [c, t, py, px].
+
+raster (Pixtral, Mistral-Small-3.x): one sequence per image, rows in raster order, each
+[c, py, px] (what a stride-P conv patch embedding reads); merge_size m only fixes the
+multiple the sides must have (P*m) and the token grid (gh/m x gw/m, the merger's 2x2 unfold):
+
+    Given  a 32x48 image (HxW), patch 16, merge 1 -> grid 2x3
+    Input  pixel x[c, y, x] of the (3, 32, 48) image
+    Output 6 rows (0,0) (0,1) (0,2) (1,0) (1,1) (1,2); row r = gy*3 + gx holds
+           x[c, 16gy + py, 16gx + px] at column (c*16 + py)*16 + px (768 columns)
+
+naflex (SigLIP2 NaFlex): as raster, but channels last inside a row: [py, px, c]:
+
+    Given  the same 32x48 image, patch 16
+    Output 6 rows as above; row r = gy*3 + gx holds x[c, 16gy + py, 16gx + px] at column
+           (py*16 + px)*3 + c (768 columns); to_hf() pads to max_num_patches rows
 """
 from __future__ import annotations
 

@@ -107,6 +107,8 @@ class Sizing:
     tile_canvas: list[int]
     image_tokens: int | None = None
     placeholder: str | None = None
+    #: ``ImagePlan.resized_hw`` when it is not ``canvases[0].resize_hw`` (chained resizes).
+    resized_hw: tuple[int, int] | None = None
 
 
 #: sizing op name -> rule(op, (H, W), pipeline) -> Sizing. One per sizing op; loud on conflicts.
@@ -188,7 +190,9 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
     image_tokens = (sz.image_tokens if sz.image_tokens is not None
                     else sum(grid.tokens_for_grid(g, pf) for g in grids))
     return ImagePlan(
-        index=index, source_hw=(h, w), resized_hw=sz.canvases[0].resize_hw, tiles=sz.tiles,
+        index=index, source_hw=(h, w),
+        resized_hw=sz.resized_hw if sz.resized_hw is not None else sz.canvases[0].resize_hw,
+        tiles=sz.tiles,
         grid_thw=grids, canvases=sz.canvases, tile_canvas=sz.tile_canvas,
         num_patches=sum(t * gh * gw for t, gh, gw in grids),
         num_tokens=image_tokens + pk.extra_tokens,

@@ -199,6 +199,160 @@ class tile(Op):
 
 
 @dataclass(frozen=True)
+class idefics3_tile(Op):
+    """Idefics3 / SmolVLM (a sizing op): resize the long side to ``longest_edge`` (short side
+    even-rounded; up or down; capped at ``max_edge``), then each side up to a multiple of
+    ``tile_size`` (from that image), cut ``rows x cols`` tiles row-major and append the global
+    image (that canvas squashed to ``tile_size``); a one-tile canvas is kept alone. ``split=False``
+    squashes the first resize to one ``tile_size`` square (``do_image_splitting=False``).
+    ``image_seq_len``: ``<image>`` tokens per tile in the prompt (the processor's, not the image
+    processor's config: 169 for Idefics3-8B). See ``vlmprep.plan.idefics3``.
+    """
+
+    name: ClassVar[str] = "idefics3_tile"
+    sizing: ClassVar[bool] = True
+    longest_edge: int = 1820
+    tile_size: int = 364
+    split: bool = True
+    image_seq_len: int = 169
+    max_edge: int = 4096
+    interpolation: str = "lanczos"
+
+    def __post_init__(self) -> None:
+        _check_int(self.name, "longest_edge", self.longest_edge)
+        _check_int(self.name, "tile_size", self.tile_size)
+        _check_int(self.name, "image_seq_len", self.image_seq_len)
+        _check_int(self.name, "max_edge", self.max_edge)
+        if not isinstance(self.split, bool):
+            _fail(self.name, "split", "a bool", self.split, "pass split=True or split=False")
+        _check_interp(self.name, self.interpolation)
+
+
+__all__.append("idefics3_tile")
+
+#: LLaVA-NeXT's checkpoint pinpoints, ``(height, width)`` (also transformers' class default).
+LLAVA_NEXT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
+FEATURE_SELECT_STRATEGIES = ("default", "full")
+
+
+@dataclass(frozen=True)
+class anyres_tile(Op):
+    """LLaVA-NeXT / LLaVA-OneVision "anyres" (a sizing op). See ``vlmprep.plan.anyres``.
+
+    Pick the pinpoint ``(ph, pw)`` of ``pinpoints`` that keeps most pixels (max effective
+    resolution, then min waste, first wins), aspect-fit resize into it (``ceil``, capped), pad
+    centred with 0 (black) to ``(ph, pw)``, cut ``tile_size`` tiles row-major, and put the base
+    image (the whole image squashed to ``tile_size``) FIRST.
+
+    ``multi_image=True`` (OneVision, the images of a multi-image sample): pad the image to a
+    square with ``square_fill`` (the mean colour, ``int(255 * mean)``) and squash it to one tile.
+
+    Tokens (the processors' count): unpadded features of the ``rows*P x cols*P`` feature map
+    (``P = tile_size // patch_size``) + one newline per row + ``P*P`` base features +
+    ``num_additional_image_tokens`` (CLS), minus 1 for ``vision_feature_select_strategy=
+    "default"``; ``max_num_patches`` (OneVision ``anyres_max_9``: 9; 0 = off) pools the
+    unpadded map. A multi-image tile: base + 1 newline.
+    """
+
+    name: ClassVar[str] = "anyres_tile"
+    sizing: ClassVar[bool] = True
+    tile_size: int = 336
+    pinpoints: tuple[tuple[int, int], ...] = LLAVA_NEXT_PINPOINTS
+    max_num_patches: int = 0
+    num_additional_image_tokens: int = 1
+    vision_feature_select_strategy: str = "default"
+    multi_image: bool = False
+    square_fill: tuple[int, int, int] = (0, 0, 0)
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        _check_int(self.name, "tile_size", self.tile_size)
+        try:
+            pins = tuple((int(h), int(w)) for h, w in self.pinpoints)
+        except (TypeError, ValueError):
+            pins = ()
+        if not pins or any(h < 1 or w < 1 or h % self.tile_size or w % self.tile_size
+                           for h, w in pins):
+            _fail(self.name, "pinpoints", f"(height, width) pairs, multiples of tile_size "
+                  f"({self.tile_size})", self.pinpoints, "use the checkpoint's image_grid_pinpoints")
+        object.__setattr__(self, "pinpoints", pins)
+        _check_int(self.name, "max_num_patches", self.max_num_patches, lo=0)
+        _check_int(self.name, "num_additional_image_tokens", self.num_additional_image_tokens, lo=0)
+        if self.vision_feature_select_strategy not in FEATURE_SELECT_STRATEGIES:
+            _fail(self.name, "vision_feature_select_strategy", f"one of {FEATURE_SELECT_STRATEGIES}",
+                  self.vision_feature_select_strategy, "use the checkpoint processor's value")
+        if not isinstance(self.multi_image, bool):
+            _fail(self.name, "multi_image", "a bool", self.multi_image, "pass True or False")
+        fill = tuple(self.square_fill) if isinstance(self.square_fill, (tuple, list)) else ()
+        if len(fill) != 3 or not all(isinstance(v, int) and 0 <= v <= 255 for v in fill):
+            _fail(self.name, "square_fill", "3 ints in 0..255", self.square_fill,
+                  "use tuple(int(255 * m) for m in mean)")
+        object.__setattr__(self, "square_fill", fill)
+        _check_interp(self.name, self.interpolation)
+
+
+__all__.append("anyres_tile")
+
+
+@dataclass(frozen=True)
+class canvas_tile(Op):
+    """Mllama / Llama-3.2-Vision (a sizing op): pick the canvas of ``a x b`` tiles
+    (``a*b <= max_tiles``) that needs the smallest upscale (else the largest downscale; ties: the
+    smaller area), resize aspect-fit into it (sides clipped to ``[tile_size, canvas]``, never
+    upscaled past the image itself), pad bottom/right with 0 and cut the canvas row-major into
+    ``tile_size`` tiles. See ``vlmprep.plan.mllama``.
+    """
+
+    name: ClassVar[str] = "canvas_tile"
+    sizing: ClassVar[bool] = True
+    tile_size: int = 560
+    max_tiles: int = 4
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        _check_int(self.name, "tile_size", self.tile_size)
+        _check_int(self.name, "max_tiles", self.max_tiles)
+        _check_interp(self.name, self.interpolation)
+
+
+@dataclass(frozen=True)
+class pan_and_scan(Op):
+    """Gemma 3 (a sizing op): squash the image to ``(height, width)``; with ``do_pan_and_scan``
+    also cut 2..``pan_and_scan_max_num_crops`` crops along the long side of the ORIGINAL image
+    (only when its aspect ratio is at least ``pan_and_scan_min_ratio_to_activate`` and every crop
+    is at least ``pan_and_scan_min_crop_size``) and squash each to ``(height, width)`` too.
+    Field names are transformers' (``Gemma3ImageProcessor``). See ``vlmprep.plan.gemma3``.
+    """
+
+    name: ClassVar[str] = "pan_and_scan"
+    sizing: ClassVar[bool] = True
+    height: int = 896
+    width: int = 896
+    do_pan_and_scan: bool = False
+    pan_and_scan_min_crop_size: int = 256
+    pan_and_scan_max_num_crops: int = 4
+    pan_and_scan_min_ratio_to_activate: float = 1.2
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        _check_int(self.name, "height", self.height)
+        _check_int(self.name, "width", self.width)
+        if not isinstance(self.do_pan_and_scan, bool):
+            _fail(self.name, "do_pan_and_scan", "a bool", self.do_pan_and_scan,
+                  "pass do_pan_and_scan=True or False")
+        _check_int(self.name, "pan_and_scan_min_crop_size", self.pan_and_scan_min_crop_size)
+        _check_int(self.name, "pan_and_scan_max_num_crops", self.pan_and_scan_max_num_crops, lo=2)
+        r = self.pan_and_scan_min_ratio_to_activate
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 1:
+            _fail(self.name, "pan_and_scan_min_ratio_to_activate", "a number >= 1", r,
+                  "Gemma3Processor uses 1.2")
+        _check_interp(self.name, self.interpolation)
+
+
+__all__ += ["canvas_tile", "pan_and_scan"]
+
+
+@dataclass(frozen=True)
 class center_crop(Op):
     """Crop ``(height, width)`` from the centre, top/left rounded down as transformers does
     (``(H - h) // 2``; torchvision's own center_crop rounds differently). A crop larger than
@@ -236,8 +390,57 @@ class normalize(Op):
         object.__setattr__(self, "rescale", float(self.rescale))
 
 
+@dataclass(frozen=True)
+class pixtral_resize(Op):
+    """Pixtral / Mistral-Small-3.x (a sizing op): if the long side exceeds ``longest_edge``,
+    scale both sides by ``max(H, W) / longest_edge`` with floor (transformers' choice; the
+    original Mistral code and mistral_common round), then ceil each side to a multiple of
+    ``q = patch_size * merge_size`` (taken from ``patchify``, as PixtralProcessor passes it).
+    Never upscales beyond that round-up. The prompt placeholder is ``image_token`` (``pack``)
+    x cols then ``break_token`` per row, the last replaced by ``end_token``: ``rows*(cols+1)``
+    tokens. See ``vlmprep.plan.pixtral``.
+    """
+
+    name: ClassVar[str] = "pixtral_resize"
+    sizing: ClassVar[bool] = True
+    longest_edge: int = 1024
+    break_token: str = "[IMG_BREAK]"
+    end_token: str = "[IMG_END]"
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        _check_int(self.name, "longest_edge", self.longest_edge)
+        for k in ("break_token", "end_token"):
+            if not isinstance(getattr(self, k), str):
+                _fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
+        _check_interp(self.name, self.interpolation)
+
+
+@dataclass(frozen=True)
+class naflex_resize(Op):
+    """SigLIP2 NaFlex (a sizing op): the largest scale (binary search, as transformers'
+    ``get_image_size_for_max_num_patches``) whose sides, each ceiled to a multiple of the patch
+    size (``patchify.patch_size``) and at least one patch, give at most ``max_num_patches``
+    patches; aspect kept up to that rounding; up- or downscales. See ``vlmprep.plan.naflex``.
+    """
+
+    name: ClassVar[str] = "naflex_resize"
+    sizing: ClassVar[bool] = True
+    max_num_patches: int = 256
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        _check_int(self.name, "max_num_patches", self.max_num_patches)
+        _check_interp(self.name, self.interpolation)
+
+
+__all__ += ["pixtral_resize", "naflex_resize"]
+
+
 #: Output layouts. See ``vlmprep.plan.grid`` for the Given/Input/Output examples.
 LAYOUTS = ("merge_grouped", "tiles")
+#: raster (Pixtral): rows [c, py, px] in raster order; naflex (SigLIP2): rows [py, px, c].
+LAYOUTS += ("raster", "naflex")
 
 
 @dataclass(frozen=True)
@@ -252,6 +455,9 @@ class patchify(Op):
     ``(C, H, W)`` image; ``patch_size`` only sets the ViT grid (``floor(H / patch_size)``
     per side, as a stride-P convolution sees it) and ``merge_size`` how many patches per
     side one LLM token covers (InternVL's pixel shuffle: 2).
+
+    ``layout="raster"`` (Pixtral) / ``"naflex"`` (SigLIP2 NaFlex): one sequence per image, rows
+    in raster order, each ``[c, py, px]`` / ``[py, px, c]``; ``temporal_patch_size`` must be 1.
     """
 
     name: ClassVar[str] = "patchify"
@@ -266,11 +472,22 @@ class patchify(Op):
         _check_int(self.name, "merge_size", self.merge_size)
         if self.layout not in LAYOUTS:
             _fail(self.name, "layout", f"one of {LAYOUTS}", self.layout, "pick a layout")
+        if self.layout in ("raster", "naflex") and self.temporal_patch_size != 1:
+            _fail(self.name, "temporal_patch_size", f"1 for layout {self.layout!r} (still images)",
+                  self.temporal_patch_size, "pass temporal_patch_size=1")
 
 
 #: ``to_hf()`` forms: qwen2_vl (pixel_values + image_grid_thw), images (pixel_values
 #: ``[N, C, H, W]``), got_ocr2 (tiles + num_patches); "auto" = qwen2_vl or images by layout.
 HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2")
+# pixtral: pixel_values [B, 3, Hmax, Wmax] + image_sizes; siglip2: [B, max_num_patches, P*P*3]
+# + pixel_attention_mask + spatial_shapes.
+HF_OUTPUTS += ("pixtral", "siglip2")
+HF_OUTPUTS += ("idefics3",)  # pixel_values [B, max_imgs, C, M, M] + pixel_attention_mask
+# pixel_values [B, max_crops, C, T, T] + image_sizes (+ batch_num_images for OneVision)
+HF_OUTPUTS += ("llava_next", "llava_onevision")
+HF_OUTPUTS += ("mllama",)  # pixel_values [B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask
+HF_OUTPUTS += ("gemma3",)  # pixel_values [sum(1 + crops), C, S, S] + num_crops
 
 
 @dataclass(frozen=True)

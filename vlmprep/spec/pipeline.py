@@ -103,6 +103,14 @@ class Pipeline:
             return crop.height, crop.width  # type: ignore[attr-defined]
         if size.name == "tile":
             return size.tile_size, size.tile_size  # type: ignore[attr-defined]
+        if size.name == "idefics3_tile":
+            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
+        if size.name == "anyres_tile":
+            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
+        if size.name == "canvas_tile":
+            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
+        if size.name == "pan_and_scan":
+            return size.height, size.width  # type: ignore[attr-defined]
         if size.name == "resize" and size.mode == "fixed":  # type: ignore[attr-defined]
             return size.height, size.width  # type: ignore[attr-defined]
         return None

@@ -63,6 +63,42 @@ def tile(op: ops.tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
     return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
 
 
+@lowering(B, "anyres_tile")
+def anyres_tile(op: ops.anyres_tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> base tile, then the padded pinpoint canvas's tiles (plan order)."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "idefics3_tile")
+def idefics3_tile(op: ops.idefics3_tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> the split tiles, then the global image (chained PIL resizes)."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "canvas_tile")
+def canvas_tile(op: ops.canvas_tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> Mllama's tiles: the padded canvas cut row-major."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "pan_and_scan")
+def pan_and_scan(op: ops.pan_and_scan, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> Gemma 3's squashed image, then each squashed pan-and-scan crop."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "pixtral_resize")
+def pixtral_resize(op: ops.pixtral_resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> ``[the resized image]`` (the plan's one canvas)."""
+    return _canvases(img, ctx, op.interpolation)
+
+
+@lowering(B, "naflex_resize")
+def naflex_resize(op: ops.naflex_resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
+    """uint8 ``(H, W, 3)`` -> ``[the resized image]`` (the plan's one canvas)."""
+    return _canvases(img, ctx, op.interpolation)
+
+
 @lowering(B, "center_crop")
 def center_crop(op: ops.center_crop, imgs: list[np.ndarray], ctx: Context) -> list[np.ndarray]:
     """The plan's one box from the resized image; outside the image is 0 (as transformers)."""
@@ -84,6 +120,13 @@ def patchify(op: ops.patchify, imgs: list[np.ndarray], ctx: Context) -> None:
     import torch
     if op.layout == "tiles":
         x = np.stack(imgs).transpose(0, 3, 1, 2)
+    elif op.layout in ("raster", "naflex"):
+        # Raster rows (see plan.grid): (gy, py, gx, px, c) -> [c, py, px] or [py, px, c].
+        (img,) = imgs
+        p = op.patch_size
+        H, W, C = img.shape
+        x = img.reshape(H // p, p, W // p, p, C)
+        x = x.transpose(0, 2, 4, 1, 3) if op.layout == "raster" else x.transpose(0, 2, 1, 3, 4)
     else:
         (img,) = imgs
         p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size

@@ -57,6 +57,43 @@ def tile(op: ops.tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
     return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
 
 
+@lowering(B, "anyres_tile")
+def anyres_tile(op: ops.anyres_tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> base tile, then the padded pinpoint canvas's tiles (plan order)."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "idefics3_tile")
+def idefics3_tile(op: ops.idefics3_tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> the split tiles, then the global image. LANCZOS runs torchvision's
+    antialiased kernel in Pillow's pass order (resize_like_pil); never a bicubic fallback."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "canvas_tile")
+def canvas_tile(op: ops.canvas_tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> Mllama's tiles: the padded canvas cut row-major."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "pan_and_scan")
+def pan_and_scan(op: ops.pan_and_scan, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> Gemma 3's squashed image, then each squashed pan-and-scan crop."""
+    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
+
+
+@lowering(B, "pixtral_resize")
+def pixtral_resize(op: ops.pixtral_resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> ``[the resized image]`` (the plan's one canvas)."""
+    return _canvases(img, ctx, op.interpolation)
+
+
+@lowering(B, "naflex_resize")
+def naflex_resize(op: ops.naflex_resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
+    """uint8 ``(3, H, W)`` -> ``[the resized image]`` (the plan's one canvas)."""
+    return _canvases(img, ctx, op.interpolation)
+
+
 @lowering(B, "center_crop")
 def center_crop(op: ops.center_crop, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
     """The plan's one box from the resized image; outside the image is 0."""
@@ -80,6 +117,15 @@ def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
     if op.layout == "tiles":
         for k, x in enumerate(imgs):
             ctx.dest[k].copy_(x)
+        return
+    if op.layout in ("raster", "naflex"):
+        # Raster rows (see plan.grid): (c, gy, py, gx, px) -> [c, py, px] or [py, px, c].
+        (img,) = imgs
+        p = op.patch_size
+        C, H, W = img.shape
+        x = img.reshape(C, H // p, p, W // p, p)
+        x = x.permute(1, 3, 0, 2, 4) if op.layout == "raster" else x.permute(1, 3, 2, 4, 0)
+        ctx.dest.view(x.shape).copy_(x)
         return
     (img,) = imgs
     p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size

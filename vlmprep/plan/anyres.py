@@ -1,0 +1,145 @@
+"""LLaVA-NeXT / LLaVA-OneVision "anyres" geometry and token counts (op ``anyres_tile``).
+
+Pure integer/float functions reproducing transformers 5.24 operation for operation
+(``image_processing_utils.select_best_resolution`` / ``get_patch_output_size``, the image
+processors' ``_get_padding_size`` and ``get_image_patches``, the processors'
+``_get_unpadded_features``).
+
+Tile order, a tiny example::
+
+    Given  llava-next (tile 336), an image of 333x777 (HxW)
+    Input  best pinpoint (336, 1008); scale_w = 1008/777 >= scale_h = 336/333, so h = 336 and
+           w = min(ceil(777 * 336/333), 1008) = 784; centre-pad into 336x1008 at left 112
+    Output tiles [base (the whole image squashed to 336x336),
+                  (0, 0, 336, 336), (0, 336, 336, 336), (0, 672, 336, 336)]  (base first,
+           then row-major), tokens 1944.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from ..spec.ops import anyres_tile
+from ..spec.pipeline import Pipeline
+from .plan import Box, Canvas, Sizing, sizing_rule
+
+__all__ = ["select_best_resolution", "patch_output_size", "padding", "unpadded_features",
+           "anyres_tokens", "multi_image_tokens"]
+
+
+def select_best_resolution(height: int, width: int, pinpoints: Sequence[tuple[int, int]]
+                           ) -> tuple[int, int]:
+    """The pinpoint ``(ph, pw)`` that keeps most of the image: highest effective resolution
+    ``min(int(W*s) * int(H*s), W*H)`` with ``s = min(pw/W, ph/H)``, then least wasted area
+    ``ph*pw - effective``; on a full tie the first in list order.
+
+    Given 1080x1920 and llava-next's pinpoints -> (672, 672); 1x1 -> (336, 672).
+    """
+    best, best_eff, best_waste = None, 0, float("inf")
+    for ph, pw in pinpoints:
+        s = min(pw / width, ph / height)
+        eff = min(int(width * s) * int(height * s), width * height)
+        waste = ph * pw - eff
+        if eff > best_eff or (eff == best_eff and waste < best_waste):
+            best, best_eff, best_waste = (ph, pw), eff, waste
+    if best is None:  # every candidate keeps 0 pixels: transformers returns None and fails later
+        raise ValueError(f"select_best_resolution: no pinpoint of {list(pinpoints)} keeps any pixel "
+                         f"of a {height}x{width} image")
+    return best
+
+
+def patch_output_size(height: int, width: int, target: tuple[int, int]) -> tuple[int, int]:
+    """Aspect-fit ``(h, w)`` inside ``target = (ph, pw)``: the side with the smaller scale takes the
+    target, the other is ``min(ceil(side * scale), target side)``.
+
+    Given 333x777 into (336, 1008) -> (336, 784).
+    """
+    th, tw = target
+    scale_w, scale_h = tw / width, th / height
+    if scale_w < scale_h:
+        return min(math.ceil(height * scale_w), th), tw
+    return th, min(math.ceil(width * scale_h), tw)
+
+
+def padding(resized: tuple[int, int], target: tuple[int, int]) -> tuple[int, int]:
+    """``(top, left)`` of the resized image in the target: ``(target - resized) // 2`` per axis
+    (the bottom/right share gets the odd pixel)."""
+    return (target[0] - resized[0]) // 2, (target[1] - resized[1]) // 2
+
+
+def unpadded_features(height: int, width: int, patches: int, rows: int, cols: int,
+                      max_num_patches: int = 0) -> tuple[int, int]:
+    """``(unpadded, newline)`` features of the tile grid, as the processors'
+    ``_get_unpadded_features``: the ``patches*rows x patches*cols`` feature map with the padding
+    rows/columns removed (``int(round(side * cur / other, 7))``), one newline per remaining row;
+    with ``max_num_patches`` (OneVision's ``anyres_max_N``) the map is pooled down by
+    ``ratio = sqrt(h*w / (N * patches**2))`` when ``ratio > 1.1``.
+    """
+    cur_h, cur_w = patches * rows, patches * cols
+    if width / height > cur_w / cur_h:
+        new_h = int(round(height * (cur_w / width), 7))
+        cur_h -= ((cur_h - new_h) // 2) * 2
+    else:
+        new_w = int(round(width * (cur_h / height), 7))
+        cur_w -= ((cur_w - new_w) // 2) * 2
+    unpadded, newline = cur_h * cur_w, cur_h
+    if max_num_patches:
+        ratio = math.sqrt(cur_h * cur_w / (max_num_patches * patches ** 2))
+        if ratio > 1.1:
+            unpadded = int(cur_h // ratio) * int(cur_w // ratio)
+            newline = int(cur_h // ratio)
+    return unpadded, newline
+
+
+def _base_tokens(op: anyres_tile, patches: int) -> int:
+    """Features of one tile as the processor counts them: ``patches**2`` plus
+    ``num_additional_image_tokens`` (CLS), minus one for the "default" strategy (drops CLS)."""
+    return (patches * patches + op.num_additional_image_tokens
+            - (1 if op.vision_feature_select_strategy == "default" else 0))
+
+
+def anyres_tokens(op: anyres_tile, height: int, width: int, patch_size: int) -> int:
+    """LLM tokens of one single-image sample (the processor's ``_get_num_multimodal_tokens``).
+
+    Given llava-next, 1080x1920 -> 1948; llava-onevision, 1080x1920 -> 7269.
+    """
+    patches = op.tile_size // patch_size
+    ph, pw = select_best_resolution(height, width, op.pinpoints)
+    unpadded, newline = unpadded_features(height, width, patches, ph // op.tile_size,
+                                          pw // op.tile_size, op.max_num_patches)
+    return unpadded + newline + _base_tokens(op, patches)
+
+
+def multi_image_tokens(op: anyres_tile, patch_size: int) -> int:
+    """LLM tokens of one image of a multi-image OneVision sample: one tile + one newline."""
+    return _base_tokens(op, op.tile_size // patch_size) + 1
+
+
+@sizing_rule("anyres_tile")
+def _anyres_tile(op: anyres_tile, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
+    """Canvases: [0] the aspect-fit resize padded into the pinpoint, [1] the base image.
+    Tiles: base first, then the pinpoint canvas row-major. ``multi_image``: [0] the source padded
+    to a square with ``square_fill``, [1] that square squashed to one tile."""
+    if pipeline.get("center_crop") is not None:
+        raise ValueError("Pipeline: anyres_tile expected no center_crop (its tiles are already "
+                         "tile_size squares), got one; remove the center_crop op")
+    h, w = hw
+    t = op.tile_size
+    patch = pipeline.patchify.patch_size
+    token = pipeline.pack.image_token
+    if op.multi_image:
+        side = max(h, w)
+        # transformers' pad_to_square: the short axis is centred with floor((side - s) / 2).
+        square = Canvas((h, w), size=(side, side), offset=((side - h) // 2, (side - w) // 2),
+                        fill=op.square_fill)
+        n = multi_image_tokens(op, patch)
+        return Sizing([square, Canvas((t, t), parent=0)], [(0, 0, t, t)], [1], image_tokens=n,
+                      placeholder=token * n)
+    ph, pw = select_best_resolution(h, w, op.pinpoints)
+    rhw = patch_output_size(h, w, (ph, pw))
+    canvases = [Canvas(rhw, size=(ph, pw), offset=padding(rhw, (ph, pw)), fill=(0, 0, 0)),
+                Canvas((t, t))]
+    grid: list[Box] = [(r * t, c * t, t, t) for r in range(ph // t) for c in range(pw // t)]
+    n = anyres_tokens(op, h, w, patch)
+    return Sizing(canvases, [(0, 0, t, t)] + grid, [1] + [0] * len(grid), image_tokens=n,
+                  placeholder=token * n)

@@ -1,0 +1,84 @@
+"""Idefics3 and SmolVLM (``idefics3``): long side -> ``longest_edge`` (short side even-rounded),
+each side up to a multiple of the tile M, ``rows x cols`` tiles of M x M row-major + a global
+M x M image; LANCZOS; mean = std = 0.5. Prompt per image:
+``<fake_token_around_image><row_r_col_c><image>*S`` per tile, ``\\n`` per row, then
+``\\n<fake_token_around_image><global-img><image>*S<fake_token_around_image>``.
+
+Defaults: HuggingFaceM4/Idefics3-8B-Llama3 (``size.longest_edge`` 1820 = 5 * 364, M = 364,
+S = 169 = (364 / 14)^2 / 2^2 after the pixel shuffle). The class defaults differ (1456 = 4 * 364).
+SmolVLM-256M/500M and SmolVLM2 checkpoints (``SmolVLMImageProcessor`` or ``Idefics3ImageProcessor``
+configs): 2048 / 512, S = 64 (patch 16, shuffle 4); SmolVLM-Instruct (2B): 1536 / 384, S = 81
+(patch 14, shuffle 3).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .. import ops
+from ..pipeline import Pipeline
+from ._config import config_interpolation, config_normalize, config_types, need
+
+IMAGE_PROCESSOR_TYPES = config_types("Idefics3ImageProcessor") + config_types("SmolVLMImageProcessor")
+
+#: tile size M -> (ViT patch size, pixel-shuffle scale factor) of the public checkpoints; the
+#: processor's ``image_seq_len`` is ``(M // patch) ** 2 // scale ** 2``. Other M: Idefics3's 14 / 2.
+KNOWN_TILES = {364: (14, 2), 512: (16, 4), 384: (14, 3)}
+
+
+def _pipeline(longest_edge: int, tile_size: int, split: bool = True, image_seq_len: int | None = None,
+              mean=(0.5,) * 3, std=(0.5,) * 3, interpolation: str = "lanczos",
+              rescale: float = 1 / 255, do_normalize: bool = True) -> Pipeline:
+    patch, scale = KNOWN_TILES.get(tile_size, (14, 2))
+    if image_seq_len is None:
+        image_seq_len = int(((tile_size // patch) ** 2) / (scale ** 2))
+    steps: list[ops.Op] = [
+        ops.decode(),
+        ops.idefics3_tile(longest_edge=longest_edge, tile_size=tile_size, split=split,
+                          image_seq_len=image_seq_len, interpolation=interpolation),
+    ]
+    if do_normalize:
+        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=scale, layout="tiles"),
+              ops.pack(image_token="<image>", hf_output="idefics3")]
+    return Pipeline(steps, name="idefics3")
+
+
+def idefics3() -> Pipeline:
+    return _pipeline(1820, 364)
+
+
+def matches(cfg: Mapping[str, Any]) -> bool:
+    return cfg.get("image_processor_type") in IMAGE_PROCESSOR_TYPES
+
+
+def _edge(cfg: Mapping[str, Any], key: str, default: int) -> int:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if isinstance(v, Mapping) and isinstance(v.get("longest_edge"), int):
+        return int(v["longest_edge"])
+    raise ValueError(f"preprocessor_config: {key!r} expected {{'longest_edge': int}} (as Idefics3 / "
+                     f"SmolVLM write it), got {v!r}")
+
+
+def from_config(cfg: Mapping[str, Any]) -> Pipeline:
+    """``Idefics3ImageProcessor`` / ``SmolVLMImageProcessor`` config -> Pipeline.
+
+    ``image_seq_len`` lives in the processor's config, not this file: taken from ``cfg`` when it
+    is there, else from the tile size (``KNOWN_TILES``). ``do_resize=false`` and ``do_pad=false``
+    (outputs of other shapes) are refused rather than silently ignored.
+    """
+    for key in ("do_resize", "do_pad"):
+        if not need(cfg, key, True):
+            raise ValueError(f"preprocessor_config: {key} expected true (every public Idefics3 / "
+                             f"SmolVLM checkpoint), got false; vlmprep's idefics3 preset always "
+                             f"resizes and pads: remove the key or build a Pipeline by hand")
+    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    seq = cfg.get("image_seq_len")
+    return _pipeline(_edge(cfg, "size", 4 * 364), _edge(cfg, "max_image_size", 364),
+                     bool(need(cfg, "do_image_splitting", True)),
+                     None if seq is None else int(seq), mean, std,
+                     config_interpolation(cfg, "lanczos"), rescale, do_norm)
+
+
+PRESETS = {"idefics3": idefics3}
