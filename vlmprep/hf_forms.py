@@ -1,0 +1,267 @@
+"""``PackedBatch.to_hf()`` forms: one function per transformers image processor's output.
+
+Each form takes a PackedBatch (and, for processors that read a flat list as one multi-image
+sample, ``images_per_sample``) and returns exactly that processor's keys, shapes, dtypes and
+padding. Register a new one with ``@hf_form(name)``; a pipeline picks it by ``pack.hf_output``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from .pack import PackedBatch
+    from .spec.pipeline import Pipeline
+
+#: ``pack.hf_output`` name -> fn(batch) -> the transformers image processor's output dict.
+HF_FORMS: dict[str, "Callable[[PackedBatch], dict]"] = {}
+#: Forms called as fn(batch, images_per_sample) (None: the processor's reading of a flat list).
+HF_NESTING_FORMS: set[str] = set()
+
+
+def hf_form(name: str):
+    """Decorator: register the ``to_hf()`` form called ``name``; loud on conflicts."""
+    def deco(fn):
+        if name in HF_FORMS:
+            raise RuntimeError(f"to_hf form {name!r} defined twice")
+        HF_FORMS[name] = fn
+        return fn
+    return deco
+
+
+@hf_form("qwen2_vl")
+def _qwen2_vl(b: "PackedBatch") -> dict:
+    return {"pixel_values": b.pixel_values, "image_grid_thw": b.grid_thw}
+
+
+@hf_form("images")
+def _images(b: "PackedBatch") -> dict:
+    return {"pixel_values": b.pixel_values}
+
+
+@hf_form("got_ocr2")
+def _got_ocr2(b: "PackedBatch") -> dict:
+    import torch
+    counts = torch.bincount(b.image_index, minlength=b.num_images)
+    ok = [i for i in range(b.num_images) if i not in b.errors]
+    return {"pixel_values": b.pixel_values, "num_patches": counts[ok]}
+
+
+@hf_form("idefics3")
+def _idefics3(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
+    """``Idefics3ImageProcessor`` (SmolVLM's too): ``pixel_values (B, max_tiles, C, M, M)``, each
+    sample's tiles (its images' splits + global images) in order, zero-padded over the batch;
+    ``pixel_attention_mask (B, max_tiles, M, M)`` int64, 1 on a real tile. A flat list is one
+    sample (B = 1), as the processor reads it.
+
+    Given images with 16 and 1 tiles and images_per_sample [1, 1] -> pixel_values (2, 16, 3, M, M),
+    sample 1 holds its tile at slot 0 and zeros in slots 1..15 (mask 0 there).
+    """
+    import torch
+    counts = torch.bincount(b.image_index, minlength=b.num_images).tolist()
+    tiles = [counts[i] for i in range(b.num_images) if i not in b.errors]
+    samples = [len(tiles)] if images_per_sample is None else [int(k) for k in images_per_sample]
+    per_sample, k = [], 0
+    for n in samples:
+        per_sample.append(sum(tiles[k:k + n]))
+        k += n
+    width = max(per_sample, default=0)
+    c, h, w = b.pixel_values.shape[1:]
+    pv = b.pixel_values.new_zeros((len(samples), width, c, h, w))
+    mask = torch.zeros((len(samples), width, h, w), dtype=torch.int64, device=b.pixel_values.device)
+    row = 0
+    for s, n in enumerate(per_sample):
+        pv[s, :n] = b.pixel_values[row:row + n]
+        mask[s, :n] = 1
+        row += n
+    return {"pixel_values": pv, "pixel_attention_mask": mask}
+
+
+HF_NESTING_FORMS.add("idefics3")
+
+
+def _llava_crops(b: "PackedBatch") -> tuple[list[int], dict]:
+    """LLaVA-NeXT / OneVision: ``(tiles per good image, {pixel_values (N, max_crops, C, T, T)
+    zero-padded over the batch, image_sizes (N, 2) int64 source (H, W)})``."""
+    import torch
+    if len(b.image_plans) != b.num_images:
+        raise ValueError("to_hf: this form needs the batch's image_plans (source sizes); expected a "
+                         "batch made by Processor / split / concat, got one without them")
+    counts = torch.bincount(b.image_index, minlength=b.num_images).tolist()
+    ok = [i for i in range(b.num_images) if i not in b.errors]
+    tiles = [counts[i] for i in ok]
+    c, h, w = b.pixel_values.shape[1:]
+    pv = b.pixel_values.new_zeros((len(ok), max(tiles, default=0), c, h, w))
+    row = 0
+    for k, n in enumerate(tiles):
+        pv[k, :n] = b.pixel_values[row:row + n]
+        row += n
+    sizes = torch.tensor([list(b.image_plans[i].source_hw) for i in ok],
+                         dtype=torch.int64).reshape(len(ok), 2)
+    return tiles, {"pixel_values": pv, "image_sizes": sizes}
+
+
+@hf_form("llava_next")
+def _llava_next(b: "PackedBatch") -> dict:
+    """``LlavaNextImageProcessor``: ``pixel_values (N, max_crops, C, T, T)`` (each image's base
+    tile then its grid tiles, zero tiles after), ``image_sizes (N, 2)`` int64 original (H, W).
+    The processor flattens multi-image samples, so samples change nothing.
+
+    Given images of 1x1 (3 crops) and 1080x1920 (5 crops) -> pixel_values (2, 5, 3, 336, 336),
+    image 0's slots 3..4 zero; image_sizes [[1, 1], [1080, 1920]].
+    """
+    return _llava_crops(b)[1]
+
+
+@hf_form("llava_onevision")
+def _llava_onevision(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
+    """``LlavaOnevisionImageProcessor``: as ``llava_next`` (N = images, not samples) plus
+    ``batch_num_images (num_samples,)`` int64: ``images_per_sample`` without empty samples, or
+    ``[1] * N`` for a flat list (the processor reads a flat list as single-image samples).
+
+    The processor gives an image of a multi-image sample one padded-square tile
+    (``anyres_tile(multi_image=True)``) and a single image its anyres tiles: the batch must
+    have been made that way (1 tile vs >= 2), else this raises.
+    """
+    import torch
+    tiles, out = _llava_crops(b)
+    samples = [1] * len(tiles) if images_per_sample is None else [int(k) for k in images_per_sample]
+    k = 0
+    for n in samples:
+        for j in range(k, k + n):
+            if (n > 1) != (tiles[j] == 1):
+                raise ValueError(
+                    f"to_hf: processed image {j} has {tiles[j]} tiles, expected "
+                    f"{'1 (a multi-image sample: padded square)' if n > 1 else '>= 2 (anyres)'} "
+                    f"for a sample of {n} image(s); process the images of multi-image samples "
+                    f"with multi_image=True and single images without, then concat the batches")
+        k += n
+    out["batch_num_images"] = torch.tensor([n for n in samples if n], dtype=torch.int64)
+    return out
+
+
+HF_NESTING_FORMS.add("llava_onevision")
+
+
+def _ok_plans(b: "PackedBatch", form: str) -> list:
+    """The plans of the good images, in order; loud when the batch carries none."""
+    if len(b.image_plans) != b.num_images:
+        raise ValueError(f"to_hf ({form}): expected a batch made by a Processor (it carries one "
+                         f"image plan per image), got {len(b.image_plans)} plans for "
+                         f"{b.num_images} images; process the images with vlmprep.Processor")
+    return [p for p in b.image_plans if p.index not in b.errors]
+
+
+@hf_form("mllama")
+def _mllama(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
+    """``MllamaImageProcessor``: ``pixel_values (B, max_imgs, max_tiles, C, T, T)`` with each
+    image's real tiles first and 0 in unused tile and image slots; ``aspect_ratio_ids
+    (B, max_imgs)`` int64 (1-based arrangement index, 0: no image); ``aspect_ratio_mask
+    (B, max_imgs, max_tiles)`` int64 (1 on real tiles, and on tile 0 of every slot, as
+    transformers does); ``num_tiles``: list (per sample) of lists (per image). A flat list is
+    one sample (B = 1), as the processor reads it.
+
+    Given 1080x1920 and 1x1 as one sample -> pixel_values (1, 2, 4, 3, 560, 560),
+    aspect_ratio_ids [[6, 1]], aspect_ratio_mask [[[1, 1, 1, 1], [1, 0, 0, 0]]], num_tiles [[4, 1]].
+    """
+    import torch
+
+    from .plan.mllama import aspect_ratio_id
+    plans = _ok_plans(b, "mllama")
+    max_tiles = b.pipeline.sizing.max_tiles  # type: ignore[union-attr]
+    t = b.pipeline.tile_hw[0]  # type: ignore[union-attr,index]
+    samples = [len(plans)] if images_per_sample is None else [int(k) for k in images_per_sample]
+    width = max(samples, default=0)
+    dev = b.pixel_values.device
+    pv = b.pixel_values.new_zeros((len(samples), width, max_tiles) + tuple(b.pixel_values.shape[1:]))
+    ids = torch.zeros((len(samples), width), dtype=torch.int64, device=dev)
+    mask = torch.zeros((len(samples), width, max_tiles), dtype=torch.int64, device=dev)
+    mask[:, :, 0] = 1
+    num_tiles: list[list[int]] = []
+    row = k = 0
+    for s, n_img in enumerate(samples):
+        num_tiles.append([])
+        for j in range(n_img):
+            p = plans[k]
+            k += 1
+            n = len(p.tiles)
+            ch, cw = p.canvases[0].hw
+            pv[s, j, :n] = b.pixel_values[row:row + n]
+            ids[s, j] = aspect_ratio_id((ch // t, cw // t), max_tiles)
+            mask[s, j, :n] = 1
+            num_tiles[-1].append(n)
+            row += n
+    return {"pixel_values": pv, "aspect_ratio_ids": ids, "aspect_ratio_mask": mask,
+            "num_tiles": num_tiles}
+
+
+HF_NESTING_FORMS.add("mllama")
+
+
+@hf_form("gemma3")
+def _gemma3(b: "PackedBatch") -> dict:
+    """``Gemma3ImageProcessor``: ``pixel_values (sum(1 + crops), C, S, S)`` (each image, then its
+    pan-and-scan crops) and ``num_crops (num_images,)`` int64. The processor flattens samples."""
+    import torch
+    counts = torch.bincount(b.image_index, minlength=b.num_images)
+    ok = [i for i in range(b.num_images) if i not in b.errors]
+    return {"pixel_values": b.pixel_values, "num_crops": counts[ok] - 1}
+
+
+@hf_form("pixtral")
+def _pixtral(b: "PackedBatch") -> dict:
+    """``PixtralImageProcessor``: ``pixel_values (B, 3, Hmax, Wmax)``: each image's raster rows
+    put back into its ``(3, H', W')`` image at the top left, zeros elsewhere (transformers pads
+    after normalization); ``image_sizes (B, 2)`` int64 (host): ``(H', W')``. Multi-image samples
+    are flattened, as the processor does (B = every processed image).
+
+    Given images 32x64 and 80x32 (patch 16) -> pixel_values (2, 3, 80, 64); image 0 fills
+    [:, :32, :64], image 1 [:, :80, :32]; image_sizes [[32, 64], [80, 32]].
+    """
+    import torch
+    p = b.pipeline.patchify.patch_size if b.pipeline is not None else 16
+    c = b.pixel_values.shape[1] // (p * p)
+    grids = [(gh, gw) for _, gh, gw in b.grid_thw.tolist()]
+    hmax = max((gh * p for gh, _ in grids), default=0)
+    wmax = max((gw * p for _, gw in grids), default=0)
+    pv = b.pixel_values.new_zeros((len(grids), c, hmax, wmax))
+    row = 0
+    for i, (gh, gw) in enumerate(grids):
+        x = b.pixel_values[row:row + gh * gw].reshape(gh, gw, c, p, p)
+        pv[i, :, :gh * p, :gw * p] = x.permute(2, 0, 3, 1, 4).reshape(c, gh * p, gw * p)
+        row += gh * gw
+    sizes = torch.tensor([[gh * p, gw * p] for gh, gw in grids], dtype=torch.int64)
+    return {"pixel_values": pv, "image_sizes": sizes.reshape(len(grids), 2)}
+
+
+@hf_form("siglip2")
+def _siglip2(b: "PackedBatch") -> dict:
+    """``Siglip2ImageProcessor`` (NaFlex): ``pixel_values (B, max_num_patches, P*P*C)`` with each
+    image's ``[py, px, c]`` rows first and zero rows after; ``pixel_attention_mask
+    (B, max_num_patches)`` int32, 1 on a real patch; ``spatial_shapes (B, 2)`` int64 (host):
+    ``(h_p, w_p)``. Multi-image samples are flattened, as the processor does.
+
+    Given images of 12x20 and 2x106 patches, max_num_patches 256 -> pixel_values (2, 256, 768),
+    mask rows [1]*240 + [0]*16 and [1]*212 + [0]*44, spatial_shapes [[12, 20], [2, 106]].
+    """
+    import torch
+    width = getattr(b.pipeline.sizing, "max_num_patches", None) if b.pipeline is not None else None
+    width = max([width or 0] + b.seqlens)
+    pv = b.pixel_values.new_zeros((b.num_seqs, width, b.pixel_values.shape[1]))
+    mask = torch.zeros((b.num_seqs, width), dtype=torch.int32, device=b.pixel_values.device)
+    row = 0
+    for i, n in enumerate(b.seqlens):
+        pv[i, :n] = b.pixel_values[row:row + n]
+        mask[i, :n] = 1
+        row += n
+    return {"pixel_values": pv, "pixel_attention_mask": mask,
+            "spatial_shapes": b.grid_thw[:, 1:].clone()}
+
+
+def hf_output(pipeline: "Pipeline | None") -> str:
+    """The resolved ``pack.hf_output`` of a pipeline ("auto" picks by the patchify layout)."""
+    if pipeline is None:
+        return "qwen2_vl"
+    form = pipeline.pack.hf_output
+    if form == "auto":
+        return "images" if pipeline.patchify.layout == "tiles" else "qwen2_vl"
+    return form
