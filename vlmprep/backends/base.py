@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
 from ..spec.pipeline import Pipeline
-from .registry import get_lowering
+from ..spec.ops import OP_TYPES
+from .registry import get_lowering, lowering
 
 if TYPE_CHECKING:
     import torch
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from ..io.inputs import Source
     from ..plan import ImagePlan
 
-__all__ = ["Context", "Backend", "build_canvases", "cut_tiles"]
+__all__ = ["Context", "Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings"]
 
 
 @dataclass
@@ -106,3 +107,35 @@ def cut_tiles(canvases: list, plan: "ImagePlan",
               cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any]) -> list:
     """The plan's tiles, each cut from its canvas, in output order."""
     return [cut(canvases[k], box, (0, 0, 0)) for box, k in zip(plan.tiles, plan.tile_canvas)]
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    """The lowering of every sizing op (a class, not a closure, so Processors pickle)."""
+
+    resize: Callable
+    cut: Callable
+
+    def __call__(self, op: Any, img: Any, ctx: Context) -> list:
+        """decoded image -> the plan's tiles, each cut from its canvas, in output order."""
+        canvases = build_canvases(img, ctx.plan, op.interpolation, self.resize, self.cut)
+        return cut_tiles(canvases, ctx.plan, self.cut)
+
+
+def _already_cut(op: Any, tiles: list, ctx: Context) -> list:
+    """``center_crop``: the plan's crop box is the tile the sizing step already cut."""
+    return tiles
+
+
+def register_geometry_lowerings(backend: str, resize: Callable, cut: Callable) -> None:
+    """Register ``backend``'s lowering of every sizing op and of ``center_crop``.
+
+    The plan decides every canvas and tile box, so all sizing ops lower alike: build the
+    canvases, cut the tiles (a centre crop is a tile box too, so ``center_crop`` has nothing
+    left to do). A backend supplies only its two primitives (see ``build_canvases``).
+    """
+    sizing = _Sizing(resize, cut)
+    for name, typ in OP_TYPES.items():
+        if typ.sizing:
+            lowering(backend, name)(sizing)
+    lowering(backend, "center_crop")(_already_cut)

@@ -6,7 +6,7 @@ import numpy as np
 from ...io import decode as _io
 from ...spec import ops
 from ...plan.tiling import box_overlap
-from ..base import Context, build_canvases, cut_tiles
+from ..base import Context, register_geometry_lowerings
 from ..registry import lowering
 
 B = "reference"
@@ -43,66 +43,7 @@ def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.
     return out
 
 
-def _canvases(img: np.ndarray, ctx: Context, interpolation: str) -> list[np.ndarray]:
-    return build_canvases(img, ctx.plan, interpolation, _resize_to, _cut)
-
-
-@lowering(B, "smart_resize")
-def smart_resize(op: ops.smart_resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "resize")
-def resize(op: ops.resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "tile")
-def tile(op: ops.tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> the plan's tiles, each cut from its canvas, in output order."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "anyres_tile")
-def anyres_tile(op: ops.anyres_tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> base tile, then the padded pinpoint canvas's tiles (plan order)."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "idefics3_tile")
-def idefics3_tile(op: ops.idefics3_tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> the split tiles, then the global image (chained PIL resizes)."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "canvas_tile")
-def canvas_tile(op: ops.canvas_tile, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> Mllama's tiles: the padded canvas cut row-major."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "pan_and_scan")
-def pan_and_scan(op: ops.pan_and_scan, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> Gemma 3's squashed image, then each squashed pan-and-scan crop."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "pixtral_resize")
-def pixtral_resize(op: ops.pixtral_resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> ``[the resized image]`` (the plan's one canvas)."""
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "naflex_resize")
-def naflex_resize(op: ops.naflex_resize, img: np.ndarray, ctx: Context) -> list[np.ndarray]:
-    """uint8 ``(H, W, 3)`` -> ``[the resized image]`` (the plan's one canvas)."""
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "center_crop")
-def center_crop(op: ops.center_crop, imgs: list[np.ndarray], ctx: Context) -> list[np.ndarray]:
-    """The plan's one box from the resized image; outside the image is 0 (as transformers)."""
-    return [_cut(imgs[0], ctx.plan.tiles[0])]
+register_geometry_lowerings(B, _resize_to, _cut)
 
 
 @lowering(B, "normalize")

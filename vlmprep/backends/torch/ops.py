@@ -7,7 +7,7 @@ import torch
 from ...io import decode as _io
 from ...spec import ops
 from ...plan.tiling import box_overlap
-from ..base import Context, build_canvases, cut_tiles
+from ..base import Context, register_geometry_lowerings
 from ..registry import lowering
 from .resize import resize_like_pil
 
@@ -37,67 +37,7 @@ def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> t
     return out
 
 
-def _canvases(img: torch.Tensor, ctx: Context, interpolation: str) -> list[torch.Tensor]:
-    return build_canvases(img, ctx.plan, interpolation, resize_like_pil, _cut)
-
-
-@lowering(B, "smart_resize")
-def smart_resize(op: ops.smart_resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "resize")
-def resize(op: ops.resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "tile")
-def tile(op: ops.tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> the plan's tiles, each cut from its canvas, in output order."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "anyres_tile")
-def anyres_tile(op: ops.anyres_tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> base tile, then the padded pinpoint canvas's tiles (plan order)."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "idefics3_tile")
-def idefics3_tile(op: ops.idefics3_tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> the split tiles, then the global image. LANCZOS runs torchvision's
-    antialiased kernel in Pillow's pass order (resize_like_pil); never a bicubic fallback."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "canvas_tile")
-def canvas_tile(op: ops.canvas_tile, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> Mllama's tiles: the padded canvas cut row-major."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "pan_and_scan")
-def pan_and_scan(op: ops.pan_and_scan, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> Gemma 3's squashed image, then each squashed pan-and-scan crop."""
-    return cut_tiles(_canvases(img, ctx, op.interpolation), ctx.plan, _cut)
-
-
-@lowering(B, "pixtral_resize")
-def pixtral_resize(op: ops.pixtral_resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> ``[the resized image]`` (the plan's one canvas)."""
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "naflex_resize")
-def naflex_resize(op: ops.naflex_resize, img: torch.Tensor, ctx: Context) -> list[torch.Tensor]:
-    """uint8 ``(3, H, W)`` -> ``[the resized image]`` (the plan's one canvas)."""
-    return _canvases(img, ctx, op.interpolation)
-
-
-@lowering(B, "center_crop")
-def center_crop(op: ops.center_crop, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
-    """The plan's one box from the resized image; outside the image is 0."""
-    return [_cut(imgs[0], ctx.plan.tiles[0])]
+register_geometry_lowerings(B, resize_like_pil, _cut)
 
 
 @lowering(B, "normalize")
