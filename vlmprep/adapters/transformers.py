@@ -1,0 +1,246 @@
+"""transformers adapter: a PackedBatch + prompts -> what ``model(**inputs)`` / ``generate`` take.
+
+The family's transformers processor does two things with a prompt: it replaces each image token
+(the one the chat template writes, once per image) by that image's expanded placeholder, then
+tokenizes. ``expand_prompt`` does the first with the plan's exact ``placeholder`` strings;
+``model_inputs`` does both and adds ``batch.to_hf()``.
+
+Expansion, a tiny example (qwen2-vl, two images of 4 and 6 tokens)::
+
+    Given  texts ["a <|image_pad|> b", "<|image_pad|> c"], placeholders ["<|image_pad|>" * 4,
+           "<|image_pad|>" * 6]
+    Output ["a " + "<|image_pad|>" * 4 + " b", "<|image_pad|>" * 6 + " c"]
+
+Images are consumed in order across texts: ``texts[i]`` holds sample i's image tokens, and the
+batch's images are the samples' images concatenated. Skipped images (``errors="skip"``) are not
+in the batch's output: the texts must not hold a token for them.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from ..pack import PackedBatch
+    from ..plan import Plan
+
+__all__ = ["PROMPT_IMAGE_TOKENS", "expand_prompt", "expand_prompts", "model_inputs",
+           "prompt_image_token", "placeholders_of"]
+
+#: ``pack.hf_output`` form -> the image token a prompt holds once per image, where it is not the
+#: expanded ``pack.image_token`` itself (Gemma 3 writes ``<start_of_image>`` = ``boi_token``; the
+#: processor turns it into ``\n\n<start_of_image><image_soft_token>*256<end_of_image>\n\n``).
+PROMPT_IMAGE_TOKENS: dict[str, str] = {"gemma3": "<start_of_image>"}
+
+
+def placeholders_of(batch_or_plan: "PackedBatch | Plan | Sequence[str]") -> list[str]:
+    """The placeholder strings of the good images, in order (skipped images left out)."""
+    if isinstance(batch_or_plan, (list, tuple)) and all(isinstance(s, str) for s in batch_or_plan):
+        return list(batch_or_plan)
+    images = getattr(batch_or_plan, "images", None)
+    if images is not None:  # a Plan
+        return [p.placeholder for p in images if p.error is None]
+    placeholders = getattr(batch_or_plan, "placeholders", None)
+    if placeholders is None:
+        raise TypeError(f"expected a PackedBatch, a Plan or a list of placeholder strings, got "
+                        f"{type(batch_or_plan).__name__}")
+    errors = getattr(batch_or_plan, "errors", {}) or {}
+    if len(placeholders) != batch_or_plan.num_images:
+        raise ValueError(f"expected one placeholder per image ({batch_or_plan.num_images}), got "
+                         f"{len(placeholders)}; make the batch with vlmprep.Processor")
+    return [s for i, s in enumerate(placeholders) if i not in errors]
+
+
+def prompt_image_token(batch_or_plan: Any) -> str:
+    """The token a prompt holds once per image for this batch's family (its processor's
+    ``image_token``): ``<|image_pad|>`` (Qwen), ``<IMG_CONTEXT>`` (InternVL-hf), ``<image>``
+    (LLaVA, Idefics3), ``[IMG]`` (Pixtral), ``<|image|>`` (Mllama), ``<start_of_image>`` (Gemma 3).
+    """
+    from ..hf_forms import hf_output
+    pipeline = getattr(batch_or_plan, "pipeline", None)
+    if pipeline is None:
+        raise ValueError("prompt image token: the batch/plan carries no pipeline; pass "
+                         "image_token= (the token your prompt holds once per image)")
+    tok = PROMPT_IMAGE_TOKENS.get(hf_output(pipeline), pipeline.pack.image_token)
+    if not tok:
+        raise ValueError(f"prompt image token: pipeline {pipeline.name!r} has no LLM image token "
+                         f"(a vision-only family); pass image_token=")
+    return tok
+
+
+def expand_prompts(texts: Sequence[str], batch_or_plan: "PackedBatch | Plan | Sequence[str]",
+                   image_token: str | None = None) -> tuple[list[str], list[int]]:
+    """Expand every text; returns ``(expanded texts, images per text)``.
+
+    Raises ValueError (expected / got / fix) when the texts' image tokens do not match the
+    batch's good images one to one.
+    """
+    if isinstance(texts, str):
+        raise TypeError("expected a list of texts, got one str; wrap it: [text]")
+    placeholders = placeholders_of(batch_or_plan)
+    token = image_token if image_token is not None else prompt_image_token(batch_or_plan)
+    counts = [t.count(token) for t in texts]
+    if sum(counts) != len(placeholders):
+        raise ValueError(
+            f"expand_prompt: expected {len(placeholders)} {token!r} tokens in the texts (one per "
+            f"processed image, in order), got {sum(counts)} (per text: {counts}); write the "
+            f"family's image token once per image (skipped images have none), or pass "
+            f"image_token= if your prompt uses another")
+    pattern = re.compile(re.escape(token))
+    it = iter(placeholders)
+    out = [pattern.sub(lambda _m: next(it), t) for t in texts]
+    return out, counts
+
+
+def expand_prompt(text: str, batch_or_plan: "PackedBatch | Plan | Sequence[str]",
+                  image_token: str | None = None) -> str:
+    """Replace each image token in ``text`` by that image's exact ``placeholder``, in order.
+
+    Args:
+        text: a prompt holding the family's image token once per image (e.g. from the chat
+            template: ``<|vision_start|><|image_pad|><|vision_end|>`` for Qwen).
+        batch_or_plan: a PackedBatch, a Plan, or the placeholder strings themselves.
+        image_token: the token to replace; default: the family's processor ``image_token``
+            (see ``prompt_image_token``).
+
+    Returns the text the family's transformers processor tokenizes (its
+    ``get_text_with_replacements`` output). Raises ValueError if the token count differs from
+    the number of processed images.
+    """
+    return expand_prompts([text], batch_or_plan, image_token)[0][0]
+
+
+def _tokenizer_of(processor: Any) -> Any:
+    return getattr(processor, "tokenizer", None) or processor
+
+
+def _text_kwargs(processor: Any, tokenizer: Any, kwargs: dict) -> dict:
+    """The processor's merged text kwargs (its defaults, then ``kwargs``), as its __call__ has."""
+    merge = getattr(processor, "_merge_kwargs", None)
+    if merge is not None and processor is not tokenizer:
+        try:
+            tk = dict(merge(tokenizer_init_kwargs=getattr(tokenizer, "init_kwargs", {}),
+                            **kwargs)["text_kwargs"])
+        except Exception:  # older/other processors: fall back to the plain kwargs
+            tk = dict(kwargs)
+    else:
+        tk = dict(kwargs)
+    for k in ("return_mm_token_type_ids", "return_text_replacement_offsets"):
+        tk.pop(k, None)
+    return tk
+
+
+def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch", *,
+                 image_token: str | None = None, return_mm_token_type_ids: bool | None = None,
+                 **text_kwargs: Any) -> dict:
+    """What ``model(**inputs)`` / ``model.generate(**inputs)`` take, built on a PackedBatch.
+
+    Args:
+        processor: the family's transformers processor (``AutoProcessor``), or a tokenizer. Its
+            tokenizer tokenizes; its ``image_token`` (if any) is the token replaced in ``texts``.
+        texts: one prompt per sample; ``texts[i]`` holds sample i's image tokens, and the
+            batch's (good) images are the samples' images in order.
+        batch: the PackedBatch of those images (any backend; ``dtype`` as the model wants).
+        image_token: override the token to replace.
+        return_mm_token_type_ids: default: as the processor (``return_mm_token_type_ids``
+            class attribute: True for Qwen2-VL, Qwen3-VL, Gemma 3).
+        **text_kwargs: passed to the tokenizer (default ``return_tensors="pt"``,
+            ``padding=True`` when there is more than one text).
+
+    Returns a dict:
+        input_ids ``(B, L)`` int64, attention_mask ``(B, L)`` int64; the ``batch.to_hf(
+        images_per_sample=...)`` keys the processor keeps (e.g. qwen2-vl: pixel_values
+        ``(total_patches, 1176)``, image_grid_thw ``(N, 3)`` int64; llava-1.5: pixel_values
+        ``(N, 3, 336, 336)``; internvl: pixel_values ``(total_tiles, 3, 448, 448)``, its
+        ``num_patches`` consumed as the processor does); mm_token_type_ids ``(B, L)`` (1 on image
+        tokens) where the processor returns it (Gemma 3 names it ``token_type_ids``); Mllama:
+        ``cross_attention_mask``.
+    """
+    import torch
+    if isinstance(texts, str):
+        texts = [texts]
+    tokenizer = _tokenizer_of(processor)
+    token = image_token or getattr(processor, "image_token", None) or None
+    expanded, counts = expand_prompts(texts, batch, token)
+    text_kwargs.setdefault("return_tensors", "pt")
+    if len(expanded) > 1:
+        text_kwargs.setdefault("padding", True)
+    tk = _text_kwargs(processor, tokenizer, text_kwargs)
+    enc = tokenizer(expanded, **tk)
+    out: dict[str, Any] = dict(enc)
+
+    want_types = (return_mm_token_type_ids if return_mm_token_type_ids is not None
+                  else bool(getattr(processor, "return_mm_token_type_ids", False)))
+    if want_types:
+        out["mm_token_type_ids"] = _mm_token_type_ids(processor, enc, expanded, batch, token)
+
+    hf = batch.to_hf(images_per_sample=counts) if len(counts) > 1 else batch.to_hf()
+    hf = _consume(processor, hf)
+    out.update(hf)
+
+    cls = type(processor).__name__
+    if cls.startswith("Gemma3") and "mm_token_type_ids" in out:
+        out["token_type_ids"] = out.pop("mm_token_type_ids")  # Gemma3Processor's name for it
+    if cls.startswith("Mllama"):
+        out["cross_attention_mask"] = _mllama_cross_attention_mask(processor, out, hf)
+    if tk.get("return_tensors") == "pt":
+        for k in ("mm_token_type_ids", "token_type_ids"):
+            if k in out and not torch.is_tensor(out[k]):
+                out[k] = torch.tensor(out[k], dtype=torch.int64)
+    return out
+
+
+def _consume(processor: Any, hf: dict) -> dict:
+    """Drop the image-processor keys the family's processor consumes (not model inputs)."""
+    hf = dict(hf)
+    cls = type(processor).__name__
+    if cls.startswith("InternVL"):
+        hf.pop("num_patches", None)  # InternVLProcessor pops it after expanding the prompt
+    unused = getattr(processor, "unused_input_names", None) or []
+    for k in unused:
+        hf.pop(k, None)
+    return hf
+
+
+def _mm_token_type_ids(processor: Any, enc: Any, expanded: list[str], batch: "PackedBatch",
+                       token: str | None) -> list[list[int]]:
+    """1 on image tokens, as the processor's ``create_mm_token_type_ids`` marks them."""
+    import inspect
+    ids = enc["input_ids"]
+    rows = [r.tolist() if hasattr(r, "tolist") else list(r) for r in ids]
+    create = getattr(processor, "create_mm_token_type_ids", None)
+    if create is not None and len(inspect.signature(create).parameters) == 1:
+        return create(rows)
+    # Idefics3-style (create_mm_token_type_ids(input_ids, seq_lengths)) or a bare tokenizer:
+    # mark every token inside each placeholder span.
+    placeholders = placeholders_of(batch)
+    out, k = [], 0
+    for b, text in enumerate(expanded):
+        types = [0] * len(rows[b])
+        pos = 0
+        while k < len(placeholders):
+            start = text.find(placeholders[k], pos)
+            if start < 0 or not placeholders[k]:
+                break
+            end = start + len(placeholders[k])
+            t0, t1 = enc.char_to_token(b, start), enc.char_to_token(b, end - 1)
+            if t0 is not None and t1 is not None:
+                for t in range(t0, t1 + 1):
+                    types[t] = 1
+            pos, k = end, k + 1
+        out.append(types)
+    return out
+
+
+def _mllama_cross_attention_mask(processor: Any, out: dict, hf: dict):
+    """MllamaProcessor's ``cross_attention_mask (B, L, max_images, max_tiles)``."""
+    import torch
+    from transformers.models.mllama.processing_mllama import (
+        convert_sparse_cross_attention_mask_to_dense, get_cross_attention_token_mask)
+    ids = out["input_ids"]
+    rows = [r.tolist() if hasattr(r, "tolist") else list(r) for r in ids]
+    sparse = [get_cross_attention_token_mask(r, processor.image_token_id) for r in rows]
+    mask = convert_sparse_cross_attention_mask_to_dense(
+        sparse, num_tiles=hf["num_tiles"], max_num_tiles=processor.image_processor.max_image_tiles,
+        length=max(len(r) for r in rows))
+    return torch.from_numpy(mask)
