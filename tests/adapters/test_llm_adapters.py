@@ -18,6 +18,7 @@ pytestmark = pytest.mark.hf
 torch = pytest.importorskip("torch")
 
 import vlmprep  # noqa: E402
+from llm_compare import compare_model_inputs  # noqa: E402
 from vlmprep.adapters import sglang as sg  # noqa: E402
 from vlmprep.adapters import transformers as tfa  # noqa: E402
 from vlmprep.adapters import vllm as vl  # noqa: E402
@@ -119,43 +120,13 @@ def _llava(preset):
 FAMILIES = {"qwen2-vl": _qwen, "qwen3-vl": _qwen, "llava-1.5": _llava}
 
 
-def _model(model_cls, cfg):
-    torch.manual_seed(0)
-    return model_cls(cfg).eval()
-
-
 @pytest.mark.parametrize("preset", list(FAMILIES))
 def test_model_inputs_logits_equal_processor(preset):
-    proc, model_cls, cfg, texts = FAMILIES[preset](preset)
-    images = _images()
-    ref = proc(images=images, text=list(texts), return_tensors="pt", padding=True)
-    batch = vlmprep.Processor(preset, backend="reference")(images)
-    ours = tfa.model_inputs(proc, texts, batch)
-
-    assert set(ours) == set(ref), (sorted(ours), sorted(ref))
-    # expand_prompt is the processor's expanded text (decoded ids: same token sequence)
-    assert torch.equal(ours["input_ids"], ref["input_ids"])
-    assert torch.equal(ours["attention_mask"], ref["attention_mask"])
-    for k in ref:
-        if k in ("input_ids", "attention_mask"):
-            continue
-        a, b = ours[k], ref[k]
-        assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape, a.dtype, b.dtype)
-        if not a.is_floating_point():
-            assert torch.equal(a, b), k
-    # pixels: reference backend vs the PIL processor, same numerics (tests/backends hold 1e-6)
-    dpix = (ours["pixel_values"] - ref["pixel_values"]).abs().max().item()
-    assert dpix <= 1e-5, dpix
-
-    model = _model(model_cls, cfg)
-    with torch.no_grad():
-        la = model(**ours).logits
-        lb = model(**ref).logits
-    d = (la - lb).abs()
-    print(f"\n[{preset}] pixel max|d|={dpix:.3g} logits max|d|={d.max().item():.3g} mean={d.mean().item():.3g}")
     # Measured: exactly equal (the reference backend reproduces the PIL processor bit for bit on
-    # these images, and the ids are identical). Allow fp32 noise only: 1e-5 max, 1e-6 mean.
-    assert d.max().item() <= 1e-5 and d.mean().item() <= 1e-6
+    # these images, and the ids are identical); compare_model_inputs allows fp32 noise only.
+    proc, model_cls, cfg, texts = FAMILIES[preset](preset)
+    compare_model_inputs(proc, model_cls, cfg, vlmprep.Processor(preset, backend="reference"),
+                         texts, _images(), preset)
 
 
 @pytest.mark.parametrize("preset", list(FAMILIES))

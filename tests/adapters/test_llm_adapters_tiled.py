@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import vlmprep  # noqa: E402
+from llm_compare import compare_model_inputs  # noqa: E402
 from vlmprep.adapters import transformers as tfa  # noqa: E402
 
 # InternVL: tile 56 = 4 x 4 patches of 14 -> 2 x 2 after the 0.5 pixel shuffle = 4 tokens per tile.
@@ -113,52 +114,11 @@ def _idefics3():
 FAMILIES = {"internvl": _internvl, "idefics3": _idefics3}
 
 
-def _model(model_cls, cfg):
-    torch.manual_seed(0)
-    return model_cls(cfg).eval()
-
-
-def _compare(proc, model_cls, cfg, vp, texts, images, tag):
-    ref = proc(images=images, text=list(texts), return_tensors="pt", padding=True)
-    batch = vp(images)
-    ours = tfa.model_inputs(proc, texts, batch)
-
-    assert set(ours) == set(ref), (sorted(ours), sorted(ref))
-    assert torch.equal(ours["input_ids"], ref["input_ids"])
-    assert torch.equal(ours["attention_mask"], ref["attention_mask"])
-    for k in ref:
-        if k in ("input_ids", "attention_mask"):
-            continue
-        a, b = ours[k], ref[k]
-        assert a.shape == b.shape and a.dtype == b.dtype, (k, a.shape, b.shape, a.dtype, b.dtype)
-        if not a.is_floating_point():
-            assert torch.equal(a, b), k
-    # pixels: reference backend vs the PIL processor, same numerics (tests/backends hold 1e-6)
-    dpix = (ours["pixel_values"] - ref["pixel_values"]).abs().max().item()
-    assert dpix <= 1e-5, dpix
-
-    model = _model(model_cls, cfg)
-    with torch.no_grad():
-        la = model(**ours).logits
-        lb = model(**ref).logits
-        # the logits do depend on the pixels (else their equality would prove nothing)
-        lc = model(**{**ours, "pixel_values": ours["pixel_values"].flip(-1)}).logits
-    assert la.shape == lb.shape and la.shape[:2] == ref["input_ids"].shape
-    assert (lc - la).abs().max().item() > 1e-4
-    d = (la - lb).abs()
-    print(f"\n[{tag}] input_ids {tuple(ref['input_ids'].shape)} pixel_values "
-          f"{tuple(ref['pixel_values'].shape)} pixel max|d|={dpix:.3g} "
-          f"logits max|d|={d.max().item():.3g} mean={d.mean().item():.3g}")
-    # Measured: exactly 0 (bit-identical pixels and ids). Allow fp32 noise only.
-    assert d.max().item() <= 1e-5 and d.mean().item() <= 1e-6
-    return ours, ref
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_model_inputs_logits_equal_processor(family):
     proc, model_cls, cfg, vp, texts = FAMILIES[family]()
     images = _images()
-    ours, ref = _compare(proc, model_cls, cfg, vp, texts, images, family)
+    ours, ref = compare_model_inputs(proc, model_cls, cfg, vp, texts, images, family)
     tiles = [len(p.tiles) for p in vp.plan(images)]
     if family == "internvl":
         # 3x2 and 1x2 grids, each + thumbnail: 7 + 3 tiles in one flat (total_tiles, 3, M, M)
@@ -224,11 +184,11 @@ def test_idefics3_multi_image_samples(monkeypatch):
         return to_hf(self, images_per_sample)
 
     monkeypatch.setattr(PackedBatch, "to_hf", spy)
-    ours, ref = _compare(proc, model_cls, cfg, vp, ["describe <image> and <image> a"], images[:2],
+    ours, ref = compare_model_inputs(proc, model_cls, cfg, vp, ["describe <image> and <image> a"], images[:2],
                          "idefics3 1 sample x 2 images")
     assert ours["pixel_values"].shape[:2] == (1, 21 + 16)
     assert calls == [None], calls  # one text: the flat reading (B = 1), as the processor's
-    ours, ref = _compare(proc, model_cls, cfg, vp, ["<image> a <image>", "b <image>"], images,
+    ours, ref = compare_model_inputs(proc, model_cls, cfg, vp, ["<image> a <image>", "b <image>"], images,
                          "idefics3 2 samples (2 + 1 images)")
     # the 60x60 image: 5x5 tiles + global = 26, zero-padded to the 37 of sample 0
     assert [len(p.tiles) for p in vp.plan(images)] == [21, 16, 26]
