@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ._embeds import concat_embeds
+
 if TYPE_CHECKING:
     import torch
 
@@ -85,27 +87,10 @@ def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch
     ``prod(grid_thw) // merge**2``. Returns ``{"format": "precomputed_embedding", "feature":
     (sum tokens, hidden), "input_ids": list[int], **batch.to_hf()}``.
     """
-    import torch
     ids = _ids_list(input_ids)
     _check_ids(ids, batch, image_token_id)
     tok = batch.pipeline.pack.image_token if batch.pipeline is not None else "<|image_pad|>"
     per = [p.count(tok) for i, p in enumerate(batch.placeholders) if i not in batch.errors]
-    if isinstance(embeds, (list, tuple)):
-        if len(embeds) != len(per) or any(
-                not torch.is_tensor(e) or e.ndim != 2 or e.shape[0] != n for e, n in zip(embeds, per)):
-            got = [tuple(e.shape) if torch.is_tensor(e) else type(e).__name__ for e in embeds]
-            raise _fail("embeds", f"{len(per)} tensors of ({per}[i], hidden)", f"{got}",
-                        "pass one (tokens, hidden) tensor per image, in order")
-        feature = torch.cat(list(embeds))
-    elif torch.is_tensor(embeds):
-        if embeds.ndim != 2 or embeds.shape[0] != sum(per):
-            raise _fail("embeds", f"({sum(per)}, hidden) (tokens per image {per})",
-                        f"{tuple(embeds.shape)}", "concatenate the per-image embeddings in order")
-        feature = embeds
-    else:
-        raise TypeError(f"sglang: expected embeds: Tensor or list of Tensors, got "
-                        f"{type(embeds).__name__}")
-    if not feature.is_floating_point():
-        raise _fail("embeds dtype", "a float dtype", str(feature.dtype), "pass the tower output")
+    feature = concat_embeds(embeds, per, "sglang")
     return {"format": "precomputed_embedding", "feature": feature, "input_ids": ids,
             **batch.to_hf()}

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ._embeds import concat_embeds
+
 if TYPE_CHECKING:
     import torch
 
@@ -73,36 +75,6 @@ def _check_prompt(prompt: Any, batch: "PackedBatch", image_token: str | None) ->
         raise TypeError(f"vllm.prompt_inputs: expected prompt: str, got {type(prompt).__name__}")
 
 
-def _embeds_2d(embeds: Any, tokens: list[int], hidden_size: int | None) -> "torch.Tensor":
-    """Validate and concatenate embeddings into ``(sum tokens, hidden)``."""
-    import torch
-    if isinstance(embeds, (list, tuple)):
-        if len(embeds) != len(tokens):
-            raise _fail("embeds", f"{len(tokens)} tensors (one per image)", f"{len(embeds)}",
-                        "pass one embedding tensor per processed image, in order")
-        for i, (e, n) in enumerate(zip(embeds, tokens)):
-            if not torch.is_tensor(e) or e.ndim != 2 or e.shape[0] != n:
-                shape = tuple(e.shape) if torch.is_tensor(e) else type(e).__name__
-                raise _fail(f"embeds[{i}]", f"shape ({n}, hidden) (that image's LLM tokens)",
-                            f"{shape}", "encode the image with the model's vision tower + merger")
-        flat = torch.cat(list(embeds)) if embeds else torch.empty(0, hidden_size or 0)
-    elif torch.is_tensor(embeds):
-        if embeds.ndim != 2 or embeds.shape[0] != sum(tokens):
-            raise _fail("embeds", f"shape ({sum(tokens)}, hidden) (all images' LLM tokens "
-                        f"{tokens} concatenated)", f"{tuple(embeds.shape)}",
-                        "concatenate the per-image embeddings in image order")
-        flat = embeds
-    else:
-        raise TypeError(f"vllm.prompt_inputs: expected embeds: Tensor or list of Tensors, got "
-                        f"{type(embeds).__name__}")
-    if not flat.is_floating_point():
-        raise _fail("embeds dtype", "a float dtype", str(flat.dtype), "pass the tower's output")
-    if hidden_size is not None and flat.shape[-1] != hidden_size:
-        raise _fail("embeds hidden size", f"{hidden_size}", f"{flat.shape[-1]}",
-                    "for Qwen3-VL concatenate the deepstack features on the last dim")
-    return flat
-
-
 def prompt_inputs(prompt: str, batch: "PackedBatch", embeds: "torch.Tensor | Sequence[torch.Tensor] | None" = None,
                   *, device_normalize: bool = False, image_token: str | None = None,
                   hidden_size: int | None = None) -> dict:
@@ -126,7 +98,7 @@ def prompt_inputs(prompt: str, batch: "PackedBatch", embeds: "torch.Tensor | Seq
     form = _form(batch)
     tokens = _tokens(batch)
     if embeds is not None:
-        flat = _embeds_2d(embeds, tokens, hidden_size)
+        flat = concat_embeds(embeds, tokens, "vllm.prompt_inputs", hidden_size)
         if form == "qwen2_vl":
             grid = _good_grid(batch)
             merge = batch.pipeline.patchify.merge_size if batch.pipeline is not None else 2
