@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..ops import PIL_RESAMPLE
+from ..ops import PIL_RESAMPLE, Op, normalize
 
 _RESAMPLE_NAMES = {v: k for k, v in PIL_RESAMPLE.items()}
 
@@ -57,3 +57,9 @@ def config_hw(cfg: Mapping[str, Any], key: str, default: tuple[int, int]) -> tup
 def config_types(name: str) -> tuple[str, ...]:
     """A transformers image-processor class name in its 4.x and 5.x spellings."""
     return (name, name + "Fast", name + "Pil")
+
+
+def normalize_steps(rescale: float, mean: tuple, std: tuple, do_normalize: bool) -> list[Op]:
+    """``[ops.normalize(...)]``, or no op when the config turns off both rescale and normalize
+    (``config_normalize``'s fourth value)."""
+    return [normalize(rescale=rescale, mean=mean, std=std)] if do_normalize else []

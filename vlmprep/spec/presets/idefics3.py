@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, config_types, need
+from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Idefics3ImageProcessor") + config_types("SmolVLMImageProcessor")
 
@@ -36,8 +36,7 @@ def _pipeline(longest_edge: int, tile_size: int, split: bool = True, image_seq_l
         ops.idefics3_tile(longest_edge=longest_edge, tile_size=tile_size, split=split,
                           image_seq_len=image_seq_len, interpolation=interpolation),
     ]
-    if do_normalize:
-        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=scale, layout="tiles"),
               ops.pack(image_token="<image>", hf_output="idefics3")]
     return Pipeline(steps, name="idefics3")

@@ -11,7 +11,8 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need
+from ._config import (
+    config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps)
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -24,8 +25,7 @@ def _pipeline(tile_size: int, max_tiles: int, mean, std, interpolation: str = "b
         ops.decode(),
         ops.canvas_tile(tile_size=tile_size, max_tiles=max_tiles, interpolation=interpolation),
     ]
-    if do_normalize:
-        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += normalize_steps(rescale, mean, std, do_normalize)
     # ViT-H/14: 40 x 40 patches per 560 tile (the model adds its CLS token: 1601).
     steps += [ops.patchify(patch_size=14, temporal_patch_size=1, merge_size=1, layout="tiles"),
               ops.pack(image_token="<|image|>", hf_output="mllama")]

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, config_types, need
+from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -26,8 +26,7 @@ def _pipeline(patch: int = 16, merge: int = 1, longest_edge: int = 1024, mean=CL
     steps: list[ops.Op] = [ops.decode(),
                            ops.pixtral_resize(longest_edge=longest_edge,
                                               interpolation=interpolation)]
-    if do_normalize:
-        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=merge,
                            layout="raster"),
               # [IMG] per token; pixtral_resize adds the [IMG_BREAK] / [IMG_END] row tokens.

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, need
+from ._config import config_interpolation, config_normalize, need, normalize_steps
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -29,8 +29,7 @@ def _pipeline(name: str, patch: int, min_pixels: int, max_pixels: int,
         ops.smart_resize(factor=patch * merge, min_pixels=min_pixels, max_pixels=max_pixels,
                          interpolation=interpolation),
     ]
-    if do_normalize:
-        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [
         ops.patchify(patch_size=patch, temporal_patch_size=temporal, merge_size=merge,
                      layout="merge_grouped"),

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, config_types, need
+from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Siglip2ImageProcessor")
 
@@ -25,8 +25,7 @@ def _pipeline(patch: int = 16, max_num_patches: int = 256, mean=(0.5,) * 3, std=
     steps: list[ops.Op] = [ops.decode(),
                            ops.naflex_resize(max_num_patches=max_num_patches,
                                              interpolation=interpolation)]
-    if do_normalize:
-        steps.append(ops.normalize(rescale=rescale, mean=mean, std=std))
+    steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1,
                            layout="naflex"),
               # No text of its own: tokens = valid patches, placeholder "".
