@@ -40,6 +40,12 @@ from vlmprep.backends.torch.resize import resize_like_pil  # noqa: E402
 
 MAX_LEVELS = 2
 MEAN_LEVELS = 0.05
+# The float path (what CUDA runs) on uniform noise with bilinear: at scale factors such as 1.5 the
+# filter weights put many outputs exactly on a half level, which float rounding and Pillow's
+# 22-bit fixed point resolve differently (max stays 1). Measured over 300 random pairs: worst
+# per-image mean 0.0625, above MEAN_LEVELS in 0.7% of pairs (so the 8 random pairs per run flaked);
+# bicubic and lanczos stayed <= 0.0012. Photos keep MEAN_LEVELS on every path.
+FLOAT_NOISE_BILINEAR_MEAN = 0.1
 MIN_PIXELS_FOR_MEAN = 64 * 64  # a mean over a handful of pixels is noise, not a statistic
 
 PIL_FILTER = {
@@ -145,16 +151,16 @@ def _naive(t: "torch.Tensor", dst_hw, interpolation: str) -> "torch.Tensor":
     return F.resize(t, list(dst_hw), interpolation=InterpolationMode(interpolation), antialias=True)
 
 
-def _check_bounds(results, label: str) -> None:
+def _check_bounds(results, label: str, mean_bound: float = MEAN_LEVELS) -> None:
     """``results``: (case, max, mean, n_values). Fails listing every case out of bounds."""
     bad = [
         r for r in results
-        if r[1] > MAX_LEVELS or (r[3] >= MIN_PIXELS_FOR_MEAN * 3 and r[2] > MEAN_LEVELS)
+        if r[1] > MAX_LEVELS or (r[3] >= MIN_PIXELS_FOR_MEAN * 3 and r[2] > mean_bound)
     ]
     worst_max = max(r[1] for r in results)
     worst_mean = max((r[2] for r in results if r[3] >= MIN_PIXELS_FOR_MEAN * 3), default=0.0)
     print(f"{label}: {len(results)} cases, worst max {worst_max}, worst mean {worst_mean:.4f}")
-    assert not bad, f"{label}: out of bounds (max<={MAX_LEVELS}, mean<={MEAN_LEVELS}): {bad[:10]}"
+    assert not bad, f"{label}: out of bounds (max<={MAX_LEVELS}, mean<={mean_bound}): {bad[:10]}"
 
 
 # --------------------------------------------------------------------- pass order
@@ -334,8 +340,9 @@ def test_matches_pil_on_noise(interp):
         dst = (max(1, int(h * rng.uniform(0.1, 2.5))), max(1, int(w * rng.uniform(0.1, 2.5))))
         cases.append((rng.integers(0, 256, (h, w, 3), dtype=np.uint8), dst))
     for force_float in (False, True):
+        bound = FLOAT_NOISE_BILINEAR_MEAN if force_float and interp == "bilinear" else MEAN_LEVELS
         _check_bounds(_compare(cases, interp, force_float=force_float),
-                      f"noise {interp} float={force_float} seed={seed}")
+                      f"noise {interp} float={force_float} seed={seed}", bound)
 
 
 @pytest.mark.parametrize("interp", ["bicubic", "lanczos", "bilinear"])
