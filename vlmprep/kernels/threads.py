@@ -1,0 +1,30 @@
+"""How many CPU threads vlmprep's own work may use (kernels' CPU twins, per-image parallelism)."""
+from __future__ import annotations
+
+import os
+
+__all__ = ["set_num_threads", "get_num_threads"]
+
+_threads: int | None = None
+
+
+def set_num_threads(n: int | None) -> None:
+    """Use ``n`` threads for vlmprep's CPU work (None: back to the default, the usable cores)."""
+    global _threads
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise ValueError(f"num_threads: expected a positive int or None, got {n!r}")
+    _threads = n
+
+
+def get_num_threads() -> int:
+    """Threads vlmprep's CPU work uses: ``set_num_threads``, else ``VLMPREP_NUM_THREADS``, else
+    the cores this process may run on."""
+    if _threads is not None:
+        return _threads
+    env = os.environ.get("VLMPREP_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
