@@ -1,22 +1,186 @@
-"""vlmprep: pure-Python install always works; compiled parts (csrc/) are optional.
+"""vlmprep: pure-Python install always works; compiled parts (csrc/) are built when they can be.
 
-The compiled kernels (csrc/) are built by their own issue's recipe; until they exist this
-setup prints that it resolved a pure-Python build, so `pip install -e .` needs no compiler.
+What is built (each step prints what it resolved; a failed step leaves the package usable):
+- ``vlmprep/kernels/_vlmprep_torch*.so``: the torch ops (torch.ops.vlmprep.*): the CPU twins
+  whenever a C++ compiler and torch are present, plus the CUDA kernels when nvcc is found
+  (architectures: VLMPREP_CUDA_ARCHS, default "80;90" with PTX of the last).
+- ``vlmprep/kernels/libvlmprep_dali.so``: the DALI plugin, when nvidia-dali is importable.
+- ``vlmprep/kernels/_build_info.json``: what was built, for ``vlmprep info`` and load errors.
+Set VLMPREP_NO_BUILD=1 for a pure-Python install.
 """
+import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 
 from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("csrc")
+KERNELS_DIR = os.path.join(HERE, "vlmprep", "kernels")
+INFO_PATH = os.path.join(KERNELS_DIR, "_build_info.json")
 
 
-def _print_config() -> None:
+def _log(msg: str) -> None:
+    print(f"vlmprep setup: {msg}", flush=True)
+
+
+def _cuda_home() -> str | None:
+    """The toolkit folder (with include/cuda_runtime.h): CUDA_HOME, else next to nvcc, else
+    /usr/local/cuda. An nvcc wrapper outside the toolkit makes torch's own guess wrong."""
+    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    cands.append("/usr/local/cuda")
+    for c in cands:
+        if c and os.path.exists(os.path.join(c, "include", "cuda_runtime.h")):
+            return c
+    return None
+
+
+def _nvcc() -> str | None:
+    home = _cuda_home()
+    if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
+        return os.path.join(home, "bin", "nvcc")
+    return shutil.which("nvcc")
+
+
+def _archs() -> list[str]:
+    """VLMPREP_CUDA_ARCHS="80;90" -> ["8.0", "9.0+PTX"] (TORCH_CUDA_ARCH_LIST form)."""
+    raw = os.environ.get("VLMPREP_CUDA_ARCHS", "80;90")
+    archs = [a.strip() for a in raw.replace(",", ";").split(";") if a.strip()]
+    if not archs or not all(a.isdigit() for a in archs):
+        raise SystemExit(f"vlmprep setup: VLMPREP_CUDA_ARCHS: expected e.g. '80;90', got {raw!r}")
+    out = [f"{a[:-1]}.{a[-1]}" for a in archs]
+    out[-1] += "+PTX"
+    return out
+
+
+def _torch_extension():
+    """The torch extension, or None (with the reason printed) when it cannot be built here."""
+    if os.environ.get("VLMPREP_NO_BUILD"):
+        _log("VLMPREP_NO_BUILD is set: pure-Python install")
+        return None, {}
+    if _cuda_home():  # before torch.utils.cpp_extension reads it at import
+        os.environ["CUDA_HOME"] = _cuda_home()
+    try:
+        import torch
+        from torch.utils import cpp_extension as ce
+    except ImportError as e:
+        _log(f"torch is not importable ({e}): kernels not built (pure Python); install torch first "
+             f"and build without isolation (pip install --no-build-isolation -e .)")
+        return None, {}
     cxx = shutil.which(os.environ.get("CXX", "c++"))
-    print(f"vlmprep setup: C++ compiler: {cxx or 'none'}; nvcc: {nvcc or 'none'}; "
-          f"compiled kernels: not part of this build (pure Python)")
+    if not cxx:
+        _log("no C++ compiler: kernels not built (pure Python)")
+        return None, {}
+    nvcc = _nvcc()
+    sources = ["csrc/torch/ops.cpp", "csrc/torch/host_cache.cpp", "csrc/kernels/normalize_patchify_cpu.cc", "csrc/kernels/resize.cc"]
+    cflags = ["-O3", "-g0", "-std=c++20", "-fvisibility=hidden"]  # torch 2.14 headers need C++20
+    cfg = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx": cxx,
+           "python": sys.version.split()[0]}
+    if nvcc:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(_archs())
+        cfg.update(cuda=True, nvcc=nvcc, cuda_archs=os.environ["TORCH_CUDA_ARCH_LIST"])
+        ext = ce.CUDAExtension(
+            "vlmprep.kernels._vlmprep_torch", sources + ["csrc/kernels/normalize_patchify.cu"],
+            include_dirs=[os.path.join(HERE, "csrc", "include")],
+            define_macros=[("VLMPREP_WITH_CUDA", "1")],
+            extra_compile_args={"cxx": cflags, "nvcc": ["-O3", "-std=c++20"]})
+    else:
+        cfg.update(cuda=False, nvcc=None, cuda_archs=None)
+        ext = ce.CppExtension("vlmprep.kernels._vlmprep_torch", sources,
+                              include_dirs=[os.path.join(HERE, "csrc", "include")],
+                              extra_compile_args={"cxx": cflags})
+    _log(f"torch extension: torch {cfg['torch']} (CUDA {cfg['torch_cuda']}), C++ {cxx}, "
+         f"nvcc {nvcc or 'none: CPU twins only'}, archs {cfg['cuda_archs'] or '-'}")
+    return ext, cfg
 
 
-_print_config()
+def _build_dali_plugin(build_temp: str) -> dict:
+    """g++ (+ nvcc) the DALI plugin next to the package (recipe: ../shared/reference/DALI.md)."""
+    if os.environ.get("VLMPREP_NO_BUILD"):
+        return {"built": False, "reason": "VLMPREP_NO_BUILD is set"}
+    try:
+        import nvidia.dali as dali
+        import nvidia.dali.sysconfig as sc
+    except ImportError as e:
+        _log(f"DALI plugin: nvidia-dali is not importable ({e}): not built")
+        return {"built": False, "reason": f"nvidia-dali not importable at build time: {e}"}
+    cflags, lflags = sc.get_compile_flags(), sc.get_link_flags()
+    nvcc = _nvcc()
+    cuda_home = _cuda_home()
+    inc = ["-Icsrc/include"] + ([f"-I{cuda_home}/include"] if cuda_home else [])
+    os.makedirs(build_temp, exist_ok=True)
+    objs = []
+    common = ["-std=c++20", "-O3", "-fPIC", "-Wno-free-nonheap-object"]
+    t0 = time.time()
+    try:
+        for src in ("csrc/dali/normalize_patchify_op.cc", "csrc/kernels/normalize_patchify_cpu.cc"):
+            obj = os.path.join(build_temp, os.path.basename(src) + ".dali.o")
+            defs = ["-DVLMPREP_WITH_CUDA=1"] if nvcc else []
+            subprocess.run(["g++", *common, *defs, *cflags, *inc, "-c", src, "-o", obj], check=True)
+            objs.append(obj)
+        link_cuda = []
+        if nvcc:
+            gencode = []
+            for a in _archs():
+                num = a.replace(".", "").replace("+PTX", "")
+                gencode += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
+                if a.endswith("+PTX"):
+                    gencode += ["-gencode", f"arch=compute_{num},code=compute_{num}"]
+            for src in ("csrc/dali/normalize_patchify_op.cu", "csrc/kernels/normalize_patchify.cu"):
+                obj = os.path.join(build_temp, os.path.basename(src) + ".dali.o")
+                subprocess.run([nvcc, "-std=c++20", "-O3", "-Xcompiler", "-fPIC,-Wno-free-nonheap-object",
+                                *cflags, *inc, *gencode, "-c", src, "-o", obj], check=True)
+                objs.append(obj)
+            link_cuda = [f"-L{cuda_home}/lib64", "-lcudart_static", "-lrt", "-ldl", "-lpthread"]
+        out = os.path.join(KERNELS_DIR, "libvlmprep_dali.so")
+        subprocess.run(["g++", "-shared", "-o", out, *objs, *lflags, *link_cuda], check=True)
+    except (subprocess.CalledProcessError, OSError) as e:
+        _log(f"DALI plugin: build failed ({e}); the dali backend uses stock ops instead")
+        return {"built": False, "reason": f"build failed: {e}"}
+    _log(f"DALI plugin: built against nvidia-dali {dali.__version__} "
+         f"({'CPU + CUDA' if nvcc else 'CPU only'}) in {time.time() - t0:.1f} s")
+    return {"built": True, "dali": dali.__version__, "cuda": bool(nvcc), "path": os.path.basename(out)}
+
+
+class BuildExt(build_ext):
+    """torch's BuildExtension, then the DALI plugin, then the build record."""
+
+    def run(self):
+        t0 = time.time()
+        info = {"torch_ext": {"built": False, "reason": "not attempted"}, "dali_plugin": {}}
+        try:
+            super().run()
+            info["torch_ext"] = dict(TORCH_CFG, built=True, seconds=round(time.time() - t0, 1))
+        except Exception as e:  # a failed build leaves a working pure-Python package
+            _log(f"torch extension: build failed ({e}); the package runs without it")
+            info["torch_ext"] = dict(TORCH_CFG, built=False, reason=f"build failed: {e}")
+        info["dali_plugin"] = _build_dali_plugin(os.path.join(self.build_temp, "dali"))
+        with open(INFO_PATH, "w") as f:
+            json.dump(info, f, indent=1)
+        _log(f"build record: {INFO_PATH} ({time.time() - t0:.0f} s in all)")
+
+
+EXT, TORCH_CFG = _torch_extension()
+cmdclass = {}
+if EXT is not None:
+    from torch.utils.cpp_extension import BuildExtension
+
+    class _Build(BuildExt, BuildExtension):
+        pass
+
+    cmdclass["build_ext"] = _Build.with_options(no_python_abi_suffix=True)
+else:
+    os.makedirs(KERNELS_DIR, exist_ok=True)
+    with open(INFO_PATH, "w") as f:
+        json.dump({"torch_ext": {"built": False, "reason": "pure-Python install (see setup output)"},
+                   "dali_plugin": {"built": False, "reason": "pure-Python install"}}, f, indent=1)
 
 setup(
     name="vlmprep",
@@ -25,6 +189,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vlmprep", "vlmprep.*"]),
+    ext_modules=[EXT] if EXT is not None else [],
+    cmdclass=cmdclass,
     python_requires=">=3.10",
     install_requires=["numpy", "pillow", "opencv-python-headless"],
     extras_require={

@@ -140,7 +140,11 @@ class Processor:
             shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]
         else:
             shape = (total, row_length(self.pipeline.patchify))
-        out = torch.empty(shape, dtype=getattr(torch, self.dtype), device=self.device)
+        if self.device == "cpu":
+            from . import kernels  # a cached host buffer: a fresh one costs more to fault in
+            out = kernels.empty(shape, getattr(torch, self.dtype))
+        else:
+            out = torch.empty(shape, dtype=getattr(torch, self.dtype), device=self.device)
         late = self._backend.run(sources, plans, out)
         if late:
             if self.errors == "raise":

@@ -1,6 +1,73 @@
-"""Python face of the compiled ops (csrc/): availability, build info, thread count."""
+"""Python face of the compiled ops (csrc/): availability, build info, thread count, and the ops.
+
+The kernels are optional: ``available()`` says whether the torch ops loaded, ``why_unavailable()``
+why not ("built for X, found Y"), and every backend falls back to its pure implementation.
+``VLMPREP_DISABLE_KERNELS=1`` turns them off (to compare against the pure paths).
+
+Ops (torch tensors; shapes first):
+    normalize_patchify(images, lut, out, offsets, layout, patch, merge, temporal)
+        images: list of ``(h, w, 3)`` uint8 (pixel stride 3; crops of a canvas are fine),
+        lut: ``(3, 256)`` of ``out.dtype`` (None for uint8 out), out: contiguous, filled in place.
+    resize(image, (h, w), interpolation) -> ``(h, w, 3)`` uint8, Pillow 13-exact (CPU).
+"""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
+from .loader import build_info, dali_plugin, load, why_unavailable
 from .threads import get_num_threads, set_num_threads
 
-__all__ = ["get_num_threads", "set_num_threads"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
+           "resize", "RESIZE_FILTERS", "get_num_threads", "set_num_threads"]
+
+#: Interpolations the compiled resize reproduces (nearest stays with PIL).
+RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")
+
+
+def available() -> bool:
+    """True when the torch ops are loaded (loads them on first call)."""
+    return load() is None
+
+
+def _require() -> None:
+    reason = load()
+    if reason is not None:
+        raise RuntimeError(f"vlmprep's compiled ops are not available: {reason}")
+
+
+def normalize_patchify(images: Sequence["torch.Tensor"], lut: "torch.Tensor | None",
+                       out: "torch.Tensor", offsets: Sequence[int], layout: str, patch: int,
+                       merge: int = 1, temporal: int = 1) -> None:
+    """Fill ``out`` (contiguous; float32 / bfloat16 / uint8) with every image's rows in
+    ``layout`` starting at element ``offsets[i]``; ``lut[c, v]`` is channel c's output for
+    level v (None for uint8). One call per batch; CPU twin or CUDA kernel by ``out.device``."""
+    import torch
+    _require()
+    torch.ops.vlmprep.normalize_patchify(list(images), lut, out, [int(o) for o in offsets],
+                                         layout, int(patch), int(merge), int(temporal),
+                                         get_num_threads())
+
+
+def empty(shape: Sequence[int], dtype: "torch.dtype") -> "torch.Tensor":
+    """An uninitialised contiguous CPU tensor from vlmprep's host buffer cache (falls back to
+    ``torch.empty`` without the kernels): a reused buffer is not faulted in again, which costs
+    more than filling it for a large batch (see csrc/torch/host_cache.cpp)."""
+    import math
+
+    import torch
+    if load() is not None:
+        return torch.empty(tuple(shape), dtype=dtype)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.ops.vlmprep.empty_host(nbytes).view(dtype).view(tuple(shape))
+
+
+def resize(image: "torch.Tensor", hw: tuple[int, int], interpolation: str) -> "torch.Tensor":
+    """``(H, W, 3)`` uint8 CPU -> ``(h, w, 3)`` uint8, bit-exact with Pillow 13's
+    ``Image.resize`` for bilinear / bicubic / lanczos."""
+    import torch
+    _require()
+    return torch.ops.vlmprep.resize(image, int(hw[0]), int(hw[1]), interpolation,
+                                    get_num_threads())

@@ -6,6 +6,7 @@ import numpy as np
 from ...io import decode as _io
 from ...spec import ops
 from ...plan.tiling import box_overlap
+from .. import fused
 from ..base import Context, register_geometry_lowerings
 from ..registry import lowering
 
@@ -46,12 +47,24 @@ def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.
 register_geometry_lowerings(B, _resize_to, _cut)
 
 
-@lowering(B, "normalize")
-def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context) -> list[np.ndarray]:
+def _normalize(op: ops.normalize, x: np.ndarray) -> np.ndarray:
     """uint8 -> float32, as transformers: ``(x.astype(f64) * rescale).astype(f32)``, then
     ``(x - mean) / std`` in float32 (same operations, so the same bits)."""
     mean, std = np.asarray(op.mean, np.float32), np.asarray(op.std, np.float32)
-    return [((x.astype(np.float64) * op.rescale).astype(np.float32) - mean) / std for x in imgs]
+    return ((x.astype(np.float64) * op.rescale).astype(np.float32) - mean) / std
+
+
+_RAMP = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # pixel v = (v, v, v)
+
+
+@lowering(B, "normalize")
+def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context):
+    """uint8 tiles -> float32 tiles (``_normalize``), or, when the fused kernel will write the
+    rows, ``fused.Normalized`` with ``_normalize``'s values as a table (the same bits)."""
+    if ctx is not None and fused.usable(ctx):
+        t = fused.table((B, op), lambda: _normalize(op, _RAMP), ctx.dest.dtype, ctx.dest.device)
+        return fused.Normalized(imgs, t)
+    return [_normalize(op, x) for x in imgs]
 
 
 @lowering(B, "patchify")
@@ -59,6 +72,10 @@ def patchify(op: ops.patchify, imgs: list[np.ndarray], ctx: Context) -> None:
     """Tiles ``(h, w, C)`` -> ``ctx.dest``: merge-grouped rows ``(gh*gw, C*T*P*P)`` (see
     plan.grid), or ``(n_tiles, C, h, w)`` images for the ``tiles`` layout."""
     import torch
+    if isinstance(imgs, fused.Normalized):
+        return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
+    if ctx.dtype == "uint8" and fused.usable(ctx):
+        return fused.write_rows(imgs, None, ctx, op)
     if op.layout == "tiles":
         x = np.stack(imgs).transpose(0, 3, 1, 2)
     elif op.layout in ("raster", "naflex"):

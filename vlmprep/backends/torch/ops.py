@@ -7,6 +7,8 @@ import torch
 from ...io import decode as _io
 from ...spec import ops
 from ...plan.tiling import box_overlap
+from ... import kernels
+from .. import fused
 from ..base import Context, register_geometry_lowerings
 from ..registry import lowering
 from .resize import resize_like_pil
@@ -20,7 +22,7 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     if src.kind == "tensor":
         return src.item.to(ctx.device)
     # Pillow hands out read-only arrays; torch wants writable memory (copies only then).
-    hwc = torch.from_numpy(np.require(_io.decode(src), requirements="W"))
+    hwc = torch.from_numpy(np.require(_io.decode(src, fast=True), requirements="W"))
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 
@@ -37,23 +39,55 @@ def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> t
     return out
 
 
-register_geometry_lowerings(B, resize_like_pil, _cut)
+def _resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
+    """``(C, H, W)`` uint8 -> ``(C, h, w)``: on the CPU the compiled Pillow-exact resize when
+    built (its output is HWC memory, so the fused patchify reads it without a copy), else
+    ``resize_like_pil``."""
+    if (img.device.type == "cpu" and interpolation in kernels.RESIZE_FILTERS
+            and kernels.available()):
+        if tuple(img.shape[-2:]) == tuple(hw):
+            return img
+        hwc = img.permute(1, 2, 0)
+        if hwc.stride(2) != 1 or hwc.stride(1) != 3:
+            hwc = hwc.contiguous()
+        return kernels.resize(hwc, hw, interpolation).permute(2, 0, 1)
+    return resize_like_pil(img, hw, interpolation)
+
+
+register_geometry_lowerings(B, _resize, _cut)
+
+
+def _normalize(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(C, ...)`` -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded
+    into mean/std, as transformers' torchvision backend (~1 float ulp from the PIL order)."""
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    mean = (torch.tensor(op.mean, dtype=torch.float32, device=x.device) / op.rescale).view(shape)
+    std = (torch.tensor(op.std, dtype=torch.float32, device=x.device) / op.rescale).view(shape)
+    return (x.to(torch.float32) - mean) / std
+
+
+# (C, 256): channel c of "pixel" v is v.
+_RAMP = torch.arange(256, dtype=torch.uint8).expand(3, 256)
 
 
 @lowering(B, "normalize")
-def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
-    """uint8 -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded into mean/std,
-    as transformers' torchvision backend (differs from the PIL order by ~1 float ulp)."""
-    dev = imgs[0].device
-    mean = (torch.tensor(op.mean, dtype=torch.float32, device=dev) / op.rescale)[:, None, None]
-    std = (torch.tensor(op.std, dtype=torch.float32, device=dev) / op.rescale)[:, None, None]
-    return [(x.to(torch.float32) - mean) / std for x in imgs]
+def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context):
+    """uint8 tiles -> float32 tiles (``_normalize``), or, when the fused kernel will write the
+    rows, ``fused.Normalized`` with ``_normalize``'s values as a table (the same bits)."""
+    if ctx is not None and fused.usable(ctx):
+        t = fused.table((B, op), lambda: _normalize(op, _RAMP).t(), ctx.dest.dtype, ctx.dest.device)
+        return fused.Normalized([x.permute(1, 2, 0) for x in imgs], t)
+    return [_normalize(op, x) for x in imgs]
 
 
 @lowering(B, "patchify")
 def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
     """Tiles ``(C, h, w)`` -> ``ctx.dest``: merge-grouped rows ``(gh*gw, C*T*P*P)`` written in one
     copy, or ``(n_tiles, C, h, w)`` images for the ``tiles`` layout."""
+    if isinstance(imgs, fused.Normalized):
+        return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
+    if ctx.dtype == "uint8" and fused.usable(ctx):
+        return fused.write_rows([x.permute(1, 2, 0) for x in imgs], None, ctx, op)
     if op.layout == "tiles":
         for k, x in enumerate(imgs):
             ctx.dest[k].copy_(x)

@@ -1,0 +1,150 @@
+// normalize_patchify: resized uint8 HWC images of a ragged batch -> packed ViT rows.
+//
+// Framework-free (no torch, no DALI): plain structs, raw pointers and a stream.
+// Shared by the CPU twin (normalize_patchify_cpu.cc) and the CUDA kernel (normalize_patchify.cu):
+// the index math lives here once, as __host__ __device__ inline functions.
+//
+// Normalization is a per-channel 256-entry table `lut[c * 256 + v]` of the output type, built
+// by the caller from its own formula (rescale, mean, std folded together). A uint8 input has
+// only 256 values per channel, so one load replaces the multiply-add and every backend stays
+// bit-exact with its pure implementation, whatever order that one rounds in.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define VLMPREP_HD __host__ __device__ __forceinline__
+#else
+#define VLMPREP_HD inline
+#endif
+
+namespace vlmprep {
+
+// Row layouts (the names of vlmprep.spec.ops.patchify.layout; see vlmprep/plan/grid.py).
+enum class Layout : int32_t {
+  kMergeGrouped = 0,  // Qwen: rows (bh, bw, mh, mw), columns [c, t, py, px]; t repeats the image
+  kRaster = 1,        // Pixtral: rows (gy, gx), columns [c, py, px]
+  kNaflex = 2,        // SigLIP2: rows (gy, gx), columns [py, px, c]
+  kTiles = 3,         // tiling families: one "row" per sample, the tile as [c, y, x] (CHW)
+};
+
+enum class DType : int32_t { kFloat32 = 0, kBFloat16 = 1, kUInt8 = 2 };
+
+VLMPREP_HD int dtype_size(DType d) { return d == DType::kFloat32 ? 4 : d == DType::kBFloat16 ? 2 : 1; }
+
+// One image (or tile) of the batch. Given a 28x56 image, patch 14: rows 8, row_length 588*T.
+struct NPSample {
+  const uint8_t* src;   // (height, width, 3) uint8, pixel stride 3, rows `row_stride` bytes apart
+  int64_t row_stride;   // bytes between image rows (>= 3 * width; a crop of a canvas is a view)
+  int32_t height;
+  int32_t width;
+  int64_t out_offset;   // first output element of this sample (in elements, not bytes)
+};
+
+struct NormalizePatchifyParams {
+  Layout layout;
+  DType dtype;
+  int32_t patch;      // P
+  int32_t merge;      // m (merge_grouped only; 1 elsewhere)
+  int32_t temporal;   // T copies of a still image (merge_grouped only; 1 elsewhere)
+  const void* lut;    // [3][256] of the output type; nullptr for uint8 (values are copied)
+  void* out;          // the packed output, elements of `dtype`
+  int32_t num_samples;
+  const NPSample* samples;  // host memory for the CPU twin, device memory for the kernel
+};
+
+constexpr int kChannels = 3;
+
+// Elements of one output row.
+VLMPREP_HD int64_t row_length(const NormalizePatchifyParams& p, int32_t h, int32_t w) {
+  switch (p.layout) {
+    case Layout::kMergeGrouped: return int64_t(kChannels) * p.temporal * p.patch * p.patch;
+    case Layout::kTiles: return int64_t(kChannels) * h * w;
+    default: return int64_t(kChannels) * p.patch * p.patch;
+  }
+}
+
+// Output rows of one sample.
+VLMPREP_HD int64_t num_rows(const NormalizePatchifyParams& p, int32_t h, int32_t w) {
+  return p.layout == Layout::kTiles ? 1 : int64_t(h / p.patch) * (w / p.patch);
+}
+
+// Top-left source pixel (y0, x0) of output row r (patch layouts).
+VLMPREP_HD void row_origin(const NormalizePatchifyParams& p, int32_t w, int64_t r, int32_t* y0,
+                           int32_t* x0) {
+  const int32_t P = p.patch;
+  const int32_t gw = w / P;
+  if (p.layout == Layout::kMergeGrouped) {
+    const int32_t m = p.merge;
+    const int64_t group = r / (int64_t(m) * m);  // (bh, bw) block of m x m patches
+    const int32_t in = int32_t(r % (int64_t(m) * m));
+    const int32_t bwc = gw / m;
+    *y0 = (int32_t(group / bwc) * m + in / m) * P;
+    *x0 = (int32_t(group % bwc) * m + in % m) * P;
+  } else {
+    *y0 = int32_t(r / gw) * P;
+    *x0 = int32_t(r % gw) * P;
+  }
+}
+
+// Source (dy, dx, c) of column j, relative to the row's origin.
+VLMPREP_HD void column_source(const NormalizePatchifyParams& p, int32_t h, int32_t w, int64_t j,
+                              int32_t* dy, int32_t* dx, int32_t* c) {
+  const int32_t P = p.patch;
+  switch (p.layout) {
+    case Layout::kMergeGrouped: {  // [c, t, py, px]
+      const int32_t pp = int32_t(j % (int64_t(P) * P));
+      *c = int32_t(j / (int64_t(P) * P * p.temporal));
+      *dy = pp / P;
+      *dx = pp % P;
+      break;
+    }
+    case Layout::kRaster: {  // [c, py, px]
+      *c = int32_t(j / (int64_t(P) * P));
+      const int32_t pp = int32_t(j % (int64_t(P) * P));
+      *dy = pp / P;
+      *dx = pp % P;
+      break;
+    }
+    case Layout::kNaflex: {  // [py, px, c]
+      *c = int32_t(j % kChannels);
+      const int32_t pp = int32_t(j / kChannels);
+      *dy = pp / P;
+      *dx = pp % P;
+      break;
+    }
+    default: {  // kTiles: [c, y, x]
+      const int64_t hw = int64_t(h) * w;
+      *c = int32_t(j / hw);
+      *dy = int32_t((j % hw) / w);
+      *dx = int32_t(j % w);
+    }
+  }
+}
+
+// Checks a sample against the layout; returns nullptr when valid, else a static message.
+inline const char* check_sample(const NormalizePatchifyParams& p, const NPSample& s) {
+  if (s.height < 1 || s.width < 1) return "sample has an empty size";
+  if (s.row_stride < int64_t(3) * s.width) return "row_stride is smaller than 3 * width";
+  if (p.layout == Layout::kTiles) return nullptr;
+  const int32_t q = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
+  if (p.patch < 1 || q < 1 || s.height % q || s.width % q)
+    return "sample sides are not multiples of patch_size * merge_size";
+  return nullptr;
+}
+
+// CPU twin: fills every output element of every sample exactly once. `num_threads` <= 1 runs
+// inline; more split the batch's rows across std::threads.
+void normalize_patchify_cpu(const NormalizePatchifyParams& p, int num_threads);
+
+// CUDA kernel: one launch for the whole batch on `stream` (a cudaStream_t). `p.samples` must be
+// device memory. `max_rows` is the largest per-sample kernel-row count, computed on the host by
+// kernel_rows(). Returns a cudaError_t as int (0: success). Defined only when built with nvcc.
+int normalize_patchify_cuda(const NormalizePatchifyParams& p, int64_t max_rows, void* stream);
+
+// Rows the CUDA kernel walks for one sample: patch rows, or 3 * height (c, y) lines of a tile.
+inline int64_t kernel_rows(const NormalizePatchifyParams& p, int32_t h, int32_t w) {
+  return p.layout == Layout::kTiles ? int64_t(kChannels) * h : num_rows(p, h, w);
+}
+
+}  // namespace vlmprep

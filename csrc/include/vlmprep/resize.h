@@ -1,0 +1,29 @@
+// resize: uint8 HWC RGB -> uint8 HWC RGB, bit-exact with Pillow 13's Image.resize.
+//
+// Pillow resizes separably in fixed point: per output pixel, double-precision filter weights,
+// normalised to sum 1, rounded to 22-bit integers; per pass an int32 sum starting at 2^21,
+// shifted by 22 and clipped to 0..255. Pillow 13 runs the vertical pass first iff the height
+// shrinks by more than twice the pixels the width does (vlmprep/backends/resample_order.py).
+// CPU only: GPU resizing is torch's or DALI's job; this is the CPU fast path's resize.
+#pragma once
+
+#include <cstdint>
+
+namespace vlmprep {
+
+enum class Filter : int32_t { kBilinear = 0, kBicubic = 1, kLanczos = 2 };
+
+struct ResizeParams {
+  const uint8_t* src;   // (in_h, in_w, 3), pixel stride 3
+  int64_t src_stride;   // bytes between source rows
+  int32_t in_h, in_w;
+  uint8_t* dst;         // (out_h, out_w, 3), contiguous
+  int32_t out_h, out_w;
+  Filter filter;
+};
+
+// Returns nullptr on success, else a static message (sizes invalid). `num_threads` <= 1 runs
+// inline; more split each pass's output rows across std::threads.
+const char* resize_cpu(const ResizeParams& p, int num_threads);
+
+}  // namespace vlmprep

@@ -1,0 +1,120 @@
+// CPU twin of the normalize_patchify kernel: same index math (normalize_patchify.h), same table,
+// so the same bytes. Rows are split across std::threads; inner loops run over one patch line.
+#include "vlmprep/normalize_patchify.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace vlmprep {
+namespace {
+
+// out[i] = table[c][v] (or v itself for uint8 output, where no table exists).
+template <typename T, bool kTable>
+struct Map {
+  const T* lut;
+  T operator()(int c, uint8_t v) const {
+    if constexpr (kTable) return lut[c * 256 + v]; else return T(v);
+  }
+};
+
+// One patch row of a patch layout, written in column order.
+template <typename T, typename M>
+void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T* dst, M map) {
+  int32_t y0, x0;
+  row_origin(p, s.width, r, &y0, &x0);
+  const int32_t P = p.patch;
+  const uint8_t* base = s.src + int64_t(y0) * s.row_stride + int64_t(x0) * 3;
+  if (p.layout == Layout::kNaflex) {  // [py, px, c]: the source line, channels kept interleaved
+    for (int32_t py = 0; py < P; ++py) {
+      const uint8_t* line = base + int64_t(py) * s.row_stride;
+      T* d = dst + int64_t(py) * P * 3;
+      for (int32_t k = 0; k < P * 3; ++k) d[k] = map(k % 3, line[k]);
+    }
+    return;
+  }
+  const int32_t T_ = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
+  const int64_t plane = int64_t(P) * P;
+  for (int c = 0; c < kChannels; ++c) {  // [c, t, py, px]: t = 0 computed, later t copied
+    T* d0 = dst + int64_t(c) * T_ * plane;
+    for (int32_t py = 0; py < P; ++py) {
+      const uint8_t* line = base + int64_t(py) * s.row_stride + c;
+      T* d = d0 + int64_t(py) * P;
+      for (int32_t px = 0; px < P; ++px) d[px] = map(c, line[px * 3]);
+    }
+    for (int32_t t = 1; t < T_; ++t) std::memcpy(d0 + t * plane, d0, plane * sizeof(T));
+  }
+}
+
+// One source line y of a tile, into its three planes of the CHW output.
+template <typename T, typename M>
+void tile_line(const NPSample& s, int32_t y, T* dst, M map) {
+  const uint8_t* line = s.src + int64_t(y) * s.row_stride;
+  const int64_t hw = int64_t(s.height) * s.width;
+  for (int c = 0; c < kChannels; ++c) {
+    T* d = dst + c * hw + int64_t(y) * s.width;
+    for (int32_t x = 0; x < s.width; ++x) d[x] = map(c, line[x * 3 + c]);
+  }
+}
+
+// Work units: output rows (patch layouts) or source lines (tiles); unit_start[i] is sample i's
+// first unit, so a thread's range [u0, u1) maps back to (sample, unit) without a search per unit.
+template <typename T, bool kTable>
+void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& unit_start,
+               int64_t u0, int64_t u1) {
+  Map<T, kTable> map{static_cast<const T*>(p.lut)};
+  T* out = static_cast<T*>(p.out);
+  int32_t i = int32_t(std::upper_bound(unit_start.begin(), unit_start.end(), u0) -
+                      unit_start.begin()) - 1;
+  for (int64_t u = u0; u < u1; ++u) {
+    while (u >= unit_start[i + 1]) ++i;
+    const NPSample& s = p.samples[i];
+    const int64_t k = u - unit_start[i];
+    if (p.layout == Layout::kTiles) {
+      tile_line<T>(s, int32_t(k), out + s.out_offset, map);
+    } else {
+      const int64_t D = row_length(p, s.height, s.width);
+      patch_row<T>(p, s, k, out + s.out_offset + k * D, map);
+    }
+  }
+}
+
+template <typename T, bool kTable>
+void run(const NormalizePatchifyParams& p, int num_threads) {
+  std::vector<int64_t> unit_start(p.num_samples + 1, 0);
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < p.num_samples; ++i) {
+    const NPSample& s = p.samples[i];
+    unit_start[i + 1] = unit_start[i] + (p.layout == Layout::kTiles ? s.height
+                                         : num_rows(p, s.height, s.width));
+    bytes += int64_t(s.height) * s.width * 3;
+  }
+  const int64_t units = unit_start.back();
+  // Below ~256 KiB of input a thread costs more than it saves.
+  const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
+  const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, units})));
+  if (n == 1) {
+    run_units<T, kTable>(p, unit_start, 0, units);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(n - 1);
+  for (int t = 1; t < n; ++t)
+    pool.emplace_back(run_units<T, kTable>, std::cref(p), std::cref(unit_start),
+                      units * t / n, units * (t + 1) / n);
+  run_units<T, kTable>(p, unit_start, 0, units / n);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+void normalize_patchify_cpu(const NormalizePatchifyParams& p, int num_threads) {
+  switch (p.dtype) {
+    case DType::kFloat32: return run<float, true>(p, num_threads);
+    case DType::kBFloat16: return run<uint16_t, true>(p, num_threads);  // bf16 bit patterns
+    case DType::kUInt8: return run<uint8_t, false>(p, num_threads);
+  }
+}
+
+}  // namespace vlmprep

@@ -1,0 +1,320 @@
+// Pillow-exact separable resize (see resize.h). Weights: Pillow's precompute_coeffs and
+// normalize_coeffs_8bpc arithmetic, reimplemented. The vertical pass is written so that the
+// compiler vectorises it (one weight for a whole row); the horizontal pass keeps Pillow's
+// per-pixel sums over 3 channels.
+#include "vlmprep/resize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace vlmprep {
+namespace {
+
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
+double filter_bilinear(double x) {
+  x = x < 0.0 ? -x : x;
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+double filter_bicubic(double x) {
+  const double a = -0.5;
+  x = x < 0.0 ? -x : x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+double sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x = x * M_PI;
+  return std::sin(x) / x;
+}
+
+double filter_lanczos(double x) { return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3) : 0.0; }
+
+struct Coeffs {
+  int ksize = 0;
+  std::vector<int32_t> bounds;  // per output: first input index, tap count
+  std::vector<int32_t> k;       // per output: ksize fixed-point weights
+};
+
+// Weights of one axis, in Pillow's arithmetic order (so the same doubles, the same ints).
+Coeffs coeffs(int in_size, int out_size, Filter f) {
+  double (*fn)(double) = f == Filter::kBilinear ? filter_bilinear
+                         : f == Filter::kBicubic ? filter_bicubic : filter_lanczos;
+  const double support0 = f == Filter::kBilinear ? 1.0 : f == Filter::kBicubic ? 2.0 : 3.0;
+  const double scale = double(float(in_size) - 0.0f) / out_size;
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = support0 * filterscale;
+  Coeffs c;
+  c.ksize = int(std::ceil(support)) * 2 + 1;
+  c.bounds.resize(size_t(out_size) * 2);
+  c.k.assign(size_t(out_size) * c.ksize, 0);
+  std::vector<double> w(c.ksize);
+  for (int xx = 0; xx < out_size; ++xx) {
+    const double center = (xx + 0.5) * scale;
+    const double ss = 1.0 / filterscale;
+    int xmin = int(center - support + 0.5);
+    if (xmin < 0) xmin = 0;
+    int xmax = int(center + support + 0.5);
+    if (xmax > in_size) xmax = in_size;
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; ++x) {
+      w[x] = fn((x + xmin - center + 0.5) * ss);
+      ww += w[x];
+    }
+    for (int x = 0; x < xmax; ++x) {
+      const double v = ww != 0.0 ? w[x] / ww : w[x];
+      c.k[size_t(xx) * c.ksize + x] = v < 0 ? int32_t(-0.5 + v * (1 << kPrecisionBits))
+                                            : int32_t(0.5 + v * (1 << kPrecisionBits));
+    }
+    c.bounds[xx * 2] = xmin;
+    c.bounds[xx * 2 + 1] = xmax;
+  }
+  return c;
+}
+
+inline uint8_t clip8(int32_t ss) {
+  const int32_t v = ss >> kPrecisionBits;  // arithmetic shift, as Pillow's table index
+  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// Rows [y0, y1) of a horizontal pass with a fixed tap count K (a compile-time constant, so
+// the tap loop unrolls): c.bounds/c.k were widened to K taps (padded weights are 0).
+template <int K>
+void horizontal_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                  int out_w, const Coeffs& c, int y0, int y1) {
+  const int ks = K > 0 ? K : c.ksize;
+  for (int y = y0; y < y1; ++y) {
+    const uint8_t* in = src + int64_t(y) * src_stride;
+    uint8_t* out = dst + int64_t(y) * dst_stride;
+    for (int xx = 0; xx < out_w; ++xx) {
+      const int xmin = c.bounds[xx * 2];
+      const int n = K > 0 ? K : c.bounds[xx * 2 + 1];
+      const int32_t* k = &c.k[size_t(xx) * ks];
+      const uint8_t* p = in + xmin * 3;
+      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+      for (int x = 0; x < n; ++x) {
+        s0 += p[x * 3] * k[x];
+        s1 += p[x * 3 + 1] * k[x];
+        s2 += p[x * 3 + 2] * k[x];
+      }
+      out[xx * 3] = clip8(s0);
+      out[xx * 3 + 1] = clip8(s1);
+      out[xx * 3 + 2] = clip8(s2);
+    }
+  }
+}
+
+// Widens every output's taps to exactly ksize (moving xmin left where the window would run
+// past the end, padding with zero weights) so the fixed-K loop never reads out of the row.
+// Zero weights add 0 to Pillow's sums, so the result is unchanged. Needs in_size >= ksize.
+Coeffs widen(const Coeffs& c, int in_size) {
+  Coeffs w = c;
+  const int K = c.ksize;
+  for (size_t xx = 0; xx < c.bounds.size() / 2; ++xx) {
+    const int xmin = c.bounds[xx * 2], n = c.bounds[xx * 2 + 1];
+    const int start = std::min(xmin, in_size - K);
+    int32_t* k = &w.k[xx * K];
+    for (int x = 0; x < K; ++x) k[x] = 0;
+    for (int x = 0; x < n; ++x) k[xmin - start + x] = c.k[xx * K + x];
+    w.bounds[xx * 2] = start;
+    w.bounds[xx * 2 + 1] = K;
+  }
+  return w;
+}
+
+#if defined(__x86_64__)
+// AVX2 horizontal pass over widened coefficients: two output pixels per step, each pixel's
+// R, G, B (and one ignored byte) in four int32 lanes; the same integer sums as Pillow, so the
+// same bytes. `kw` holds each output pair's weights per tap as 8 int32 ([w0 x4, w1 x4]).
+// Pixels whose 4-byte load would pass the row end (the right border) fall back to scalar.
+__attribute__((target("avx2")))
+void horizontal_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                     int out_w, int in_w, const Coeffs& c, const std::vector<int32_t>& kw,
+                     int y0, int y1) {
+  const int K = c.ksize;
+  int simd_end = 0;  // outputs [0, simd_end) in pairs; their last tap pixel is < in_w - 1
+  while (simd_end + 1 < out_w && c.bounds[(simd_end + 1) * 2] + K < in_w) simd_end += 2;
+  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi32(255);
+  for (int y = y0; y < y1; ++y) {
+    const uint8_t* in = src + int64_t(y) * src_stride;
+    uint8_t* out = dst + int64_t(y) * dst_stride;
+    for (int xx = 0; xx < simd_end; xx += 2) {
+      const uint8_t* p0 = in + c.bounds[xx * 2] * 3;
+      const uint8_t* p1 = in + c.bounds[xx * 2 + 2] * 3;
+      const int32_t* w = &kw[size_t(xx / 2) * K * 8];
+      __m256i acc = half;
+      for (int k = 0; k < K; ++k) {
+        uint32_t a, b;
+        std::memcpy(&a, p0 + k * 3, 4);
+        std::memcpy(&b, p1 + k * 3, 4);
+        const __m256i px = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(b), int(a)));
+        const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * 8));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, wk));
+      }
+      __m256i v = _mm256_srai_epi32(acc, kPrecisionBits);
+      v = _mm256_min_epi32(_mm256_max_epi32(v, zero), top);
+      const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+      const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
+      const uint64_t both = uint64_t(_mm_cvtsi128_si64(bytes));
+      std::memcpy(out + xx * 3, &both, 3);
+      const uint32_t second = uint32_t(both >> 32);
+      std::memcpy(out + xx * 3 + 3, &second, 3);
+    }
+    // The right border: scalar, same arithmetic.
+    for (int xx = simd_end; xx < out_w; ++xx) {
+      const uint8_t* p = in + c.bounds[xx * 2] * 3;
+      const int32_t* k = &c.k[size_t(xx) * K];
+      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+      for (int x = 0; x < K; ++x) {
+        s0 += p[x * 3] * k[x];
+        s1 += p[x * 3 + 1] * k[x];
+        s2 += p[x * 3 + 2] * k[x];
+      }
+      out[xx * 3] = clip8(s0);
+      out[xx * 3 + 1] = clip8(s1);
+      out[xx * 3 + 2] = clip8(s2);
+    }
+  }
+}
+
+// Per output pair, per tap: [w(xx) x4, w(xx+1) x4] (the lane layout of horizontal_avx2).
+std::vector<int32_t> pair_weights(const Coeffs& c, int out_w) {
+  const int K = c.ksize;
+  std::vector<int32_t> kw(size_t((out_w + 1) / 2) * K * 8, 0);
+  for (int xx = 0; xx + 1 < out_w; xx += 2)
+    for (int k = 0; k < K; ++k)
+      for (int l = 0; l < 4; ++l) {
+        kw[(size_t(xx / 2) * K + k) * 8 + l] = c.k[size_t(xx) * K + k];
+        kw[(size_t(xx / 2) * K + k) * 8 + 4 + l] = c.k[size_t(xx + 1) * K + k];
+      }
+  return kw;
+}
+#endif
+
+// Horizontal pass rows [y0, y1); `widened`: c has exactly ksize taps per output (see widen).
+void horizontal(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                int out_w, int in_w, const Coeffs& c, const std::vector<int32_t>& kw, int y0,
+                int y1) {
+#if defined(__x86_64__)
+  if (!kw.empty()) return horizontal_avx2(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
+#endif
+  switch (c.bounds.empty() ? 0 : c.bounds[1] == c.ksize ? c.ksize : 0) {  // widened: fixed K
+    case 3: return horizontal_k<3>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
+    case 5: return horizontal_k<5>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
+    case 7: return horizontal_k<7>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
+    case 9: return horizontal_k<9>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
+    default: return horizontal_k<0>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
+  }
+}
+
+// Rows [y0, y1) of a vertical pass: each output row is a weighted sum of whole input rows, so
+// the inner loop runs over contiguous bytes with one weight (vectorisable).
+__attribute__((target_clones("avx2", "default")))
+void vertical(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+              int width, const Coeffs& c, int y0, int y1) {
+  const int n = width * 3;
+  std::vector<int32_t> acc(n);
+  for (int yy = y0; yy < y1; ++yy) {
+    const int ymin = c.bounds[yy * 2], taps = c.bounds[yy * 2 + 1];
+    const int32_t* k = &c.k[size_t(yy) * c.ksize];
+    int32_t* a = acc.data();
+    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < taps; ++y) {
+      const uint8_t* in = src + int64_t(ymin + y) * src_stride;
+      const int32_t w = k[y];
+      for (int j = 0; j < n; ++j) a[j] += int32_t(in[j]) * w;
+    }
+    uint8_t* out = dst + int64_t(yy) * dst_stride;
+    for (int j = 0; j < n; ++j) out[j] = clip8(a[j]);
+  }
+}
+
+template <typename F>
+void parallel_rows(int rows, int64_t bytes, int num_threads, F&& f) {
+  const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
+  const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, rows})));
+  if (n == 1) return f(0, rows);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(f, int(int64_t(rows) * t / n), int(int64_t(rows) * (t + 1) / n));
+  f(0, rows / n);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+const char* resize_cpu(const ResizeParams& p, int num_threads) {
+  if (p.in_h < 1 || p.in_w < 1 || p.out_h < 1 || p.out_w < 1) return "sizes must be positive";
+  if (p.src_stride < int64_t(3) * p.in_w) return "src_stride is smaller than 3 * in_w";
+  const bool need_h = p.out_w != p.in_w, need_v = p.out_h != p.in_h;
+  const int64_t out_stride = int64_t(3) * p.out_w;
+  if (!need_h && !need_v) {
+    for (int y = 0; y < p.in_h; ++y)
+      std::memcpy(p.dst + y * out_stride, p.src + y * p.src_stride, size_t(out_stride));
+    return nullptr;
+  }
+  Coeffs ch = need_h ? coeffs(p.in_w, p.out_w, p.filter) : Coeffs{};
+  std::vector<int32_t> kw;  // AVX2 weights; empty: the scalar pass
+  if (need_h && p.in_w >= ch.ksize) {
+    ch = widen(ch, p.in_w);
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) kw = pair_weights(ch, p.out_w);
+#endif
+  }
+  const Coeffs cv = need_v ? coeffs(p.in_h, p.out_h, p.filter) : Coeffs{};
+  const int64_t out_bytes = int64_t(p.out_h) * out_stride;
+  if (!need_v) {
+    parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
+      horizontal(p.src, p.src_stride, p.dst, out_stride, p.out_w, p.in_w, ch, kw, a, b);
+    });
+    return nullptr;
+  }
+  if (!need_h) {
+    parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
+      vertical(p.src, p.src_stride, p.dst, out_stride, p.in_w, cv, a, b);
+    });
+    return nullptr;
+  }
+  const int shrink = p.in_h - p.out_h;
+  const bool vertical_first = shrink > 0 && shrink > 2 * (p.in_w - p.out_w);
+  if (vertical_first) {  // (in_h, in_w) -> (out_h, in_w) -> (out_h, out_w)
+    const int64_t tmp_stride = int64_t(3) * p.in_w;
+    std::vector<uint8_t> tmp(size_t(p.out_h) * tmp_stride);
+    parallel_rows(p.out_h, int64_t(tmp.size()), num_threads, [&](int a, int b) {
+      vertical(p.src, p.src_stride, tmp.data(), tmp_stride, p.in_w, cv, a, b);
+    });
+    parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
+      horizontal(tmp.data(), tmp_stride, p.dst, out_stride, p.out_w, p.in_w, ch, kw, a, b);
+    });
+    return nullptr;
+  }
+  // Horizontal first, on the source rows the vertical pass reads (Pillow crops them too; the
+  // pixels are the same either way).
+  const int first = cv.bounds[0];
+  const int last = cv.bounds[(p.out_h - 1) * 2] + cv.bounds[(p.out_h - 1) * 2 + 1];
+  const int64_t tmp_stride = out_stride;
+  std::vector<uint8_t> tmp(size_t(last - first) * tmp_stride);
+  parallel_rows(last - first, int64_t(tmp.size()), num_threads, [&](int a, int b) {
+    horizontal(p.src + int64_t(first) * p.src_stride, p.src_stride, tmp.data(), tmp_stride,
+               p.out_w, p.in_w, ch, kw, a, b);
+  });
+  Coeffs shifted = cv;
+  for (int yy = 0; yy < p.out_h; ++yy) shifted.bounds[yy * 2] -= first;
+  parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
+    vertical(tmp.data(), tmp_stride, p.dst, out_stride, p.out_w, shifted, a, b);
+  });
+  return nullptr;
+}
+
+}  // namespace vlmprep

@@ -1,0 +1,169 @@
+// Thin torch binding: validates tensors at the boundary, fills the kernels' parameter structs,
+// calls the CPU twin or the CUDA launcher. Registered as torch.ops.vlmprep.*; the fake
+// (shape-only) implementations live in vlmprep/kernels/torch_ops.py.
+#include <torch/library.h>
+#include <ATen/ATen.h>
+
+#ifdef VLMPREP_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <string>
+#include <vector>
+
+#include "vlmprep/normalize_patchify.h"
+#include "vlmprep/resize.h"
+
+namespace {
+
+using vlmprep::DType;
+using vlmprep::Layout;
+
+Layout parse_layout(const std::string& s) {
+  if (s == "merge_grouped") return Layout::kMergeGrouped;
+  if (s == "raster") return Layout::kRaster;
+  if (s == "naflex") return Layout::kNaflex;
+  if (s == "tiles") return Layout::kTiles;
+  TORCH_CHECK(false, "normalize_patchify: layout: expected merge_grouped, raster, naflex or tiles, got '",
+              s, "'");
+}
+
+DType parse_dtype(const at::Tensor& out) {
+  switch (out.scalar_type()) {
+    case at::kFloat: return DType::kFloat32;
+    case at::kBFloat16: return DType::kBFloat16;
+    case at::kByte: return DType::kUInt8;
+    default:
+      TORCH_CHECK(false, "normalize_patchify: out: expected float32, bfloat16 or uint8, got ",
+                  out.scalar_type(), "; allocate the output in one of those");
+  }
+}
+
+// images[i]: (h, w, 3) uint8 with pixel stride 3 (a crop of a contiguous HWC canvas is fine);
+// lut: (3, 256) of out's dtype (None for uint8 out); out: contiguous, offsets[i] its first
+// element for image i. Every element the images' rows cover is written exactly once.
+void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& lut,
+                        at::Tensor out, at::IntArrayRef offsets, std::string layout,
+                        int64_t patch, int64_t merge, int64_t temporal, int64_t num_threads) {
+  vlmprep::NormalizePatchifyParams p{};
+  p.layout = parse_layout(layout);
+  p.dtype = parse_dtype(out);
+  p.patch = int32_t(patch);
+  p.merge = p.layout == Layout::kMergeGrouped ? int32_t(merge) : 1;
+  p.temporal = p.layout == Layout::kMergeGrouped ? int32_t(temporal) : 1;
+  TORCH_CHECK(out.is_contiguous(), "normalize_patchify: out: expected a contiguous tensor, got strides ",
+              out.strides(), "; pass a contiguous buffer (or a contiguous slice of one)");
+  TORCH_CHECK(int64_t(images.size()) == int64_t(offsets.size()),
+              "normalize_patchify: expected one offset per image, got ", images.size(),
+              " images and ", offsets.size(), " offsets");
+  TORCH_CHECK(patch >= 1 && p.merge >= 1 && p.temporal >= 1,
+              "normalize_patchify: expected patch, merge, temporal >= 1, got ", patch, ", ", merge,
+              ", ", temporal);
+  if (p.dtype == DType::kUInt8) {
+    p.lut = nullptr;
+  } else {
+    TORCH_CHECK(lut.has_value(), "normalize_patchify: a float32/bfloat16 out needs lut (3, 256)");
+    const at::Tensor& t = *lut;
+    TORCH_CHECK(t.scalar_type() == out.scalar_type() && t.numel() == 3 * 256 && t.is_contiguous() &&
+                    t.device() == out.device(),
+                "normalize_patchify: lut: expected a contiguous (3, 256) tensor of ", out.scalar_type(),
+                " on ", out.device(), ", got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
+    p.lut = t.data_ptr();
+  }
+  std::vector<vlmprep::NPSample> samples(images.size());
+  int64_t max_rows = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    const at::Tensor& im = images[i];
+    TORCH_CHECK(im.scalar_type() == at::kByte && im.dim() == 3 && im.size(2) == 3 &&
+                    im.stride(2) == 1 && im.stride(1) == 3,
+                "normalize_patchify: images[", i, "]: expected (h, w, 3) uint8 with pixel stride 3, got ",
+                im.sizes(), " ", im.scalar_type(), " strides ", im.strides(),
+                "; pass an HWC image (.contiguous() if needed)");
+    TORCH_CHECK(im.device() == out.device(), "normalize_patchify: images[", i, "] is on ", im.device(),
+                ", out on ", out.device(), "; move them to one device");
+    vlmprep::NPSample& s = samples[i];
+    s.src = im.data_ptr<uint8_t>();
+    s.row_stride = im.stride(0);
+    s.height = int32_t(im.size(0));
+    s.width = int32_t(im.size(1));
+    s.out_offset = offsets[i];
+    const char* bad = vlmprep::check_sample(p, s);
+    TORCH_CHECK(bad == nullptr, "normalize_patchify: images[", i, "] (", s.height, "x", s.width,
+                ", patch ", patch, ", merge ", p.merge, "): ", bad ? bad : "");
+    const int64_t n = vlmprep::num_rows(p, s.height, s.width) * vlmprep::row_length(p, s.height, s.width);
+    TORCH_CHECK(s.out_offset >= 0 && s.out_offset + n <= out.numel(),
+                "normalize_patchify: images[", i, "] needs out elements [", s.out_offset, ", ",
+                s.out_offset + n, "), out has ", out.numel(), "; size out from the plan");
+    max_rows = std::max(max_rows, vlmprep::kernel_rows(p, s.height, s.width));
+  }
+  p.num_samples = int32_t(samples.size());
+  p.out = out.data_ptr();
+  if (out.is_cpu()) {
+    p.samples = samples.data();
+    vlmprep::normalize_patchify_cpu(p, int(num_threads));
+    return;
+  }
+#ifdef VLMPREP_WITH_CUDA
+  TORCH_CHECK(out.is_cuda(), "normalize_patchify: expected a CPU or CUDA out, got ", out.device());
+  const c10::cuda::CUDAGuard guard(out.device());
+  auto st = c10::cuda::getCurrentCUDAStream();
+  const int64_t bytes = int64_t(samples.size() * sizeof(vlmprep::NPSample));
+  at::Tensor host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  std::memcpy(host.data_ptr(), samples.data(), size_t(bytes));
+  at::Tensor dev = host.to(out.device(), /*non_blocking=*/true);
+  p.samples = reinterpret_cast<const vlmprep::NPSample*>(dev.data_ptr());
+  const int err = vlmprep::normalize_patchify_cuda(p, max_rows, st.stream());
+  TORCH_CHECK(err == 0, "normalize_patchify: CUDA launch failed with error ", err);
+  // `host` is pinned memory read asynchronously: keep it alive until the copy ran.
+  host.record_stream(st);
+#else
+  TORCH_CHECK(false, "normalize_patchify: out is on ", out.device(),
+              " but vlmprep's extension was built without CUDA (no nvcc at build time); "
+              "rebuild with nvcc on PATH or use a CPU out");
+#endif
+}
+
+vlmprep::Filter parse_filter(const std::string& s) {
+  if (s == "bilinear") return vlmprep::Filter::kBilinear;
+  if (s == "bicubic") return vlmprep::Filter::kBicubic;
+  if (s == "lanczos") return vlmprep::Filter::kLanczos;
+  TORCH_CHECK(false, "resize: filter: expected bilinear, bicubic or lanczos, got '", s,
+              "' (nearest: use PIL)");
+}
+
+// image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact.
+at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string filter,
+                  int64_t num_threads) {
+  TORCH_CHECK(image.is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3 &&
+                  image.size(2) == 3 && image.stride(2) == 1 && image.stride(1) == 3,
+              "resize: expected a CPU (h, w, 3) uint8 image with pixel stride 3, got ", image.sizes(),
+              " ", image.scalar_type(), " on ", image.device(), " strides ", image.strides());
+  TORCH_CHECK(height >= 1 && width >= 1, "resize: expected a positive size, got ", height, "x", width);
+  at::Tensor out = at::empty({height, width, 3}, image.options().memory_format(at::MemoryFormat::Contiguous));
+  vlmprep::ResizeParams p{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
+                          int32_t(image.size(1)), out.data_ptr<uint8_t>(), int32_t(height),
+                          int32_t(width), parse_filter(filter)};
+  const char* bad = vlmprep::resize_cpu(p, int(num_threads));
+  TORCH_CHECK(bad == nullptr, "resize: ", bad ? bad : "");
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(vlmprep, m) {
+  m.def("normalize_patchify(Tensor[] images, Tensor? lut, Tensor(a!) out, int[] offsets, str layout, "
+        "int patch, int merge, int temporal, int num_threads=1) -> ()");
+  m.def("resize(Tensor image, int height, int width, str filter, int num_threads=1) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
+  m.impl("normalize_patchify", &normalize_patchify);
+  m.impl("resize", &resize);
+}
+
+#ifdef VLMPREP_WITH_CUDA
+TORCH_LIBRARY_IMPL(vlmprep, CUDA, m) {
+  m.impl("normalize_patchify", &normalize_patchify);
+}
+#endif

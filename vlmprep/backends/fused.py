@@ -1,0 +1,98 @@
+"""The fused normalize + patchify path (vlmprep.kernels), shared by the backends that use it.
+
+A backend's ``normalize`` lowering returns ``Normalized(tiles, table)`` instead of float
+images when the kernel will run; its ``patchify`` lowering then writes every row of the image
+in one kernel call. ``table[c, v]`` is the backend's own normalize applied to level ``v`` of
+channel ``c`` (a uint8 channel has 256 values), so the fused path gives the same bits as the
+backend's pure path, whatever order that one rounds in.
+
+    Given  qwen2-vl, one 1092x1932 image, float32
+    Input  tiles [uint8 (1092, 1932, 3)], table (3, 256) float32
+    Output ctx.dest (10764, 1176) filled: row r = merge-grouped patch r, [c, t, py, px]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import torch
+
+    from .base import Context
+
+__all__ = ["Normalized", "usable", "table", "write_rows"]
+
+
+@dataclass
+class Normalized:
+    """Tiles whose normalization is deferred to the kernel.
+
+    Fields:
+        tiles: uint8 images ``(h, w, 3)`` (numpy arrays or torch tensors, any row stride).
+        table: ``(3, 256)`` in the output dtype, on the output device.
+    """
+
+    tiles: list
+    table: "torch.Tensor"
+
+
+def usable(ctx: "Context") -> bool:
+    """Whether the kernel can fill ``ctx.dest``: built, loaded, and built for its device."""
+    from .. import kernels
+    if not kernels.available() or not ctx.dest.is_contiguous():
+        return False
+    if ctx.dest.device.type == "cpu":
+        return True
+    return ctx.dest.device.type == "cuda" and bool(kernels.build_info()["torch_ext"].get("cuda"))
+
+
+_TABLES: dict[tuple, "torch.Tensor"] = {}
+
+
+def table(key: tuple, normalize_ramp: Callable[[], Any], dtype: "torch.dtype",
+          device: "torch.device") -> "torch.Tensor":
+    """``(3, 256)`` table in ``dtype`` on ``device``, cached by ``key`` (backend, op, ...).
+
+    ``normalize_ramp()`` returns the backend's normalize applied to the ramp image whose pixel
+    ``v`` is ``(v, v, v)``, as float32 ``(256, 3)`` values in any array form.
+    """
+    import torch
+    k = key + (str(dtype), str(device))
+    t = _TABLES.get(k)
+    if t is None:
+        ramp = torch.as_tensor(normalize_ramp(), dtype=torch.float32).reshape(256, 3)
+        # float32 -> bfloat16 rounds to nearest even, as the pure paths' copy_ into the output.
+        t = _TABLES[k] = ramp.t().contiguous().to(dtype).to(device)
+    return t
+
+
+def _hwc(x: Any) -> "torch.Tensor":
+    """uint8 ``(h, w, 3)`` torch view with pixel stride 3 (one copy only when it has none)."""
+    import warnings
+
+    import numpy as np
+    import torch
+    if isinstance(x, np.ndarray):
+        with warnings.catch_warnings():  # Pillow's arrays are read-only; the kernel only reads
+            warnings.simplefilter("ignore", UserWarning)
+            x = torch.from_numpy(x)
+    if x.stride(2) != 1 or x.stride(1) != 3:
+        x = x.contiguous()
+    return x
+
+
+def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: Any) -> None:
+    """Every tile's rows into ``ctx.dest`` in ``op.layout`` (one kernel call per image)."""
+    from .. import kernels
+    from ..plan.grid import row_length
+    imgs = [_hwc(t) for t in tiles]
+    if ctx.dest.device.type != "cpu":
+        imgs = [t.to(ctx.dest.device, non_blocking=True) for t in imgs]
+    offsets, at = [], 0
+    for t in imgs:
+        offsets.append(at)
+        h, w = t.shape[0], t.shape[1]
+        at += 3 * h * w if op.layout == "tiles" else (h // op.patch_size) * (w // op.patch_size) \
+            * row_length(op)
+    kernels.normalize_patchify(imgs, table_, ctx.dest.view(-1), offsets, op.layout,
+                               op.patch_size, op.merge_size, op.temporal_patch_size)

@@ -1,0 +1,98 @@
+"""Finding and loading the compiled ops; says what they were built for when they do not load."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+
+__all__ = ["load", "why_unavailable", "build_info", "dali_plugin"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def build_info() -> dict:
+    """What setup.py built (``_build_info.json``), or why nothing was."""
+    path = os.path.join(_HERE, "_build_info.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"torch_ext": {"built": False, "reason": "no build record: the package was not "
+                              "built by setup.py (pip install --no-build-isolation -e .)"},
+                "dali_plugin": {"built": False, "reason": "no build record"}}
+
+
+def _found() -> str:
+    import torch
+    return f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+
+
+def load() -> str | None:
+    """Load the torch ops once; None on success, else the reason (also kept for later calls)."""
+    with _lock:
+        if "torch" in _state:
+            return _state["torch"]
+        _state["torch"] = reason = _load_torch()
+        return reason
+
+
+def _load_torch() -> str | None:
+    if os.environ.get("VLMPREP_DISABLE_KERNELS"):
+        return "disabled by VLMPREP_DISABLE_KERNELS"
+    info = build_info()["torch_ext"]
+    libs = sorted(glob.glob(os.path.join(_HERE, "_vlmprep_torch*.so")))
+    if not libs:
+        return f"not built ({info.get('reason', 'no library next to the package')})"
+    try:
+        import torch
+    except ImportError as e:
+        return f"torch is not importable: {e}"
+    if hasattr(torch.ops, "vlmprep") and hasattr(torch.ops.vlmprep, "normalize_patchify"):
+        return None  # already registered (e.g. loaded by another path)
+    try:
+        torch.ops.load_library(libs[0])
+    except OSError as e:
+        return (f"{os.path.basename(libs[0])} was built for torch {info.get('torch')} (CUDA "
+                f"{info.get('torch_cuda')}), found {_found()}, and failed to load: {e}; rebuild "
+                f"with `make venv` or `pip install --no-build-isolation -e .`")
+    from . import torch_ops  # noqa: F401  (fake implementations for shape propagation)
+    return None
+
+
+def why_unavailable() -> str | None:
+    return load()
+
+
+def dali_plugin() -> str | None:
+    """Load the DALI plugin once; returns its path, or None when it is not built / not loadable.
+
+    Loading a second file that registers the same op aborts the process (DALI.md pitfall 8), so
+    this loads only when ``VlmprepNormalizePatchify`` is not registered yet.
+    """
+    with _lock:
+        if "dali" in _state:
+            return _state["dali"]
+        _state["dali"] = path = _load_dali()
+        return path
+
+
+def _load_dali() -> str | None:
+    if os.environ.get("VLMPREP_DISABLE_KERNELS"):
+        return None
+    path = os.path.join(_HERE, "libvlmprep_dali.so")
+    if not os.path.exists(path):
+        return None
+    try:
+        import nvidia.dali.backend as b
+        import nvidia.dali.plugin_manager as pm
+    except ImportError:
+        return None
+    if "VlmprepNormalizePatchify" not in b.RegisteredCPUOps():
+        try:
+            pm.load_library(path)
+        except RuntimeError:
+            return None
+    return path

@@ -1,0 +1,18 @@
+"""Fake (meta) implementations of torch.ops.vlmprep.*: shapes without running a kernel, so
+torch.compile, FakeTensor and opcheck work without a GPU. (``empty_host`` has no tensor
+arguments: its catch-all kernel serves every dispatch key.)"""
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.register_fake("vlmprep::normalize_patchify")
+def _normalize_patchify_fake(images, lut, out, offsets, layout, patch, merge, temporal,
+                             num_threads=1):
+    return None  # writes into `out` only
+
+
+@torch.library.register_fake("vlmprep::resize")
+def _resize_fake(image, height, width, filter, num_threads=1):
+    return image.new_empty((height, width, 3))
+
