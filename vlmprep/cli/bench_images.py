@@ -1,0 +1,167 @@
+"""Benchmark inputs: synthetic mosaics of real photos, or the image files of a folder.
+
+A synthetic image is a mosaic of several different real photos that scikit-image and matplotlib
+ship (no downloads), each resized into its cell: one upsampled photo would make the JPEG
+unrealistically cheap to decode. Everything here is deterministic (fixed seeds, fixed quality).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["SIZES", "photos", "mosaic", "encode", "parse_size", "ImageSet", "synthetic_set",
+           "folder_set"]
+
+#: Named sizes, (H, W).
+SIZES = {"720p": (720, 1280), "1080p": (1080, 1920), "4k": (2160, 3840)}
+_ALIASES = {"2160p": "4k", "uhd": "4k", "fhd": "1080p", "hd": "720p"}
+_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+JPEG_QUALITY = 90
+
+
+def _need_photo_packages() -> None:
+    import importlib.util
+    missing = [m for m in ("skimage", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(f"synthetic images are mosaics of the photos that scikit-image and "
+                         f"matplotlib ship; {' and '.join(missing)} not installed: pip install "
+                         f"scikit-image matplotlib, or pass --images DIR")
+
+
+@functools.lru_cache(maxsize=1)
+def _photos() -> tuple:
+    import matplotlib
+    import numpy as np
+    import skimage.data as d
+    from PIL import Image
+    out = [d.astronaut(), d.chelsea(), d.coffee(), d.rocket(), d.hubble_deep_field(),
+           d.retina(), d.motorcycle_left() if hasattr(d, "motorcycle_left") else d.immunohistochemistry()]
+    hopper = os.path.join(matplotlib.get_data_path(), "sample_data", "grace_hopper.jpg")
+    out.append(np.asarray(Image.open(hopper).convert("RGB")))
+    pics = []
+    for p in out:
+        p = np.ascontiguousarray(p[..., :3])
+        p.setflags(write=False)
+        pics.append(p)
+    return tuple(pics)
+
+
+def photos() -> list["np.ndarray"]:
+    """Real RGB photos, uint8 ``(H, W, 3)``: scikit-image's data folder and matplotlib's samples."""
+    _need_photo_packages()
+    return list(_photos())
+
+
+def mosaic(hw: tuple[int, int], seed: int = 0) -> "np.ndarray":
+    """uint8 ``(H, W, 3)``: a 2x3 grid of different photos (random crops), each resized to its cell.
+
+    Deterministic for a given ``(hw, seed)``.
+    """
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    H, W = hw
+    pics = photos()
+    rng.shuffle(pics)
+    out = np.zeros((H, W, 3), np.uint8)
+    rows, cols = 2, 3
+    ys = np.linspace(0, H, rows + 1).astype(int)
+    xs = np.linspace(0, W, cols + 1).astype(int)
+    k = 0
+    for r in range(rows):
+        for c in range(cols):
+            p = pics[k % len(pics)]
+            k += 1
+            ch, cw = max(8, p.shape[0] * 3 // 4), max(8, p.shape[1] * 3 // 4)
+            y0 = rng.integers(0, p.shape[0] - ch + 1)
+            x0 = rng.integers(0, p.shape[1] - cw + 1)
+            cell = Image.fromarray(p[y0:y0 + ch, x0:x0 + cw])
+            h, w = ys[r + 1] - ys[r], xs[c + 1] - xs[c]
+            out[ys[r]:ys[r + 1], xs[c]:xs[c + 1]] = np.asarray(cell.resize((w, h), Image.BICUBIC))
+    return out
+
+
+def encode(img: "np.ndarray", fmt: str = "JPEG", **kw) -> bytes:
+    """uint8 ``(H, W, 3)`` -> encoded bytes with Pillow (``kw``: Pillow's save options)."""
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def parse_size(s: str) -> tuple[str, tuple[int, int]]:
+    """``"1080p"`` / ``"4k"`` / ``"640x480"`` (width x height) -> ``(label, (H, W))``."""
+    key = s.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in SIZES:
+        return key, SIZES[key]
+    m = re.fullmatch(r"(\d+)\s*[x*]\s*(\d+)", key)
+    if m:
+        w, h = int(m.group(1)), int(m.group(2))
+        if not (16 <= w <= 16384 and 16 <= h <= 16384):
+            raise ValueError(f"--synthetic: expected sides between 16 and 16384 pixels, got "
+                             f"{w}x{h}")
+        return f"{w}x{h}", (h, w)
+    raise ValueError(f"--synthetic: expected {', '.join(SIZES)} or WIDTHxHEIGHT (e.g. 640x480), "
+                     f"comma-separated, got {s!r}")
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """Encoded images measured together (one row group of the results).
+
+    Fields:
+        label: ``"1080p"``, ``"640x480"`` or the folder's name.
+        items: encoded files, as bytes.
+        names: one name per item (file name or ``mosaic_<label>_<seed>.jpg``).
+        hw: ``(H, W)`` for a synthetic set, None for a folder (sizes vary).
+    """
+
+    label: str
+    items: tuple[bytes, ...]
+    names: tuple[str, ...]
+    hw: tuple[int, int] | None = None
+
+    def describe(self) -> dict:
+        from ..io.probe import probe
+        heads = [probe(b) for b in self.items]
+        mp = [h.size_hw[0] * h.size_hw[1] / 1e6 for h in heads]
+        return {"label": self.label, "count": len(self.items),
+                "height": self.hw[0] if self.hw else None, "width": self.hw[1] if self.hw else None,
+                "formats": sorted({h.format for h in heads}),
+                "mean_megapixels": round(sum(mp) / len(mp), 4),
+                "mean_bytes": round(sum(len(b) for b in self.items) / len(self.items)),
+                "synthetic": self.hw is not None}
+
+
+def synthetic_set(size: str, count: int, quality: int = JPEG_QUALITY) -> ImageSet:
+    """``count`` different JPEG mosaics (seeds 0..count-1) at ``size`` (see ``parse_size``)."""
+    label, hw = parse_size(size)
+    _need_photo_packages()
+    items = tuple(encode(mosaic(hw, seed=i), "JPEG", quality=quality) for i in range(count))
+    return ImageSet(label, items, tuple(f"mosaic_{label}_{i}.jpg" for i in range(count)), hw)
+
+
+def folder_set(folder: str | os.PathLike, count: int | None = None) -> ImageSet:
+    """The image files of ``folder`` (by extension, sorted by name; the first ``count``)."""
+    p = Path(folder)
+    if not p.is_dir():
+        what = "a file" if p.exists() else "nothing"
+        raise ValueError(f"--images: expected a directory of image files, found {what} at "
+                         f"{str(folder)!r}")
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in _EXTENSIONS)
+    if count is not None:
+        files = files[:count]
+    if not files:
+        raise ValueError(f"--images: expected image files ({', '.join(_EXTENSIONS)}) in "
+                         f"{str(folder)!r}, found none")
+    return ImageSet(p.resolve().name or str(p), tuple(f.read_bytes() for f in files),
+                    tuple(f.name for f in files))
