@@ -9,10 +9,13 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): requirements/runtime.txt requirements/test.txt setup.py
+# csrc/ is compiled by `pip install -e .` (setup.py: torch ops, CUDA when nvcc exists, DALI plugin);
+# VLMPREP_REQUIRE_KERNELS=1 (CI) makes a kernel that does not compile fail the tests.
+$(STAMP): requirements/runtime.txt requirements/test.txt setup.py $(shell find csrc -type f 2>/dev/null)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/test.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@$(PY) -m vlmprep.cli.main info | grep '^kernels:'
 	@$(PY) -c "import torch, torchvision, PIL, numpy, transformers; print('venv ok: torch', torch.__version__, 'torchvision', torchvision.__version__, 'Pillow', PIL.__version__, 'numpy', numpy.__version__, 'transformers', transformers.__version__)"
 	touch $(STAMP)
 
@@ -23,4 +26,4 @@ test: venv
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache vlmprep/kernels/*.so vlmprep/kernels/_build_info.json

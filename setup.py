@@ -6,7 +6,8 @@ What is built (each step prints what it resolved; a failed step leaves the packa
   (architectures: VLMPREP_CUDA_ARCHS, default "80;90" with PTX of the last).
 - ``vlmprep/kernels/libvlmprep_dali.so``: the DALI plugin, when nvidia-dali is importable.
 - ``vlmprep/kernels/_build_info.json``: what was built, for ``vlmprep info`` and load errors.
-Set VLMPREP_NO_BUILD=1 for a pure-Python install.
+Set VLMPREP_NO_BUILD=1 for a pure-Python install; VLMPREP_REQUIRE_KERNELS=1 (CI) turns a failed
+build into an error.
 """
 import json
 import os
@@ -165,6 +166,12 @@ class BuildExt(build_ext):
         with open(INFO_PATH, "w") as f:
             json.dump(info, f, indent=1)
         _log(f"build record: {INFO_PATH} ({time.time() - t0:.0f} s in all)")
+        if os.environ.get("VLMPREP_REQUIRE_KERNELS"):
+            failed = [k for k in ("torch_ext", "dali_plugin")
+                      if not info[k].get("built") and "not importable" not in str(info[k].get("reason"))]
+            if failed:
+                raise SystemExit(f"vlmprep setup: VLMPREP_REQUIRE_KERNELS is set and {failed} failed "
+                                 f"to build: {[info[k].get('reason') for k in failed]}")
 
 
 EXT, TORCH_CFG = _torch_extension()

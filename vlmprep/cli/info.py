@@ -17,6 +17,15 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+def _kernels() -> dict:
+    """The build record plus whether the ops load here (and why not)."""
+    from .. import kernels
+    info = kernels.build_info()
+    reason = kernels.why_unavailable()
+    return {"built": reason is None, "reason": reason, **info,
+            "dali_plugin_loaded": kernels.dali_plugin() is not None if reason is None else False}
+
+
 def collect(preset: str | None = None) -> dict:
     from .. import __version__, backends
     from ..spec import presets
@@ -33,7 +42,7 @@ def collect(preset: str | None = None) -> dict:
         "backends": {n: {"available": backends.why_unavailable(n) is None,
                          "reason": backends.why_unavailable(n)} for n in backends.names()},
         "presets": presets.names(),
-        "kernels": {"built": False, "reason": "csrc/ kernels are not part of this build"},
+        "kernels": _kernels(),
     }
     try:
         import torch
@@ -64,7 +73,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {k:24s} {'available' if v['available'] else 'unavailable: ' + v['reason']}")
     cuda = info["cuda"]
     print(f"cuda: {'available: ' + ', '.join(cuda['devices']) if cuda['available'] else 'not available'}")
-    print(f"kernels: {'built' if info['kernels']['built'] else 'not built: ' + info['kernels']['reason']}")
+    k = info["kernels"]
+    if k["built"]:
+        t = k["torch_ext"]
+        print(f"kernels: torch ops built for torch {t.get('torch')} (CUDA {t.get('torch_cuda')}), "
+              f"CUDA kernels {'for ' + str(t.get('cuda_archs')) if t.get('cuda') else 'not built (no nvcc)'}; "
+              f"DALI plugin {'loaded' if k['dali_plugin_loaded'] else 'not built: ' + str(k['dali_plugin'].get('reason'))}")
+    else:
+        print(f"kernels: not available: {k['reason']}")
     print(f"presets: {', '.join(info['presets'])}")
     if "pipeline" in info:
         from ..spec.pipeline import Pipeline

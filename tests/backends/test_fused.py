@@ -1,0 +1,53 @@
+"""The fused kernel path changes no bit: every preset and dtype, the reference backend with the
+compiled ops equals its pure numpy path; the torch backend on the CPU (compiled Pillow-exact
+resize + fused rows) equals it too in uint8, and in float within the ~1 ulp its own normalize
+formula differs by (rescale folded into mean/std, as transformers' torchvision backend)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import vlmprep
+from tests.imgdata import encode, tiled
+from vlmprep import kernels
+from vlmprep.backends import fused
+
+IMAGES = [encode(tiled("coffee", 301, 517), "jpeg"), tiled("astronaut", 640, 203),
+          encode(tiled("chelsea", 96, 1000), "png")]
+
+
+@pytest.fixture
+def pure(monkeypatch):
+    """Run a callable with the kernels off (the backends' pure implementations)."""
+    def run(fn):
+        with monkeypatch.context() as m:
+            m.setattr(fused, "usable", lambda ctx: False)
+            m.setattr(kernels, "available", lambda: False)
+            return fn()
+    return run
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+@pytest.mark.parametrize("preset", vlmprep.presets.names())
+def test_fused_equals_pure(kernels_or_skip, pure, preset, dtype):
+    want = pure(lambda: vlmprep.Processor(preset, backend="reference", dtype=dtype)(IMAGES))
+    for backend in ("reference", "torch"):
+        got = vlmprep.Processor(preset, backend=backend, dtype=dtype)(IMAGES)
+        assert got.pixel_values.dtype == want.pixel_values.dtype
+        assert got.seqlens == want.seqlens
+        if backend == "reference" or dtype == "uint8":
+            assert torch.equal(got.pixel_values.view(torch.uint8),
+                               want.pixel_values.view(torch.uint8)), f"{preset} {dtype} {backend}"
+        else:
+            # Same pixels, another float formula: 1 float32 ulp (|x| < 4 -> 4.8e-7), and for
+            # bfloat16 the rare value that lands on the other side of a rounding boundary.
+            diff = (got.pixel_values.float() - want.pixel_values.float()).abs()
+            ulp = 4.8e-7 if dtype == "float32" else 0.0313
+            assert diff.max().item() <= ulp, f"{preset} {dtype}: {diff.max().item()}"
+
+
+@pytest.fixture
+def kernels_or_skip():
+    reason = kernels.why_unavailable()
+    if reason is not None:
+        pytest.skip(f"vlmprep kernels not available: {reason}")

@@ -1,0 +1,70 @@
+"""The DALI plugin op (fn.vlmprep_normalize_patchify) inside a CPU pipeline against the numpy
+oracle: the same bytes as the torch op's CPU twin (it is the same code)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.kernels.oracle import rows
+
+pytestmark = pytest.mark.dali
+SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+
+
+@pytest.fixture(scope="module")
+def plugin(kernels):
+    path = kernels.dali_plugin()
+    if path is None:
+        info = kernels.build_info()["dali_plugin"]
+        if os.environ.get("VLMPREP_REQUIRE_KERNELS"):
+            pytest.fail(f"VLMPREP_REQUIRE_KERNELS is set but the DALI plugin is missing: {info}")
+        pytest.skip(f"DALI plugin not built: {info.get('reason')}")
+    return path
+
+
+@pytest.mark.parametrize("layout,P,m,T,dtype", [
+    ("merge_grouped", 14, 2, 2, "float"), ("merge_grouped", 16, 2, 2, "uint8"),
+    ("raster", 16, 1, 1, "float"), ("naflex", 16, 1, 1, "float"), ("tiles", 14, 1, 1, "float"),
+])
+def test_plugin_in_cpu_pipeline(plugin, layout, P, m, T, dtype):
+    from nvidia.dali import fn, pipeline_def, types
+    rng = np.random.default_rng(SEED)
+    print(f"seed {SEED}")
+    q = P * (m if layout == "merge_grouped" else 1)
+    imgs = [rng.integers(0, 256, (int(rng.integers(1, 4)) * q, int(rng.integers(1, 4)) * q, 3),
+                         dtype=np.uint8) for _ in range(4)]
+    table = rng.standard_normal((3, 256)).astype(np.float32)
+
+    @pipeline_def(batch_size=len(imgs), num_threads=2, device_id=None)
+    def pipe():
+        x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        kw = {"lut": table.reshape(-1).tolist(), "dtype": types.FLOAT} if dtype == "float" \
+            else {"dtype": types.UINT8}
+        return fn.vlmprep_normalize_patchify(x, layout=layout, patch_size=P, merge_size=m,
+                                             temporal_patch_size=T, **kw)
+
+    p = pipe()
+    p.build()
+    (out,) = p.run()
+    for k, img in enumerate(imgs):
+        got = np.asarray(out[k]).reshape(-1)
+        want = rows(img, table if dtype == "float" else None, layout, P, m, T)
+        assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_plugin_rejects_bad_sizes(plugin):
+    from nvidia.dali import fn, pipeline_def, types
+    imgs = [np.zeros((30, 56, 3), np.uint8)]
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe():
+        x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        return fn.vlmprep_normalize_patchify(x, layout="merge_grouped", patch_size=14, merge_size=2,
+                                             temporal_patch_size=2, dtype=types.UINT8)
+
+    p = pipe()
+    p.build()
+    with pytest.raises(RuntimeError, match="sample 0 \\(30x56\\): sample sides are not multiples"):
+        p.run()

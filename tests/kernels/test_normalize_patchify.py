@@ -1,0 +1,127 @@
+"""normalize_patchify's CPU twin (and the CUDA kernel, gpu-marked) against the numpy oracle:
+bit-exact, every layout and dtype, random ragged batches (fresh data each run; replay with
+VLMPREP_TEST_SEED), output poisoned first so an unwritten element shows."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import devices
+from tests.kernels.oracle import rows
+
+SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+LAYOUTS = {  # layout -> (patch, merge, temporal) as the families use them
+    "merge_grouped": [(14, 2, 2), (16, 2, 2), (14, 1, 1), (2, 2, 3)],
+    "raster": [(16, 1, 1), (3, 1, 1)],
+    "naflex": [(16, 1, 1), (5, 1, 1)],
+    "tiles": [(14, 1, 1)],
+}
+CASES = [(lay, *cfg) for lay, cfgs in LAYOUTS.items() for cfg in cfgs]
+DTYPES = [torch.float32, torch.bfloat16, torch.uint8]
+POISON = {torch.float32: float("nan"), torch.bfloat16: float("nan"), torch.uint8: 0xAB}
+
+
+def _batch(rng, layout, P, m, n):
+    """n uint8 images (some are crops of a larger canvas: row stride > 3w) of legal sizes."""
+    q = P * (m if layout == "merge_grouped" else 1)
+    out = []
+    for _ in range(n):
+        h = int(rng.integers(1, 5)) * q if layout != "tiles" else int(rng.integers(1, 40))
+        w = int(rng.integers(1, 5)) * q if layout != "tiles" else int(rng.integers(1, 40))
+        canvas = rng.integers(0, 256, (h + 3, w + 5, 3), dtype=np.uint8)
+        y0, x0 = int(rng.integers(0, 4)), int(rng.integers(0, 6))
+        out.append(canvas[y0:y0 + h, x0:x0 + w])  # a view: row stride 3 * (w + 5)
+    return out
+
+
+def _table(rng, dtype):
+    if dtype == torch.uint8:
+        return None
+    t = torch.from_numpy(rng.standard_normal((3, 256)).astype(np.float32) * 3)
+    return t.to(dtype)
+
+
+def _oracle(imgs, table, layout, P, m, T, dtype):
+    tab = None if table is None else table.float().numpy()
+    flat = np.concatenate([rows(i, tab, layout, P, m, T) for i in imgs])
+    return torch.from_numpy(flat).to(dtype)  # table values are exact in dtype: no rounding here
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout,P,m,T", CASES)
+def test_matches_oracle(kernels, layout, P, m, T, dtype, device):
+    rng = np.random.default_rng(SEED)
+    print(f"seed {SEED}")
+    imgs = _batch(rng, layout, P, m, int(rng.integers(1, 6)))
+    table = _table(rng, dtype)
+    want = _oracle(imgs, table, layout, P, m, T, dtype)
+    for threads in (1, 2):
+        kernels.set_num_threads(threads)
+        try:
+            out = torch.full((want.numel(),), POISON[dtype], dtype=dtype, device=device)
+            ts = [torch.from_numpy(i).to(device) if device != "cpu" else torch.from_numpy(i) for i in imgs]
+            offs = np.cumsum([0] + [len(rows(i, None, layout, P, m, T)) for i in imgs])[:-1]
+            kernels.normalize_patchify(ts, None if table is None else table.to(device), out,
+                                       offs.tolist(), layout, P, m, T)
+        finally:
+            kernels.set_num_threads(None)
+        got = out.cpu()
+        # Bit-exact: compare the bit patterns (NaN poison never equals anything).
+        assert torch.equal(got.view(torch.uint8) if dtype == torch.uint8 else got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                           want.view(torch.uint8) if dtype == torch.uint8 else want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)), \
+            f"seed {SEED}, threads {threads}"
+
+
+def test_large_image_threads_agree(kernels):
+    """A 1092x1932 Qwen2-VL image (10764 rows) split across threads equals one thread."""
+    rng = np.random.default_rng(SEED)
+    img = torch.from_numpy(rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8))
+    table = _table(rng, torch.float32)
+    outs = []
+    for threads in (1, 2):
+        kernels.set_num_threads(threads)
+        out = torch.full((10764 * 1176,), float("nan"))
+        kernels.normalize_patchify([img], table, out, [0], "merge_grouped", 14, 2, 2)
+        outs.append(out)
+    kernels.set_num_threads(None)
+    want = _oracle([img.numpy()], table, "merge_grouped", 14, 2, 2, torch.float32)
+    assert torch.equal(outs[0].view(torch.int32), want.view(torch.int32))
+    assert torch.equal(outs[1].view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda t: t[:, :, :2].contiguous(), "expected \\(h, w, 3\\) uint8"),
+    (lambda t: t.float(), "expected \\(h, w, 3\\) uint8"),
+    (lambda t: t[:20], "not multiples of patch_size"),
+])
+def test_bad_inputs_say_what_was_expected(kernels, bad, match):
+    img = torch.zeros((28, 56, 3), dtype=torch.uint8)
+    out = torch.empty(8 * 1176)
+    with pytest.raises(RuntimeError, match=match):
+        kernels.normalize_patchify([bad(img)], torch.zeros(3, 256), out, [0], "merge_grouped", 14, 2, 2)
+
+
+def test_out_too_small_and_table_mismatch(kernels):
+    img = torch.zeros((28, 56, 3), dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="size out from the plan"):
+        kernels.normalize_patchify([img], torch.zeros(3, 256), torch.empty(100), [0],
+                                   "merge_grouped", 14, 2, 2)
+    with pytest.raises(RuntimeError, match="lut: expected a contiguous \\(3, 256\\)"):
+        kernels.normalize_patchify([img], torch.zeros(3, 256, dtype=torch.float64),
+                                   torch.empty(8 * 1176), [0], "merge_grouped", 14, 2, 2)
+    with pytest.raises(RuntimeError, match="layout: expected"):
+        kernels.normalize_patchify([img], torch.zeros(3, 256), torch.empty(8 * 1176), [0],
+                                   "zigzag", 14, 2, 2)
+
+
+def test_opcheck(kernels):
+    """Schema, fake (meta) implementation and dispatch agree (torch.library.opcheck)."""
+    img = torch.randint(0, 256, (28, 56, 3), dtype=torch.uint8)
+    out = torch.empty(8 * 1176)
+    torch.library.opcheck(torch.ops.vlmprep.normalize_patchify.default,
+                          ([img], torch.randn(3, 256), out, [0], "merge_grouped", 14, 2, 2, 1))
+    torch.library.opcheck(torch.ops.vlmprep.resize.default, (img, 30, 40, "bicubic", 1))
