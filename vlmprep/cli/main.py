@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Sequence
 
+from . import bench as _bench
 from . import info as _info
 from . import plan as _plan
 
@@ -15,6 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _plan.add_parser(sub)
     _info.add_parser(sub)
+    _bench.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -1,0 +1,249 @@
+"""`vlmprep bench`: flags, the JSON schema, the plot, errors for bad flags, --compare hf.
+
+Speed is never asserted here (see docs/benchmarks.md); the inputs are tiny mosaics and one timed
+pass, so each run takes a second or two.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlmprep.cli import bench, bench_harness, bench_hf, bench_images
+from vlmprep.cli.main import main
+
+FAST = ["--num-images", "2", "--repeat", "1", "--warmup", "0"]
+TINY = ["--synthetic", "64x48,80x60", *FAST]
+
+# Numeric fields of a result row that are neither a time (_ms) nor a rate (_per_s).
+UNITLESS = {"images", "batch_size", "threads", "vlmprep_threads", "torch_threads",
+            "cpu_cores_used", "peak_rss_mib", "ratio_vs_decode_floor", "speedup_vs_hf_pil",
+            "speedup_vs_hf_torchvision"}
+
+
+def _main(args: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        rc = main(["bench", *args])
+    except SystemExit as e:  # argparse's usage errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    bench.add_parser(p.add_subparsers())
+    return p
+
+
+def _check_row(row: dict) -> None:
+    for k, v in row.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        assert k.endswith(("_ms", "_per_s")) or k in UNITLESS, f"{k}: a number without a unit"
+    assert row["images_per_s"] > 0 and row["per_image_p50_ms"] > 0
+    assert row["batch_p99_ms"] >= row["batch_p50_ms"]
+
+
+def test_flags_parse():
+    a = _parser().parse_args(["bench", "--synthetic", "720p,1080p,4K", "--threads", "1,2",
+                              "--dtype", "float32,uint8", "--json", "--batch-size", "8",
+                              "--compare", "hf"])
+    assert a.synthetic == ["720p", "1080p", "4K"] and a.threads == [1, 2]
+    assert a.dtype == ["float32", "uint8"] and a.json == "-" and a.batch_size == 8
+    assert a.compare == "hf" and a.preset == "qwen2-vl" and a.backend == "auto"
+    a = _parser().parse_args(["bench", "--json", "out.json", "--plot", "p.png"])
+    assert (a.json, a.plot, a.synthetic, a.threads) == ("out.json", "p.png", None, None)
+    assert bench_images.parse_size("4k") == ("4k", (2160, 3840))
+    assert bench_images.parse_size("640x480") == ("640x480", (480, 640))
+
+
+def test_json_schema_and_plot(tmp_path, capsys):
+    out_json, png = tmp_path / "r.json", tmp_path / "r.png"
+    rc, out, err = _main([*TINY, "--threads", "1", "--dtype", "float32,uint8", "--backend", "all",
+                          "--json", str(out_json), "--plot", str(png)], capsys)
+    assert rc == 0, err
+    d = json.loads(out_json.read_text())
+    assert d["schema_version"] == 1
+    for k in ("platform", "cpu_model", "cpu_count", "name"):
+        assert d["machine"][k]
+    for k in ("python", "vlmprep", "torch", "torchvision", "pillow", "numpy", "opencv", "dali",
+              "transformers"):
+        assert k in d["versions"]
+    assert d["versions"]["torch"] and d["versions"]["numpy"]
+    from vlmprep import Pipeline, presets
+    assert d["preset"]["name"] == "qwen2-vl"
+    assert Pipeline.from_dict(d["preset"]["pipeline"]) == presets.get("qwen2-vl")
+    assert [i["label"] for i in d["inputs"]] == ["64x48", "80x60"]
+    assert d["inputs"][0]["formats"] == ["jpeg"] and d["inputs"][0]["count"] == 2
+    backends = d["config"]["backends"]
+    assert len(d["results"]) == 2 * len(backends) * 2  # sizes x backends x dtypes
+    for r in d["results"]:
+        _check_row(r)
+        assert r["threads"] == 1 and r["vlmprep_threads"] == 1 and r["torch_threads"] == 1
+        assert set(r["stages_ms"]) == set(bench_harness.STAGES), r.get("stages_error")
+        assert all(k.endswith("_ms") for k in r["stages_ms"])
+        assert r["stages_ms"]["transfer_ms"] == 0.0  # on the CPU
+        assert r["stage_sum_ms"] == pytest.approx(sum(r["stages_ms"].values()), abs=0.01)
+        assert r["ratio_vs_decode_floor"] > 0 and r["decode_floor_decoder"]
+        assert r["peak_rss_mib"] > 0 and r["cpu_cores_used"] > 0
+    for f in d["decode_floor"]:
+        assert {"pil", "opencv", "torchvision"} <= set(f["decoders"])
+        assert f["decode_floor_ms"] == min(v["per_image_p50_ms"] for v in f["decoders"].values())
+    assert d["hf"] == []
+    assert set(d["definitions"]) >= {"images_per_s", "stages_ms", "ratio_vs_decode_floor"}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the human report names every section; progress went to stderr
+    for words in ("end to end", "stages", "decode floor", "ratios"):
+        assert words in out
+    assert "[1/" in err and "images/s" in err
+
+
+def test_json_on_stdout_and_quiet(capsys):
+    rc, out, err = _main(["--synthetic", "64x48", *FAST, "--no-stages", "--no-decode-floor",
+                          "--json", "--quiet"], capsys)
+    assert rc == 0 and err == ""
+    d = json.loads(out)  # stdout is the JSON document alone
+    assert d["decode_floor"] == [] and d["results"][0]["size"] == "64x48"
+    assert "stages_ms" not in d["results"][0] and "ratio_vs_decode_floor" not in d["results"][0]
+
+
+def test_images_folder(tmp_path, capsys):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    img = bench_images.mosaic((40, 70), seed=1)
+    (folder / "a.jpg").write_bytes(bench_images.encode(img, "JPEG", quality=90))
+    (folder / "b.png").write_bytes(bench_images.encode(img, "PNG"))
+    (folder / "notes.txt").write_text("not an image")
+    rc, out, err = _main(["--images", str(folder), "--repeat", "1", "--warmup", "0", "--json",
+                          "--quiet", "--batch-size", "3"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["inputs"][0]["label"] == "photos" and d["inputs"][0]["formats"] == ["jpeg", "png"]
+    r = d["results"][0]
+    assert r["batch_size"] == 3 and r["images"] == 3  # one call: a.jpg, b.png, a.jpg
+    assert r["per_image_p50_ms"] == pytest.approx(r["batch_p50_ms"] / 3, rel=1e-3, abs=1e-3)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--preset", "nope"], "unknown preset"),
+    (["--synthetic", "1080x"], "WIDTHxHEIGHT"),
+    (["--synthetic", "8k"], "WIDTHxHEIGHT"),
+    (["--synthetic", "4x4"], "between 16 and 16384"),
+    (["--threads", "0"], "positive thread counts"),
+    (["--threads", "two"], "positive thread counts"),
+    (["--batch-size", "0"], "positive integer"),
+    (["--dtype", "float16"], "float32, bfloat16, uint8"),
+    (["--images", "/no/such/dir"], "expected a directory"),
+    (["--images", "x", "--synthetic", "720p"], "not allowed with"),
+    (["--backend", "nope"], "unknown backend"),
+    (["--device", "tpu"], "cpu, cuda or cuda:N"),
+    (["--compare", "vllm"], "invalid choice"),
+    (["--json", "/no/such/dir/r.json"], "existing folder"),
+    (["--plot", "/no/such/dir/r.png"], "existing folder"),
+])
+def test_bad_flags(args, words, capsys):
+    inputs = [] if {"--images", "--synthetic"} & set(args) else ["--synthetic", "64x48"]
+    rc, out, err = _main([*inputs, *FAST, *args], capsys)
+    assert rc == 2 and words in err, err
+    assert out == ""
+
+
+def test_empty_images_folder(tmp_path, capsys):
+    rc, _, err = _main(["--images", str(tmp_path)], capsys)
+    assert rc == 2 and "found none" in err
+
+
+def test_no_cuda_is_a_clear_error(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    rc, _, err = _main([*TINY, "--device", "cuda"], capsys)
+    assert rc == 2 and "expected a CUDA GPU" in err
+
+
+def test_thread_count_restores():
+    import torch
+    from vlmprep.kernels import get_num_threads
+    before = (torch.get_num_threads(), get_num_threads())
+    with bench_harness.thread_count(1) as eff:
+        assert eff == {"vlmprep_threads": 1, "torch_threads": 1}
+        assert torch.get_num_threads() == 1
+    assert (torch.get_num_threads(), get_num_threads()) == before
+
+
+def test_synthetic_images_are_deterministic_mosaics():
+    a = bench_images.synthetic_set("96x64", 2)
+    b = bench_images.synthetic_set("96x64", 2)
+    assert a.items == b.items and a.items[0] != a.items[1]
+    assert a.items[0][:2] == b"\xff\xd8"  # JPEG
+    img = bench_images.mosaic((64, 96), seed=0)
+    # six cells from different photos: the cells' mean colours differ
+    cells = [img[r * 32:(r + 1) * 32, c * 32:(c + 1) * 32].reshape(-1, 3).mean(0)
+             for r in range(2) for c in range(3)]
+    assert len({tuple(int(v) for v in m) for m in cells}) == 6
+
+
+def test_checkpoint_configs_are_the_tests_copies():
+    """bench_hf embeds each preset's checkpoint config; tests/data/configs holds the same."""
+    configs = Path(__file__).resolve().parents[1] / "data" / "configs"
+    from vlmprep.spec import presets
+    for name in presets.names():
+        assert bench_hf.checkpoint_config(name) == json.loads((configs / f"{name}.json").read_text())
+
+
+def test_without_transformers():
+    """Without transformers: bench runs; --compare hf says to install it."""
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from vlmprep.cli.main import main\n"
+        "args = ['bench', '--synthetic', '64x48', '--num-images', '1', '--repeat', '1', "
+        "'--warmup', '0', '--no-stages', '--no-decode-floor', '--quiet']\n"
+        "assert main(args) == 0\n"
+        "assert main(args + ['--compare', 'hf']) == 2\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "needs transformers" in r.stderr and "pip install transformers" in r.stderr
+
+
+@pytest.mark.hf
+def test_compare_hf(tmp_path, capsys):
+    out_json = tmp_path / "r.json"
+    rc, out, err = _main([*TINY, "--compare", "hf", "--threads", "1", "--json", str(out_json)],
+                         capsys)
+    assert rc == 0, err
+    assert "speedup vs hf pil" in out and "speedup vs hf torchvision" in out
+    d = json.loads(out_json.read_text())
+    assert d["config"]["compare"] == ["hf"]
+    assert [(h["size"], h["class"]) for h in d["hf"]] == [
+        ("64x48", "Qwen2VLImageProcessorPil"), ("64x48", "Qwen2VLImageProcessor"),
+        ("80x60", "Qwen2VLImageProcessorPil"), ("80x60", "Qwen2VLImageProcessor")]
+    for h in d["hf"]:
+        _check_row(h)
+        assert h["same_output_shape_as_vlmprep"] is True
+    for r in d["results"]:
+        assert r["speedup_vs_hf_pil"] > 0 and r["speedup_vs_hf_torchvision"] > 0
+
+
+@pytest.mark.hf
+def test_hf_processors_are_the_oracles():
+    """The processors --compare hf builds equal the test suite's oracles, for every preset."""
+    from hfref import hf_processor
+    from vlmprep.spec import presets
+    for name in presets.names():
+        pipe = presets.get(name)
+        cfg = bench_hf.config_for(name, pipe)
+        for backend in bench_hf.BACKENDS:
+            mine, ref = bench_hf.build(cfg, pipe, backend), hf_processor(name, backend)
+            assert type(mine) is type(ref) and mine.to_dict() == ref.to_dict(), (name, backend)
+
+
+@pytest.mark.hf
+def test_compare_hf_refuses_a_changed_pipeline():
+    from vlmprep.spec import presets
+    with pytest.raises(ValueError, match="does not resolve"):
+        bench_hf.config_for("qwen2-vl", presets.get("qwen2-vl", max_pixels=1_003_520))

@@ -1,0 +1,310 @@
+"""``vlmprep bench``: throughput, latency, per-stage time and ratios (decode floor, transformers).
+
+Examples::
+
+    vlmprep bench --preset qwen2-vl --synthetic 1080p --compare hf
+    vlmprep bench --preset qwen2-vl --synthetic 720p,1080p,4k --threads 1,2 --dtype float32,uint8 \\
+        --json out.json --plot out.png
+    vlmprep bench --preset internvl --images photos/ --backend all --batch-size 8
+
+The measuring is ``bench_harness``; this module parses flags and prints. Progress goes to stderr,
+tables (or ``--json`` without a file) to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+_DTYPES = ("float32", "bfloat16", "uint8")
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def _count(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {s!r}")
+    return v
+
+
+def _threads(s: str) -> list[int]:
+    out = []
+    for part in s.split(","):
+        try:
+            out.append(_positive_int(part.strip()))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected positive thread counts, comma-separated (e.g. 1 or 1,2), got {s!r}"
+            ) from None
+    return out
+
+
+def _sizes(s: str) -> list[str]:
+    from .bench_images import parse_size
+    parts = [p for p in s.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected sizes such as 720p,1080p,4k, got {s!r}")
+    for p in parts:
+        try:
+            parse_size(p)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("--synthetic: ")) from None
+    return parts
+
+
+def _dtypes(s: str) -> list[str]:
+    out = [p.strip() for p in s.split(",")]
+    bad = [p for p in out if p not in _DTYPES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"expected dtypes from {', '.join(_DTYPES)}, got {s!r}")
+    return out
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="images/s, latency, per-stage time; ratios vs the decode floor and "
+                      "transformers",
+        description="Benchmark a preset on encoded images: end-to-end images/s, megapixels/s, "
+                    "visual tokens/s, p50/p99 latency per batch and per image, time per stage, "
+                    "the decode-only floor, CPU cores used and peak RSS; --compare hf also runs "
+                    "the transformers PIL and torchvision processors on the same bytes.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", default="qwen2-vl",
+                   help="preset name, or a checkpoint folder / preprocessor_config.json")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--images", metavar="DIR", help="a folder of image files (all measured as "
+                     "one set)")
+    src.add_argument("--synthetic", type=_sizes, default=None, metavar="SIZES",
+                     help="JPEG mosaics of real photos at these sizes: 720p, 1080p, 4k or WxH, "
+                          "comma-separated (default: 1080p)")
+    p.add_argument("--num-images", type=_positive_int, default=None, metavar="N",
+                   help="images per set (default: 4 synthetic mosaics; every file of --images)")
+    p.add_argument("--backend", default="auto",
+                   help="backend(s), comma-separated: auto, all (every usable one), or names "
+                        "from vlmprep.backends.names()")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", type=_dtypes, default=["float32"],
+                   help="output dtype(s), comma-separated: float32, bfloat16, uint8")
+    p.add_argument("--batch-size", type=_positive_int, default=1, metavar="N",
+                   help="images per call (1: per-image latency)")
+    p.add_argument("--threads", type=_threads, default=None, metavar="N[,N...]",
+                   help="threads for vlmprep, torch and OpenCV, e.g. 1 or 1,2 (default: leave "
+                        "the libraries' defaults)")
+    p.add_argument("--compare", choices=["hf"], default=None,
+                   help="also run the transformers PIL and torchvision image processors "
+                        "(needs transformers) and print vlmprep's speedup over each")
+    p.add_argument("--repeat", type=_positive_int, default=3, metavar="N",
+                   help="timed passes over each set (stages and decoders: runs per image)")
+    p.add_argument("--warmup", type=_count, default=1, metavar="N",
+                   help="untimed calls before each timed series")
+    p.add_argument("--no-stages", action="store_true", help="skip the per-stage measurement")
+    p.add_argument("--no-decode-floor", action="store_true",
+                   help="skip the decode-only floor")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
+                   help="write the results as JSON to FILE; without FILE print JSON on stdout "
+                        "instead of the tables")
+    p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of images/s per backend "
+                   "and image size")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(run=run)
+
+
+def _check_out(path: str, flag: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag}: expected a file in an existing folder, got {path!r} "
+                         f"({parent} does not exist)")
+
+
+def _backends(spec: str, device: str) -> list[str]:
+    from .. import backends
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    out: list[str] = []
+    for n in names:
+        if n == "auto":
+            out.append(backends.resolve_auto(device))
+        elif n == "all":
+            out += [b for b in backends.available()
+                    if not (device.startswith("cuda") and b == "reference")]
+        else:
+            if n not in backends.names():
+                raise ValueError(f"--backend: unknown backend {n!r}; expected auto, all or one "
+                                 f"of {backends.names()}")
+            why = backends.why_unavailable(n)
+            if why:
+                raise ValueError(f"--backend: {n!r} cannot run here: {why}; usable here: "
+                                 f"{backends.available()}")
+            out.append(n)
+    if not out:
+        raise ValueError(f"--backend: expected at least one backend, got {spec!r}")
+    return list(dict.fromkeys(out))
+
+
+def config(args: argparse.Namespace):
+    """Validate the flags -> ``bench_harness.BenchConfig`` (inputs built, nothing measured)."""
+    import re
+
+    from . import bench_images
+    from .bench_harness import BenchConfig
+    from .plan import _pipeline
+    pipe = _pipeline(args.preset, [])
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        raise ValueError(f"--device: expected cpu, cuda or cuda:N, got {args.device!r}")
+    if args.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {args.device}: expected a CUDA GPU, found none; use "
+                             f"--device cpu")
+    backends = _backends(args.backend, args.device)
+    if args.json not in (None, "-"):
+        _check_out(args.json, "--json")
+    if args.plot:
+        _check_out(args.plot, "--plot")
+        from .bench_plot import check_available
+        check_available()
+    if args.images is not None:
+        sets = [bench_images.folder_set(args.images, args.num_images)]
+    else:
+        sizes = args.synthetic or ["1080p"]
+        n = args.num_images or 4
+        sets = [bench_images.synthetic_set(s, n) for s in dict.fromkeys(sizes)]
+    return BenchConfig(preset=args.preset, pipeline=pipe, image_sets=sets, backends=backends,
+                       dtypes=list(dict.fromkeys(args.dtype)), device=args.device,
+                       batch_size=args.batch_size,
+                       threads=list(dict.fromkeys(args.threads)) if args.threads else [None],
+                       compare_hf=args.compare == "hf", repeat=args.repeat, warmup=args.warmup,
+                       stages=not args.no_stages, decode_floor=not args.no_decode_floor)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Parse-validated flags -> the result dict (what ``--json`` writes)."""
+    from . import bench_harness
+    cfg = config(args)
+    log = (lambda m: None) if args.quiet else (
+        lambda m: print(f"vlmprep bench: {m}", file=sys.stderr, flush=True))
+    return bench_harness.run(cfg, log=log)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from .main import print_json
+    result = measure(args)
+    if args.json not in (None, "-"):
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if args.plot:
+        from .bench_plot import write_plot
+        write_plot(result, args.plot)
+    if args.json == "-":
+        print_json(result)
+    else:
+        print_report(result)
+        for flag, path in (("json", args.json), ("plot", args.plot)):
+            if path:
+                print(f"{flag}: {os.path.abspath(path)}")
+    return 0
+
+
+# -- the human report --------------------------------------------------------------------------
+def _thr(r: dict) -> str:
+    return str(r["threads"]) if r["threads"] != "default" else f"default ({r['vlmprep_threads']})"
+
+
+def _f(x, fmt: str = ".1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def print_report(result: dict) -> None:
+    from .main import print_table
+    m, v, cfg = result["machine"], result["versions"], result["config"]
+    print(f"vlmprep bench: preset {result['preset']['name']} on {m['name']} ({m['cpu_model']}, "
+          f"{m['usable_cpus']} CPUs{', ' + ', '.join(m['gpus']) if m['gpus'] else ''}); device "
+          f"{cfg['device']}, batch {cfg['batch_size']}, {cfg['repeat']} timed passes")
+    print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
+          + f"; compiled kernels: {'loaded' if result['kernels']['available'] else 'not loaded'}")
+    for i in result["inputs"]:
+        size = f"{i['width']}x{i['height']}" if i["width"] else "mixed sizes"
+        print(f"inputs {i['label']}: {i['count']} {'/'.join(i['formats']).upper()} "
+              f"{'mosaics ' if i['synthetic'] else 'files, '}{size}, "
+              f"{i['mean_megapixels']:.2f} MP and {i['mean_bytes'] / 1024:.0f} KiB each on average")
+
+    rows = result["results"]
+    print("\nend to end: Processor(...)(encoded bytes); ms/img = batch latency / batch size")
+    print_table([{
+        "size": r["size"], "backend": r["backend"], "dtype": r["dtype"], "threads": _thr(r),
+        "images/s": _f(r["images_per_s"], ".2f"), "MP/s": _f(r["megapixels_per_s"]),
+        "tokens/s": _f(r["visual_tokens_per_s"], ".0f"),
+        "ms/img p50": _f(r["per_image_p50_ms"]), "p99": _f(r["per_image_p99_ms"]),
+        "batch p50": _f(r["batch_p50_ms"]), "batch p99": _f(r["batch_p99_ms"]),
+        "cores": _f(r["cpu_cores_used"], ".2f"), "peak RSS MiB": _f(r["peak_rss_mib"], ".0f"),
+    } for r in rows], ["size", "backend", "dtype", "threads", "images/s", "MP/s", "tokens/s",
+                       "ms/img p50", "p99", "batch p50", "batch p99", "cores", "peak RSS MiB"])
+
+    if any(r.get("stages_ms") or r.get("stages_error") for r in rows):
+        print("\nstages, each run separately through the backend's lowerings (p50 ms per image)")
+        table = []
+        for r in rows:
+            s = r.get("stages_ms") or {}
+            table.append({"size": r["size"], "backend": r["backend"], "dtype": r["dtype"],
+                          "threads": _thr(r), "probe": _f(s.get("probe_ms"), ".2f"),
+                          "decode": _f(s.get("decode_ms")), "resize": _f(s.get("resize_ms")),
+                          "normalize+patchify+pack": _f(s.get("normalize_patchify_pack_ms")),
+                          "transfer": _f(s.get("transfer_ms")),
+                          "sum": _f(r.get("stage_sum_ms")),
+                          "end to end": _f(r["per_image_p50_ms"]),
+                          "note": r.get("stages_error") or ""})
+        print_table(table, ["size", "backend", "dtype", "threads", "probe", "decode", "resize",
+                            "normalize+patchify+pack", "transfer", "sum", "end to end", "note"])
+
+    if result["decode_floor"]:
+        print("\ndecode floor: decode only, one thread (p50 ms per image)")
+        names = list(dict.fromkeys(n for f in result["decode_floor"] for n in f["decoders"]))
+        table = []
+        for f in result["decode_floor"]:
+            row = {"size": f["size"]}
+            row.update({n: _f(f["decoders"].get(n, {}).get("per_image_p50_ms")) for n in names})
+            row["floor"] = f"{_f(f['decode_floor_ms'])} ({f['fastest']})"
+            row["left out"] = "; ".join(f"{k}: {w}" for k, w in f["unavailable"].items())
+            table.append(row)
+        print_table(table, ["size", *names, "floor", "left out"])
+
+    if result["hf"]:
+        print("\ntransformers processors: PIL open + convert('RGB') inside each call, same batches")
+        print_table([{
+            "size": h["size"], "processor": h["class"], "threads": _thr(h),
+            "images/s": _f(h["images_per_s"], ".2f"), "ms/img p50": _f(h["per_image_p50_ms"]),
+            "p99": _f(h["per_image_p99_ms"]), "cores": _f(h["cpu_cores_used"], ".2f"),
+            "same shape": {True: "yes", False: "NO"}.get(h.get("same_output_shape_as_vlmprep"), "-"),
+        } for h in result["hf"]], ["size", "processor", "threads", "images/s", "ms/img p50", "p99",
+                                   "cores", "same shape"])
+
+    if any("ratio_vs_decode_floor" in r or "speedup_vs_hf_pil" in r for r in rows):
+        print("\nratios (per-image p50): vlmprep time / decode floor; transformers time / vlmprep "
+              "time")
+        table = []
+        for r in rows:
+            table.append({
+                "size": r["size"], "backend": r["backend"], "dtype": r["dtype"],
+                "threads": _thr(r),
+                "x decode floor": (f"{r['ratio_vs_decode_floor']:.2f}x"
+                                   if "ratio_vs_decode_floor" in r else "-"),
+                "speedup vs hf pil": (f"{r['speedup_vs_hf_pil']:.2f}x"
+                                      if "speedup_vs_hf_pil" in r else "-"),
+                "speedup vs hf torchvision": (f"{r['speedup_vs_hf_torchvision']:.2f}x"
+                                              if "speedup_vs_hf_torchvision" in r else "-"),
+            })
+        print_table(table, ["size", "backend", "dtype", "threads", "x decode floor",
+                            "speedup vs hf pil", "speedup vs hf torchvision"])

@@ -1,0 +1,468 @@
+"""The measuring harness behind ``vlmprep bench`` and ``bench/run_scenarios.py``.
+
+For each input set (e.g. four 1080p JPEG mosaics), thread count, backend and dtype it measures:
+
+- **end to end**: ``Processor(...)(batch)`` called as users call it, on encoded bytes (probe,
+  decode, resize, normalize, patchify, pack all included): images/s, megapixels/s, visual
+  tokens/s, latency per batch and per image (batch latency / batch size), CPU cores used
+  (process CPU time / wall time) and peak RSS;
+- **stages**: the same images through the backend's own lowerings, one stage at a time (probe =
+  header + plan; decode; resize = the sizing op's lowering; normalize + patchify + pack into a
+  preallocated output; transfer = host-to-device copy, 0 on the CPU). Their sum is close to the
+  end-to-end time per image when the backend runs op by op; a backend that fuses or batches work
+  shows up as a gap (both numbers are reported);
+- **decode floor**: decode only, with every JPEG decoder the dependencies ship, on one thread;
+  the fastest one's per-image time is the floor;
+- **transformers** (``compare_hf``): its PIL-backend and torchvision-backend processors of the
+  same preset, checkpoint config, on the same bytes and batches, PIL decode inside the timed call.
+
+Ratios use per-image p50 latencies: ``ratio_vs_decode_floor = per_image_p50_ms /
+decode_floor_ms``; ``speedup_vs_hf_<backend> = hf per_image_p50_ms / per_image_p50_ms`` at the
+same image size, thread count and batch size. No result is asserted here: it only measures.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from . import bench_env
+from .bench_images import ImageSet
+
+if TYPE_CHECKING:
+    from ..spec.pipeline import Pipeline
+
+__all__ = ["BenchConfig", "run", "thread_count", "DEFINITIONS", "STAGES", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+#: stage keys of ``stages_ms``, in pipeline order
+STAGES = ("probe_ms", "decode_ms", "resize_ms", "normalize_patchify_pack_ms", "transfer_ms")
+
+#: What each reported quantity is (written into the JSON as ``definitions``).
+DEFINITIONS = {
+    "images_per_s": "images / sum of timed call latencies (end to end, warm-up excluded)",
+    "megapixels_per_s": "source (decoded) megapixels / sum of timed call latencies",
+    "visual_tokens_per_s": "LLM placeholder tokens (plan.num_tokens) / sum of timed latencies",
+    "batch_p50_ms": "median latency of one call on --batch-size images (p99: 99th percentile)",
+    "per_image_p50_ms": "batch latency / batch size, median (with --batch-size 1: the latency "
+                        "of one image from encoded bytes to packed pixel_values)",
+    "cpu_cores_used": "process CPU time / wall time over the timed calls",
+    "peak_rss_mib": "peak resident memory over this measurement (peak_rss_scope 'span'), or of "
+                    "the whole process so far ('process')",
+    "stages_ms": "p50 per image of each stage run separately through the backend's lowerings: "
+                 "probe (header + plan), decode, resize (sizing op), normalize + patchify + pack "
+                 "(into a preallocated output, then pack.build), transfer (host-to-device copy "
+                 "of the decoded image; 0 on the CPU)",
+    "stage_sum_ms": "sum of stages_ms; compare with per_image_p50_ms (end to end)",
+    "decode_floor_ms": "p50 per image of the fastest decoder, decode only, one thread",
+    "ratio_vs_decode_floor": "per_image_p50_ms / decode_floor_ms",
+    "speedup_vs_hf_pil": "transformers PIL-backend per_image_p50_ms / vlmprep per_image_p50_ms "
+                         "(same images, batches, threads; PIL decode inside the timed call)",
+    "speedup_vs_hf_torchvision": "the same against the torchvision-backend processor",
+}
+
+
+@dataclass
+class BenchConfig:
+    """What to measure.
+
+    Fields:
+        preset: ``--preset`` as given (a name, or a checkpoint folder / json file).
+        pipeline: its resolved Pipeline.
+        image_sets: the encoded inputs, one result row group per set.
+        backends, dtypes: every combination is measured.
+        device: ``"cpu"`` | ``"cuda"`` | ``"cuda:N"``.
+        batch_size: images per call.
+        threads: thread counts to run at (None: leave the libraries' defaults).
+        compare_hf: also run the transformers processors.
+        repeat: timed passes over each set's batches (and stage / decoder runs per image).
+        warmup: untimed calls before each timed series.
+        stages, decode_floor: measure those too.
+    """
+
+    preset: str
+    pipeline: "Pipeline"
+    image_sets: list[ImageSet]
+    backends: list[str]
+    dtypes: list[str] = field(default_factory=lambda: ["float32"])
+    device: str = "cpu"
+    batch_size: int = 1
+    threads: list[int | None] = field(default_factory=lambda: [None])
+    compare_hf: bool = False
+    repeat: int = 3
+    warmup: int = 1
+    stages: bool = True
+    decode_floor: bool = True
+
+
+# -- threads, timing, statistics ------------------------------------------------------------------
+@contextlib.contextmanager
+def thread_count(n: int | None) -> Iterator[dict]:
+    """Run the block with ``n`` threads for vlmprep's own work, torch and OpenCV (restored after).
+
+    Yields the effective counts, ``{"vlmprep_threads", "torch_threads"}``.
+    """
+    import torch
+
+    from ..kernels import threads as vt
+    old_v = getattr(vt, "_threads", None)
+    old_t = torch.get_num_threads()
+    cv2 = _cv2()
+    old_c = cv2.getNumThreads() if cv2 is not None else None
+    try:
+        if n is not None:
+            vt.set_num_threads(n)
+            torch.set_num_threads(n)
+            if cv2 is not None:
+                cv2.setNumThreads(n)
+        yield {"vlmprep_threads": vt.get_num_threads(), "torch_threads": torch.get_num_threads()}
+    finally:
+        vt.set_num_threads(old_v)
+        torch.set_num_threads(old_t)
+        if cv2 is not None and old_c is not None:
+            cv2.setNumThreads(old_c)
+
+
+def _cv2():
+    try:
+        import cv2
+        return cv2
+    except ImportError:
+        return None
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize(device)
+
+
+def _pct(xs: Sequence[float], q: float) -> float:
+    import numpy as np
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
+
+
+def _ms(x: float) -> float:
+    return round(x * 1000, 3)
+
+
+def _batches(n: int, batch_size: int) -> list[list[int]]:
+    """Item indices per call: every item at least once, cycling to fill the last batch."""
+    calls = max(1, -(-n // batch_size))
+    return [[(k * batch_size + j) % n for j in range(batch_size)] for k in range(calls)]
+
+
+@dataclass
+class _Timing:
+    latencies: list[float]   # seconds per call
+    cpu_s: float
+    wall_s: float
+    last: Any                # the last call's output
+
+
+def _time_calls(call: Callable[[list], Any], batches: list[list], repeat: int, warmup: int,
+                device: str) -> _Timing:
+    for i in range(warmup):
+        call(batches[i % len(batches)])
+        _sync(device)
+    gc.collect()
+    lat: list[float] = []
+    out = None
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(repeat):
+        for b in batches:
+            t0 = time.perf_counter()
+            out = call(b)
+            _sync(device)
+            lat.append(time.perf_counter() - t0)
+    return _Timing(lat, time.process_time() - cpu0, time.perf_counter() - wall0, out)
+
+
+def _rates(t: _Timing, batch_size: int, mp: list[float], tokens: list[int],
+           batches: list[list[int]]) -> dict:
+    """Throughput and latency keys from a timing series (``mp``/``tokens`` per item)."""
+    total = sum(t.latencies)
+    per_pass_mp = sum(mp[i] for b in batches for i in b)
+    per_pass_tok = sum(tokens[i] for b in batches for i in b)
+    passes = len(t.latencies) / len(batches)
+    images = len(t.latencies) * batch_size
+    per_img = [x / batch_size for x in t.latencies]
+    return {
+        "images": images,
+        "images_per_s": round(images / total, 3),
+        "megapixels_per_s": round(per_pass_mp * passes / total, 3),
+        "visual_tokens_per_s": round(per_pass_tok * passes / total, 1),
+        "batch_p50_ms": _ms(_pct(t.latencies, 50)),
+        "batch_p99_ms": _ms(_pct(t.latencies, 99)),
+        "batch_mean_ms": _ms(total / len(t.latencies)),
+        "per_image_p50_ms": _ms(_pct(per_img, 50)),
+        "per_image_p99_ms": _ms(_pct(per_img, 99)),
+        "per_image_mean_ms": _ms(sum(per_img) / len(per_img)),
+        "cpu_cores_used": round(t.cpu_s / t.wall_s, 2) if t.wall_s > 0 else None,
+    }
+
+
+def _shape(x: Any) -> Any:
+    """A JSON-able description of ``pixel_values``' shape (tensor, array or nested lists)."""
+    if hasattr(x, "shape"):
+        return list(x.shape)
+    if isinstance(x, (list, tuple)):
+        return [len(x), _shape(x[0])] if x else [0]
+    return type(x).__name__
+
+
+# -- the measurements -----------------------------------------------------------------------------
+def _item_facts(pipe: "Pipeline", s: ImageSet) -> tuple[list[float], list[int]]:
+    """Source megapixels and visual tokens per item (header only); an unplannable item raises."""
+    from ..io.probe import probe
+    from ..plan import plan_images
+    hws = [probe(b).size_hw for b in s.items]
+    plans = plan_images(pipe, hws)
+    for p in plans:
+        if p.error is not None:
+            raise ValueError(f"{s.names[p.index]}: {p.error}")
+    return [h * w / 1e6 for h, w in hws], [p.num_tokens for p in plans]
+
+
+def _decode_floor(s: ImageSet, repeat: int) -> dict:
+    from . import bench_decoders
+    from ..io.probe import probe
+    hws = [probe(b).size_hw for b in s.items]
+    with thread_count(1):
+        calls, unavailable = bench_decoders.prepare(list(s.items), hws)
+        decoders = {}
+        for name, fns in calls.items():
+            fns[0]()  # warm
+            lat = []
+            for _ in range(repeat):
+                for f in fns:
+                    t0 = time.perf_counter()
+                    f()
+                    lat.append(time.perf_counter() - t0)
+            decoders[name] = {"per_image_p50_ms": _ms(_pct(lat, 50)),
+                              "per_image_min_ms": _ms(min(lat))}
+    out: dict = {"size": s.label, "threads": 1, "decoders": decoders, "unavailable": unavailable}
+    if decoders:
+        best = min(decoders, key=lambda k: decoders[k]["per_image_p50_ms"])
+        out.update(fastest=best, decode_floor_ms=decoders[best]["per_image_p50_ms"])
+    else:
+        out.update(fastest=None, decode_floor_ms=None)
+    return out
+
+
+def _stage_split(ops: Sequence[Any]) -> tuple[int, int]:
+    """Indices ``(1, k)``: ops[0] is decode, ops[1:k] size (resize, tile, crop, pad), ops[k:]
+    normalize and patchify."""
+    if not ops or ops[0].name != "decode":
+        raise ValueError("expected the pipeline to start with decode")
+    k = next((i for i, op in enumerate(ops) if op.name in ("normalize", "patchify")), len(ops))
+    return 1, k
+
+
+def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet,
+            repeat: int) -> dict:
+    """p50 per image of each stage, run separately through the backend's lowerings."""
+    import torch
+
+    from .. import backends, pack
+    from ..backends.base import Context
+    from ..io.inputs import resolve
+    from ..plan import plan_images
+    from ..plan.grid import row_length
+
+    be = backends.get(backend)(pipe, device, dtype)
+    _, k = _stage_split(be.ops)
+    decode = (be.ops[0], be.lowerings[0])
+    sizing = list(zip(be.ops[1:k], be.lowerings[1:k]))
+    rest = list(zip(be.ops[k:], be.lowerings[k:]))
+    layout = pipe.patchify.layout
+    tdtype = getattr(torch, dtype)
+    on_gpu = device.startswith("cuda")
+
+    def one(item: bytes) -> dict[str, float]:
+        t = {}
+        t0 = time.perf_counter()
+        src = resolve(item)
+        (plan,) = plan_images(pipe, [src.hw])
+        if plan.error is not None:
+            raise plan.error
+        t1 = time.perf_counter()
+        t["probe_ms"] = t1 - t0
+        ctx = Context(src, plan, None, dtype, "cpu")  # type: ignore[arg-type]
+        value = decode[1](decode[0], src, ctx)
+        t2 = time.perf_counter()
+        t["decode_ms"] = t2 - t1
+        if on_gpu and hasattr(value, "to"):
+            value = value.to(device)
+            _sync(device)
+        ctx.device = device
+        t3 = time.perf_counter()
+        t["transfer_ms"] = t3 - t2 if on_gpu else 0.0
+        for op, fn in sizing:
+            value = fn(op, value, ctx)
+        _sync(device)
+        t4 = time.perf_counter()
+        t["resize_ms"] = t4 - t3
+        rows = plan.rows(layout)
+        shape = (rows, 3, *pipe.tile_hw) if layout == "tiles" else (rows, row_length(pipe.patchify))
+        out = torch.empty(shape, dtype=tdtype, device=device)
+        ctx.dest = out
+        for op, fn in rest:
+            value = fn(op, value, ctx)
+        pack.build(out, [plan], {}, pipe)
+        _sync(device)
+        t["normalize_patchify_pack_ms"] = time.perf_counter() - t4
+        return t
+
+    one(s.items[0])  # warm
+    samples: dict[str, list[float]] = {k: [] for k in STAGES}
+    for _ in range(repeat):
+        for item in s.items:
+            for key, v in one(item).items():
+                samples[key].append(v)
+    stages = {key: _ms(_pct(v, 50)) for key, v in samples.items()}
+    return {"stages_ms": stages, "stage_sum_ms": round(sum(stages.values()), 3)}
+
+
+def _vlmprep(cfg: BenchConfig, s: ImageSet, backend: str, dtype: str, facts, rss) -> dict:
+    from ..processor import Processor
+    proc = Processor(cfg.pipeline, backend=backend, device=cfg.device, dtype=dtype)
+    idx = _batches(len(s.items), cfg.batch_size)
+    batches = [[s.items[i] for i in b] for b in idx]
+    rss.start()
+    t = _time_calls(proc, batches, cfg.repeat, cfg.warmup, cfg.device)
+    out = _rates(t, cfg.batch_size, *facts, idx)
+    out["peak_rss_mib"] = rss.peak_mib()
+    out["peak_rss_scope"] = rss.scope
+    out["output_shape"] = list(t.last.pixel_values.shape)
+    out["_last"] = t.last
+    return out
+
+
+def _hf(cfg: BenchConfig, s: ImageSet, hf_cfg: dict, backend: str, facts, rss) -> dict:
+    from . import bench_hf
+    proc = bench_hf.build(hf_cfg, cfg.pipeline, backend)
+    device = cfg.device if backend == "torchvision" else "cpu"
+    idx = _batches(len(s.items), cfg.batch_size)
+    batches = [[s.items[i] for i in b] for b in idx]
+    rss.start()
+    t = _time_calls(lambda b: bench_hf.call(proc, b, device), batches, cfg.repeat, cfg.warmup,
+                    device)
+    out = {"processor": backend, "class": type(proc).__name__, "device": device}
+    out.update(_rates(t, cfg.batch_size, *facts, idx))
+    out["peak_rss_mib"] = rss.peak_mib()
+    out["peak_rss_scope"] = rss.scope
+    out["output_shape"] = _shape(t.last.get("pixel_values"))
+    return out
+
+
+def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
+    """Measure everything ``cfg`` asks for -> the result dict (see DEFINITIONS; JSON-able)."""
+    import torch  # noqa: F401  (loaded first, so machine() sees CUDA devices)
+
+    from . import bench_hf
+    log = log or (lambda msg: None)
+    hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else None
+    if cfg.compare_hf:
+        bench_hf.build(hf_cfg, cfg.pipeline, "pil")  # fail now (no transformers) rather than late
+    rss = bench_env.PeakRss()
+    steps = len(cfg.image_sets) * (
+        int(cfg.decode_floor) + len(cfg.threads) * (len(cfg.backends) * len(cfg.dtypes)
+                                                    + (len(bench_hf.BACKENDS) if cfg.compare_hf else 0)))
+    step = 0
+
+    def progress(what: str) -> None:
+        nonlocal step
+        step += 1
+        log(f"[{step}/{steps}] {what}")
+
+    result: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "vlmprep bench",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": bench_env.machine(),
+        "versions": bench_env.versions(),
+        "kernels": bench_env.kernels(),
+        "preset": {"name": cfg.pipeline.name, "source": cfg.preset,
+                   "pipeline": cfg.pipeline.to_dict()},
+        "config": {"backends": list(cfg.backends), "dtypes": list(cfg.dtypes),
+                   "device": cfg.device, "batch_size": cfg.batch_size,
+                   "threads": [t if t is not None else "default" for t in cfg.threads],
+                   "repeat": cfg.repeat, "warmup": cfg.warmup,
+                   "compare": ["hf"] if cfg.compare_hf else []},
+        "inputs": [],
+        "decode_floor": [],
+        "results": [],
+        "hf": [],
+        "definitions": DEFINITIONS,
+    }
+    for s in cfg.image_sets:
+        facts = _item_facts(cfg.pipeline, s)
+        result["inputs"].append(s.describe())
+        floor = None
+        if cfg.decode_floor:
+            floor = _decode_floor(s, cfg.repeat)
+            result["decode_floor"].append(floor)
+            progress(f"{s.label} decode floor: {floor['decode_floor_ms']} ms ({floor['fastest']})")
+        for n in cfg.threads:
+            with thread_count(n) as eff:
+                rows = []
+                for backend in cfg.backends:
+                    for dtype in cfg.dtypes:
+                        r = {"size": s.label, "backend": backend, "dtype": dtype,
+                             "device": cfg.device, "threads": n if n is not None else "default",
+                             **eff, "batch_size": cfg.batch_size}
+                        r.update(_vlmprep(cfg, s, backend, dtype, facts, rss))
+                        if cfg.stages:
+                            try:
+                                r.update(_stages(cfg.pipeline, backend, cfg.device, dtype, s,
+                                                 cfg.repeat))
+                                r["stages_error"] = None
+                            except Exception as e:  # a backend that does not run op by op
+                                r.update(stages_ms=None, stage_sum_ms=None,
+                                         stages_error=f"{type(e).__name__}: {e}")
+                        rows.append(r)
+                        progress(f"{s.label} {backend} {dtype} threads={r['threads']}: "
+                                 f"{r['images_per_s']:.2f} images/s, "
+                                 f"{r['per_image_p50_ms']:.1f} ms/image")
+                hf_rows = {}
+                if cfg.compare_hf:
+                    for hb in bench_hf.BACKENDS:
+                        h = {"size": s.label, "threads": n if n is not None else "default", **eff,
+                             "batch_size": cfg.batch_size}
+                        h.update(_hf(cfg, s, hf_cfg, hb, facts, rss))
+                        hf_rows[hb] = h
+                        result["hf"].append(h)
+                        progress(f"{s.label} transformers {hb} threads={h['threads']}: "
+                                 f"{h['images_per_s']:.2f} images/s, "
+                                 f"{h['per_image_p50_ms']:.1f} ms/image")
+            for r in rows:
+                last = r.pop("_last")
+                if floor is not None and floor["decode_floor_ms"]:
+                    r["decode_floor_ms"] = floor["decode_floor_ms"]
+                    r["decode_floor_decoder"] = floor["fastest"]
+                    r["ratio_vs_decode_floor"] = round(r["per_image_p50_ms"]
+                                                       / floor["decode_floor_ms"], 3)
+                mine = None
+                if hf_rows:
+                    try:  # the same batch as the transformers processors' last call
+                        mine = _shape(last.to_hf().get("pixel_values"))
+                    except Exception:  # to_hf is the pack layer's business; never fail a bench
+                        mine = None
+                for hb, h in hf_rows.items():
+                    r[f"speedup_vs_hf_{hb}"] = round(h["per_image_p50_ms"]
+                                                     / r["per_image_p50_ms"], 3)
+                    if mine is not None:
+                        same = mine == h["output_shape"]
+                        h["same_output_shape_as_vlmprep"] = (
+                            h.get("same_output_shape_as_vlmprep", True) and same)
+                        if not same:
+                            log(f"warning: {s.label}: transformers {hb} pixel_values shape "
+                                f"{h['output_shape']} != vlmprep {r['backend']} {r['dtype']} "
+                                f"to_hf() {mine}")
+                result["results"].append(r)
+    return result
