@@ -1,6 +1,7 @@
 """Check every GPU path against the CPU reference and time it; print a short table, write JSON.
 
-Paths checked now: the `torch` backend on CUDA (float32, bfloat16, uint8) for every preset,
+Paths checked: the compiled normalize_patchify kernel against its CPU twin, with its bandwidth
+next to a device copy (bench/gpu_check_kernels.py); the `torch` backend on CUDA (float32, bfloat16, uint8) for every preset,
 (timed at 720p/1080p/4K for qwen2-vl, at 1080p for the others)
 against the `reference` backend on CPU, on real-photo mosaics (bench/samples.py). Run by
 bench/gpu_check.sh on the GPU machine; `--device cpu` dry-runs the same code here.
@@ -78,6 +79,10 @@ def main() -> int:
                                  images_per_s=round(len(batch) / float(np.median(t)), 2),
                                  batch_p50_ms=round(1000 * float(np.median(t)), 2),
                                  batch_p99_ms=round(1000 * float(np.percentile(t, 99)), 2)))
+    import gpu_check_kernels
+    krows, kernels_ok = gpu_check_kernels.check(args.device)
+    for r in krows:
+        print(f"{r['check']:44s} {r['result']}")
     cols = ["preset", "dtype", "size", "max_levels", "mean_levels", "p999_levels",
             "batch_invariant", "images_per_s", "batch_p50_ms", "batch_p99_ms"]
     print("  ".join(f"{c:>14s}" for c in cols))
@@ -85,10 +90,12 @@ def main() -> int:
         print("  ".join(f"{str(r[c]):>14s}" for c in cols))
     info = {"machine": platform.node(), "device": (torch.cuda.get_device_name(0)
                                                    if args.device.startswith("cuda") else "cpu"),
-            "torch": torch.__version__, "vlmprep": vlmprep.__version__, "rows": rows}
+            "torch": torch.__version__, "vlmprep": vlmprep.__version__, "rows": rows,
+            "kernels": krows}
     if args.json:
         Path(args.json).write_text(json.dumps(info, indent=2))
-    ok = all(r["max_levels"] <= 3 and r["mean_levels"] <= 0.5 and r["batch_invariant"] for r in rows)
+    ok = kernels_ok and all(r["max_levels"] <= 3 and r["mean_levels"] <= 0.5 and r["batch_invariant"]
+                            for r in rows)
     print("gpu_check:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

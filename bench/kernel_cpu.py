@@ -1,0 +1,93 @@
+"""normalize + patchify + pack of one 1080p Qwen2-VL image on the CPU: before (the backends'
+pure paths) and after (the fused CPU twin), against the bytes-written floor (output bytes /
+memset bandwidth on a warm buffer of the same size). Prints a table, writes JSON.
+
+    .venv/bin/python bench/kernel_cpu.py [--json bench/results/kernel_cpu_<machine>.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+import torch
+
+import vlmprep
+from vlmprep import kernels
+from vlmprep.backends.base import Context
+from vlmprep.backends.reference import ops as R
+from vlmprep.backends.torch import ops as T
+
+
+def best_ms(fn, n: int = 12) -> float:
+    fn()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return 1000 * min(ts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if kernels.why_unavailable():
+        print("kernels not built:", kernels.why_unavailable())
+        return 2
+    pipe = vlmprep.presets.get("qwen2-vl")
+    op_n, op_p = pipe.normalize, pipe.patchify
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8)  # resized 1080p
+    rows, D = (1092 // 14) * (1932 // 14), 1176
+    res = {}
+    for dtype in ("float32", "uint8"):
+        tdt = getattr(torch, dtype)
+        out = torch.empty((rows, D), dtype=tdt)
+        nbytes = out.numel() * out.element_size()
+        ctx = Context(None, None, out, dtype, "cpu")
+        torch.set_num_threads(1)
+        kernels.set_num_threads(1)
+        floor = best_ms(lambda: out.view(torch.uint8).fill_(0) if dtype == "uint8" else out.fill_(0))
+        r = {"output_MB": round(nbytes / 1e6, 1), "memset_floor_ms": round(floor, 2),
+             "memset_GB_per_s": round(nbytes / floor / 1e6, 1)}
+        if dtype == "float32":
+            r["reference_pure_ms"] = round(best_ms(
+                lambda: R.patchify(op_p, [R._normalize(op_n, img)], ctx), 4), 2)
+            timg = torch.from_numpy(img).permute(2, 0, 1)
+            r["torch_pure_ms"] = round(best_ms(
+                lambda: T.patchify(op_p, [T._normalize(op_n, timg)], ctx), 4), 2)
+            table = torch.from_numpy(np.repeat(R._normalize(op_n, R._RAMP)[None], 1, 0)[0].T.copy())
+        else:
+            r["reference_pure_ms"] = round(best_ms(lambda: R.patchify(op_p, [img], ctx), 4), 2)
+            table = None
+        timg_hwc = torch.from_numpy(img)
+        for threads in (1, 2):
+            kernels.set_num_threads(threads)
+            r[f"twin_{threads}t_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+                [timg_hwc], table, out.view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
+        kernels.set_num_threads(1)
+
+        def fresh():
+            o = torch.empty((rows, D), dtype=tdt)
+            kernels.normalize_patchify([timg_hwc], table, o.view(-1), [0], "merge_grouped", 14, 2, 2)
+        r["twin_1t_fresh_buffer_ms"] = round(best_ms(fresh, 6), 2)
+        r["twin_1t_vs_floor"] = round(r["twin_1t_ms"] / floor, 2)
+        kernels.set_num_threads(None)
+        res[dtype] = r
+    print(f"{'':22s}" + "".join(f"{d:>12s}" for d in res))
+    for k in res["float32"]:
+        print(f"{k:22s}" + "".join(f"{str(res[d].get(k, '-')):>12s}" for d in res))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": platform.node(), "cpu_count": __import__("os").cpu_count(),
+                       "torch": torch.__version__, "note": "shared 2-core box; best of N",
+                       "results": res}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
