@@ -42,7 +42,8 @@ struct HostCache {
     {
       std::lock_guard<std::mutex> g(mu);
       if (cached + size <= limit) {
-        free_blocks.emplace(size, p);
+        // Before its equals: the most recently freed block (the warmest) goes out first.
+        free_blocks.emplace_hint(free_blocks.lower_bound(size), size, p);
         cached += size;
         return;
       }

@@ -66,17 +66,39 @@ class Backend:
         errors: dict[int, ImageError] = {}
         layout = self.pipeline.patchify.layout
         row = 0
+        jobs: list[Context] = []
         for src, p in zip(sources, plans):
             if p.error is not None or src is None:
                 continue
             n = p.rows(layout)
-            ctx = Context(src, p, out[row:row + n], self.dtype, self.device)
+            jobs.append(Context(src, p, out[row:row + n], self.dtype, self.device))
             row += n
-            try:
-                self.run_image(ctx)
-            except ImageError as e:
-                errors[p.index] = e.at(index=p.index, source=src.desc)
+        for ctx, err in zip(jobs, self._map(jobs)):
+            if err is not None:
+                errors[ctx.plan.index] = err.at(index=ctx.plan.index, source=ctx.source.desc)
         return errors
+
+    def _one(self, ctx: Context) -> ImageError | None:
+        try:
+            self.run_image(ctx)
+        except ImageError as e:
+            return e
+        return None
+
+    def _map(self, jobs: list[Context]) -> list[ImageError | None]:
+        """Run every image; on the CPU with several threads allowed, images run side by side
+        (decoders and kernels release the GIL), each with one kernel thread."""
+        from ..kernels import get_num_threads, local_threads
+        n = min(get_num_threads(), len(jobs))
+        if n <= 1 or not self.device.startswith("cpu"):
+            return [self._one(c) for c in jobs]
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(c: Context) -> ImageError | None:
+            with local_threads(1):
+                return self._one(c)
+        with ThreadPoolExecutor(n, thread_name_prefix="vlmprep") as pool:
+            return list(pool.map(one, jobs))
 
     def run_image(self, ctx: Context) -> None:
         value: Any = ctx.source

@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from .loader import build_info, dali_plugin, load, why_unavailable
-from .threads import get_num_threads, set_num_threads
+from .threads import get_num_threads, local_threads, set_num_threads
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
-           "resize", "RESIZE_FILTERS", "get_num_threads", "set_num_threads"]
+           "resize", "RESIZE_FILTERS", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")

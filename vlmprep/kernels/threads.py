@@ -1,11 +1,14 @@
 """How many CPU threads vlmprep's own work may use (kernels' CPU twins, per-image parallelism)."""
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
-__all__ = ["set_num_threads", "get_num_threads"]
+__all__ = ["set_num_threads", "get_num_threads", "local_threads"]
 
 _threads: int | None = None
+_local = threading.local()
 
 
 def set_num_threads(n: int | None) -> None:
@@ -19,6 +22,9 @@ def set_num_threads(n: int | None) -> None:
 def get_num_threads() -> int:
     """Threads vlmprep's CPU work uses: ``set_num_threads``, else ``VLMPREP_NUM_THREADS``, else
     the cores this process may run on."""
+    n = getattr(_local, "n", None)
+    if n is not None:
+        return n
     if _threads is not None:
         return _threads
     env = os.environ.get("VLMPREP_NUM_THREADS")
@@ -28,3 +34,15 @@ def get_num_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def local_threads(n: int):
+    """In this thread only, vlmprep's kernels use ``n`` threads (a worker that already runs in
+    parallel with others asks for 1, so the two levels do not oversubscribe the cores)."""
+    old = getattr(_local, "n", None)
+    _local.n = n
+    try:
+        yield
+    finally:
+        _local.n = old
