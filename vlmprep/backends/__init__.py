@@ -18,5 +18,24 @@ def _missing(*mods: str) -> str | None:
     return None
 
 
+def _dali() -> str | None:
+    """nvidia.dali installed and importable (imported once, on the first question)."""
+    global _dali_reason
+    if _dali_reason is None:
+        why = _missing("torch", "numpy")
+        if why is None and _missing("nvidia.dali"):
+            why = ("python package 'nvidia.dali' is not installed (pip install "
+                   "nvidia-dali-cuda130, or the nvidia-dali wheel for your CUDA)")
+        if why is None:
+            try:
+                import nvidia.dali  # noqa: F401
+            except Exception as e:  # a broken install raises more than ImportError
+                why = f"nvidia.dali is installed but cannot be imported ({type(e).__name__}: {e})"
+        _dali_reason = why or ""
+    return _dali_reason or None
+
+
+_dali_reason: str | None = None
+register("dali", "vlmprep.backends.dali", _dali)
 register("torch", "vlmprep.backends.torch", lambda: _missing("torch", "torchvision", "PIL", "numpy"))
 register("reference", "vlmprep.backends.reference", lambda: _missing("PIL", "numpy", "torch"))

@@ -1,0 +1,17 @@
+"""``dali``: the pipeline compiled into NVIDIA DALI graphs, on the GPU (``device="cuda"``) or the CPU.
+
+One lowering per op (``lowerings.py``, registered as ``("dali", op)``) builds three graphs once
+per Processor (``graph.py``): decode, canvases, tiles. The plan's numbers enter every graph as
+per-sample inputs (``feeds.py``); the executor (``backend.py``) runs them per batch and copies
+the rows into the output. Files DALI cannot decode the way ``vlmprep.io.decode`` does go through
+that CPU path into the same batch; a failing batch is split until each bad image is named.
+
+Pixels: decode is bit-exact with Pillow on the CPU (libjpeg-turbo, libpng, libwebp); resizes are
+two one-dimensional passes in Pillow 13's order with uint8 between and Pillow's edge handling,
+within 1 level of the reference; normalize is the reference's float32 arithmetic, tabulated.
+"""
+from __future__ import annotations
+
+from .backend import Backend
+
+__all__ = ["Backend"]

@@ -1,0 +1,297 @@
+"""The dali executor: plan -> per-sample feeds -> the three compiled graphs -> ``out``.
+
+Per chunk of images (at most ``BATCH["decode"]``):
+1. decode: DALI-decodable files in one graph run; everything else (GIF, TIFF, transparency,
+   16-bit, CMYK, PIL images, arrays, tensors) through ``vlmprep.io.decode`` on the CPU, into
+   the same batch. A failed run is bisected (or split at the sample DALI names) until every
+   bad file is alone; a file DALI rejects alone gets one CPU decode, so an image is an error
+   exactly when the reference backend would call it one, with the same message.
+2. canvas: every canvas of the chunk in one flattened batch, level by level (a canvas built
+   from another canvas waits for it).
+3. tiles: every tile of the chunk in one flattened batch, cut, normalized and patchified; the
+   rows are copied into ``out``.
+A failure in 2 or 3 (not expected after validation) is isolated by bisecting the images.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import torch
+from nvidia.dali.tensors import TensorCPU, TensorGPU
+
+from ...errors import ImageError
+from ...io import decode as _io
+from ..base import Backend as _Base
+from . import feeds as F
+from .graph import BATCH, Stages, compile_stages
+from .lowerings import INTERP_IDS
+
+if TYPE_CHECKING:
+    from ...io.inputs import Source
+    from ...plan import ImagePlan
+
+__all__ = ["Backend"]
+
+_SAMPLE = re.compile(r"sample #(\d+)")
+
+
+@dataclass
+class _Item:
+    """One image of the batch: its source, plan and first output row."""
+
+    src: "Source"
+    plan: "ImagePlan"
+    row: int
+    image: Any = None  # decoded: a DALI tensor (HWC uint8 on the stage device)
+    keep: list = field(default_factory=list)  # host/device buffers the DALI tensors point into
+
+
+class Backend(_Base):
+    """``dali``: the pipeline compiled into DALI graphs, on CPU or CUDA (see the package doc)."""
+
+    name = "dali"
+
+    def __init__(self, pipeline, device: str, dtype: str):
+        super().__init__(pipeline, device, dtype)
+        self.gpu = device.startswith("cuda")
+        self.device_id = None
+        if self.gpu:
+            self.device_id = int(device.split(":")[1]) if ":" in device else \
+                torch.cuda.current_device()
+        self._stages: Stages | None = None
+        self._lock = threading.Lock()
+
+    # Processors pickle (loader workers, Ray): DALI graphs do not; they are rebuilt on first use.
+    def __getstate__(self) -> dict:
+        d = self.__dict__.copy()
+        d["_stages"] = None
+        d.pop("_lock", None)
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.Lock()
+
+    @property
+    def stages(self) -> Stages:
+        if self._stages is None:
+            self._stages = compile_stages(self.ops, self.lowerings, "gpu" if self.gpu else "cpu",
+                                          self.dtype, self.device_id)
+        return self._stages
+
+    # -- the contract shared with the other backends --------------------------------------------
+    def run(self, sources: Sequence["Source | None"], plans: Sequence["ImagePlan"],
+            out: torch.Tensor) -> dict[int, ImageError]:
+        """Fill ``out`` with every good image's rows (see ``base.Backend.run``); return the
+        images that failed now (their rows are left unwritten: the caller compacts)."""
+        layout = self.pipeline.patchify.layout
+        items, row = [], 0
+        for src, p in zip(sources, plans):
+            if p.error is not None or src is None:
+                continue
+            items.append(_Item(src, p, row))
+            row += p.rows(layout)
+        errors: dict[int, ImageError] = {}
+        with self._lock:
+            for lo in range(0, len(items), BATCH["decode"]):
+                chunk = items[lo:lo + BATCH["decode"]]
+                try:
+                    self._decode(chunk, errors)
+                    self._geometry([it for it in chunk if it.plan.index not in errors], out,
+                                   errors)
+                finally:
+                    if self.gpu:
+                        # DALI may hand a buffer back to its pool once unreferenced; make sure
+                        # the copies into ``out`` that read it are done first.
+                        torch.cuda.current_stream(self.device_id).synchronize()
+                    for it in chunk:
+                        it.image, it.keep = None, []
+        return errors
+
+    # -- decode ---------------------------------------------------------------------------------
+    def _stream(self):
+        return torch.cuda.current_stream(self.device_id) if self.gpu else None
+
+    def _wrap(self, hwc: np.ndarray | torch.Tensor, it: _Item):
+        """A host array / torch tensor ``(H, W, 3)`` uint8 -> a DALI tensor on the stage device."""
+        if not self.gpu:
+            a = np.ascontiguousarray(hwc)
+            it.keep.append(a)
+            return TensorCPU(a, "HWC")
+        t = torch.as_tensor(hwc).to(f"cuda:{self.device_id}", non_blocking=False).contiguous()
+        it.keep.append(t)
+        return TensorGPU(t, "HWC")
+
+    def _cpu_decode(self, it: _Item) -> None:
+        """The CPU path (``vlmprep.io.decode``): raises ImageError like the reference backend."""
+        if self.gpu and it.src.kind == "tensor":
+            x = it.src.item.to(f"cuda:{self.device_id}").permute(1, 2, 0)
+            it.image = self._wrap(x, it)
+            return
+        it.image = self._wrap(_io.decode(it.src), it)
+
+    def _decode(self, chunk: list[_Item], errors: dict[int, ImageError]) -> None:
+        dali_items = []
+        for it in chunk:
+            if F.dali_decodes(it.src):
+                dali_items.append(it)
+                continue
+            try:
+                self._cpu_decode(it)
+            except ImageError as e:
+                errors[it.plan.index] = e.at(index=it.plan.index, source=it.src.desc)
+        self._dali_decode(dali_items, errors)
+
+    def _dali_decode(self, items: list[_Item], errors: dict[int, ImageError]) -> None:
+        """Decode ``items`` in one graph run; on failure split the batch and retry (a file DALI
+        rejects alone is given to the CPU path, which decodes it or raises its ImageError)."""
+        if not items:
+            return
+        data = []
+        for it in items:
+            try:
+                data.append(np.frombuffer(_io.read_bytes(it.src), np.uint8))
+            except ImageError as e:
+                errors[it.plan.index] = e.at(index=it.plan.index, source=it.src.desc)
+        items = [it for it in items if it.plan.index not in errors]
+        if not items:
+            return
+        try:
+            (images,) = self.stages.decode.run({"encoded": data}, self._stream())
+        except RuntimeError as e:
+            if len(items) == 1:
+                self._fallback(items[0], errors, e)
+                return
+            m = _SAMPLE.search(str(e))
+            k = int(m.group(1)) if m and int(m.group(1)) < len(items) else None
+            parts = ([items[k:k + 1], items[:k] + items[k + 1:]] if k is not None else
+                     [items[:len(items) // 2], items[len(items) // 2:]])
+            for part in parts:
+                self._dali_decode(part, errors)
+            return
+        for k, it in enumerate(items):
+            img = images[k]
+            if tuple(img.shape()[:2]) != tuple(it.src.hw) or img.shape()[2] != 3:
+                # DALI read the header differently from probe (orientation, odd files): the CPU
+                # path decodes what the plan describes, or says why not.
+                self._fallback(it, errors, None)
+                continue
+            it.image = img
+            it.keep.append(images)
+
+    def _fallback(self, it: _Item, errors: dict[int, ImageError], cause: Exception | None) -> None:
+        try:
+            self._cpu_decode(it)
+        except ImageError as e:
+            errors[it.plan.index] = e.at(index=it.plan.index, source=it.src.desc)
+            return
+        if cause is not None:
+            # DALI failed on a file Pillow decodes (e.g. a PNG with a bad CRC, which Pillow does
+            # not check): keep Pillow's pixels, and rebuild in case the graph did not recover.
+            self.stages.decode.reset()
+
+    # -- canvases and tiles ---------------------------------------------------------------------
+    def _geometry(self, items: list[_Item], out: torch.Tensor,
+                  errors: dict[int, ImageError]) -> None:
+        """Canvases and tiles of ``items``; a failing run is bisected down to single images."""
+        if not items:
+            return
+        try:
+            self._canvases_and_tiles(items, out)
+        except RuntimeError as e:
+            self.stages.canvas.reset()
+            self.stages.tiles.reset()
+            if len(items) == 1:
+                it = items[0]
+                msg = str(e).strip().splitlines()
+                errors[it.plan.index] = ImageError(
+                    f"expected DALI to resize and cut this {it.src.hw[0]}x{it.src.hw[1]} image "
+                    f"as planned, got {type(e).__name__}: {msg[-1] if msg else e}; process it "
+                    f"with backend='torch' or 'reference', and report it (with the image)",
+                    index=it.plan.index, source=it.src.desc)
+                return
+            half = len(items) // 2
+            self._geometry(items[:half], out, errors)
+            self._geometry(items[half:], out, errors)
+
+    def _canvases_and_tiles(self, items: list[_Item], out: torch.Tensor) -> None:
+        stream = self._stream()
+        interp = self.pipeline.sizing.interpolation
+        # Canvases, one run per dependency level (a canvas's parent is built in an earlier one).
+        built: dict[tuple[int, int], Any] = {}
+        keep: list = []
+        depth = {}
+        for n, it in enumerate(items):
+            for k, c in enumerate(it.plan.canvases):
+                depth[(n, k)] = 0 if c.parent < 0 else depth[(n, c.parent)] + 1
+        for level in range(max(depth.values()) + 1):
+            todo = [(n, k) for (n, k), d in depth.items() if d == level]
+            for lo in range(0, len(todo), BATCH["canvas"]):
+                part = todo[lo:lo + BATCH["canvas"]]
+                feeds = F.Feeds()
+                images = []
+                for n, k in part:
+                    it, c = items[n], items[n].plan.canvases[k]
+                    if c.parent < 0:
+                        images.append(it.image)
+                        in_hw = tuple(it.src.hw)
+                    else:
+                        images.append(built[(n, c.parent)])
+                        in_hw = tuple(it.plan.canvases[c.parent].hw)
+                    feeds.add(F.canvas_args(c, in_hw, interp, INTERP_IDS))
+                (res,) = self.stages.canvas.run({"image": images, **feeds.data}, stream)
+                keep.append(res)
+                for j, key in enumerate(part):
+                    built[key] = res[j]
+        # Tiles: one flattened batch, in output order; each run's rows go straight into ``out``.
+        pf = self.pipeline.patchify
+        tiles = []  # (image tensor, args, rows, destination row)
+        for n, it in enumerate(items):
+            row = it.row
+            for box, k in zip(it.plan.tiles, it.plan.tile_canvas):
+                args, rows = F.tile_args(box, pf)
+                tiles.append((built[(n, k)], args, rows, row))
+                row += rows
+        for lo in range(0, len(tiles), BATCH["tiles"]):
+            part = tiles[lo:lo + BATCH["tiles"]]
+            feeds = F.Feeds()
+            for _, args, _, _ in part:
+                feeds.add(args)
+            (res,) = self.stages.tiles.run({"image": [t[0] for t in part], **feeds.data}, stream)
+            self._copy_out(res, [(t[2], t[3]) for t in part], out)
+        del keep
+
+    def _copy_out(self, res, spans: list[tuple[int, int]], out: torch.Tensor) -> None:
+        """Copy the tile rows of one run into ``out``. DALI's contiguous output is viewed as one
+        tensor without a copy (DLPack); the one copy into ``out`` is needed because ``out`` is
+        the caller's preallocated batch tensor (and DALI recycles its buffers once released)."""
+        total = sum(r for r, _ in spans)
+        row_shape = tuple(out.shape[1:])
+        try:
+            flat = res.as_reshaped_tensor([total, *row_shape])
+            src = _torch_view(flat, self.gpu)
+        except RuntimeError:  # not contiguous (not expected from stock ops): per sample
+            src = torch.cat([_torch_view(res[i], self.gpu).reshape(-1, *row_shape)
+                             for i in range(len(res))])
+        # One copy per run of consecutive destination rows (all of them, unless an image in the
+        # middle failed to decode).
+        s = 0
+        while s < len(spans):
+            e, n = s, spans[s][0]
+            while e + 1 < len(spans) and spans[e + 1][1] == spans[e][1] + spans[e][0]:
+                e += 1
+                n += spans[e][0]
+            first = sum(r for r, _ in spans[:s])
+            out[spans[s][1]:spans[s][1] + n].copy_(src[first:first + n], non_blocking=True)
+            s = e + 1
+
+
+def _torch_view(t, gpu: bool) -> torch.Tensor:
+    """A DALI tensor as a torch tensor on the same memory (no copy)."""
+    if gpu:
+        return torch.from_dlpack(t)
+    return torch.from_numpy(np.asarray(t))
