@@ -19,6 +19,22 @@ struct Map {
   }
 };
 
+// The common patch sizes with the loops known at compile time: each value is stored to its
+// T places directly (no second pass over the row), lines of the source read once.
+template <int P, int TT, typename T, typename M>
+void patch_row_fixed(const uint8_t* base, int64_t stride, T* dst, M map) {
+  constexpr int64_t plane = int64_t(P) * P;
+  for (int c = 0; c < kChannels; ++c) {
+    T* d0 = dst + int64_t(c) * TT * plane;
+    for (int py = 0; py < P; ++py) {
+      const uint8_t* line = base + int64_t(py) * stride + c;
+      T v[P];
+      for (int px = 0; px < P; ++px) v[px] = map(c, line[px * 3]);
+      for (int t = 0; t < TT; ++t) std::memcpy(d0 + t * plane + py * P, v, sizeof(v));
+    }
+  }
+}
+
 // One patch row of a patch layout, written in column order.
 template <typename T, typename M>
 void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T* dst, M map) {
@@ -36,6 +52,10 @@ void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T
   }
   const int32_t T_ = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
   const int64_t plane = int64_t(P) * P;
+  if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, dst, map);
+  if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, dst, map);
+  if (T_ == 1 && P == 16) return patch_row_fixed<16, 1>(base, s.row_stride, dst, map);
+  if (T_ == 1 && P == 14) return patch_row_fixed<14, 1>(base, s.row_stride, dst, map);
   for (int c = 0; c < kChannels; ++c) {  // [c, t, py, px]: t = 0 computed, later t copied
     T* d0 = dst + int64_t(c) * T_ * plane;
     for (int32_t py = 0; py < P; ++py) {
