@@ -247,3 +247,20 @@ def test_compare_hf_refuses_a_changed_pipeline():
     from vlmprep.spec import presets
     with pytest.raises(ValueError, match="does not resolve"):
         bench_hf.config_for("qwen2-vl", presets.get("qwen2-vl", max_pixels=1_003_520))
+
+
+def test_scenario_files_are_valid_commands():
+    """Every bench/scenarios/*.json spells flags the CLI accepts (run_scenarios.py runs them)."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[2] / "bench"
+    spec = importlib.util.spec_from_file_location("run_scenarios", root / "run_scenarios.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    files = sorted((root / "scenarios").glob("*.json"))
+    assert {f.stem for f in files} >= {"qwen2-vl", "internvl", "llava-1.5"}
+    for f in files:
+        argv = mod.scenario_argv(json.loads(f.read_text()), str(f))
+        args = _parser().parse_args(argv)
+        assert args.preset and args.synthetic and args.threads, f
+    with pytest.raises(ValueError, match="unknown keys"):
+        mod.scenario_argv({"preset": "qwen2-vl", "thread": [1]}, "x.json")

@@ -282,6 +282,15 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
     layout = pipe.patchify.layout
     tdtype = getattr(torch, dtype)
     on_gpu = device.startswith("cuda")
+    from .. import kernels
+    host_empty = getattr(kernels, "empty", None)
+
+    def alloc(shape: tuple) -> "torch.Tensor":
+        # As Processor.__call__ allocates: the kernels' cached host buffer on the CPU (a fresh
+        # buffer costs page faults that the end-to-end path does not pay), else torch.empty.
+        if not on_gpu and host_empty is not None:
+            return host_empty(shape, tdtype)
+        return torch.empty(shape, dtype=tdtype, device=device)
 
     def one(item: bytes) -> dict[str, float]:
         t = {}
@@ -309,7 +318,7 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
         t["resize_ms"] = t4 - t3
         rows = plan.rows(layout)
         shape = (rows, 3, *pipe.tile_hw) if layout == "tiles" else (rows, row_length(pipe.patchify))
-        out = torch.empty(shape, dtype=tdtype, device=device)
+        out = alloc(shape)
         ctx.dest = out
         for op, fn in rest:
             value = fn(op, value, ctx)

@@ -1,0 +1,224 @@
+"""Run the benchmark scenarios (bench/scenarios/*.json) through `vlmprep bench`'s harness and save
+the results per machine: bench/results/<machine>.json (machine: `cpu<N>` or the GPU's model).
+
+Usage::
+
+    .venv/bin/python bench/run_scenarios.py                        # every scenario
+    .venv/bin/python bench/run_scenarios.py bench/scenarios/qwen2-vl.json --note "idle box"
+    .venv/bin/python bench/run_scenarios.py --summarize bench/results/cpu2.json   # tables only
+
+A scenario file holds `vlmprep bench` flags as JSON keys (see bench/README.md); each is parsed by
+the same argument parser, so a scenario is exactly the command line it spells. After measuring,
+the script prints the Markdown tables that docs/benchmarks.md shows (per image on one thread,
+thread scaling, cost against image size, stages).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+
+from vlmprep.cli import bench, bench_env  # noqa: E402
+
+# scenario key -> (flag, how the value becomes flag text; None for a switch)
+_FLAGS = {
+    "preset": ("--preset", str),
+    "synthetic": ("--synthetic", lambda v: ",".join(v)),
+    "images": ("--images", str),
+    "backends": ("--backend", lambda v: ",".join(v)),
+    "dtypes": ("--dtype", lambda v: ",".join(v)),
+    "device": ("--device", str),
+    "batch_size": ("--batch-size", str),
+    "threads": ("--threads", lambda v: ",".join(map(str, v))),
+    "num_images": ("--num-images", str),
+    "repeat": ("--repeat", str),
+    "warmup": ("--warmup", str),
+}
+_SHARED = ("machine", "versions", "kernels", "definitions")
+
+
+def scenario_argv(sc: dict, where: str) -> list[str]:
+    """A scenario dict -> `vlmprep bench` arguments (unknown keys are an error)."""
+    known = set(_FLAGS) | {"description", "compare", "stages", "decode_floor"}
+    unknown = sorted(set(sc) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; expected keys from {sorted(known)}")
+    argv = ["bench"]
+    for key, (flag, fmt) in _FLAGS.items():
+        if key in sc:
+            argv += [flag, fmt(sc[key])]
+    for c in sc.get("compare", []):
+        argv += ["--compare", c]
+    if sc.get("stages") is False:
+        argv.append("--no-stages")
+    if sc.get("decode_floor") is False:
+        argv.append("--no-decode-floor")
+    return argv
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vlmprep")
+    bench.add_parser(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def run(files: list[Path], note: str, device: str | None) -> dict:
+    parser = _parser()
+    out: dict = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 "note": note, "scenarios": {}}
+    for f in files:
+        sc = json.loads(f.read_text())
+        if device:
+            sc["device"] = device
+        argv = scenario_argv(sc, str(f))
+        print(f"== {f.stem}: vlmprep {' '.join(argv)}", file=sys.stderr, flush=True)
+        load0 = _loadavg()
+        result = bench.measure(parser.parse_args(argv))
+        for k in _SHARED:
+            out[k] = result.pop(k)
+        out["scenarios"][f.stem] = {"description": sc.get("description", ""),
+                                    "command": "vlmprep " + " ".join(argv),
+                                    # 1-minute load average before / after: other work on the box
+                                    "loadavg_1min": [load0, _loadavg()], "result": result}
+    return out
+
+
+# -- the Markdown tables of docs/benchmarks.md -------------------------------------------------------
+def _md(rows: list[list], header: list[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _n(v, fmt=".1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def summarize(data: dict) -> str:
+    parts = []
+    sc = data["scenarios"]
+    if "qwen2-vl" in sc:
+        res = sc["qwen2-vl"]["result"]
+        hf = {(h["size"], h["threads"], h["processor"]): h for h in res["hf"]}
+        rows = []
+        for r in res["results"]:
+            if r["threads"] != 1:
+                continue
+            pil, tv = hf.get((r["size"], 1, "pil")), hf.get((r["size"], 1, "torchvision"))
+            rows.append([r["size"], r["dtype"], _n(r["per_image_p50_ms"]),
+                         f"{_n(r.get('decode_floor_ms'))} ({r.get('decode_floor_decoder')})",
+                         _x(r.get("ratio_vs_decode_floor")),
+                         _n(pil and pil["per_image_p50_ms"]), _n(tv and tv["per_image_p50_ms"]),
+                         _x(r.get("speedup_vs_hf_pil")), _x(r.get("speedup_vs_hf_torchvision"))])
+        parts.append("### qwen2-vl, checkpoint config, JPEG bytes to packed pixel_values, one "
+                     "image per call, one thread (p50 ms per image)\n\n" + _md(
+                         rows, ["size", "dtype", "vlmprep", "decode floor", "x floor",
+                                "transformers PIL", "transformers torchvision",
+                                "speedup vs PIL", "speedup vs torchvision"]))
+        mp = {i["label"]: i["mean_megapixels"] for i in res["inputs"]}
+        rows = []
+        for r in res["results"]:
+            if r["threads"] != 1:
+                continue
+            tok = r["visual_tokens_per_s"] / r["images_per_s"]
+            rows.append([r["size"], r["dtype"], f"{mp[r['size']]:.2f}", f"{tok:.0f}",
+                         _n(r["per_image_p50_ms"]), _n(r["per_image_p50_ms"] / mp[r["size"]], ".2f"),
+                         _n(r["megapixels_per_s"]), _x(r.get("ratio_vs_decode_floor"))])
+        parts.append("### Cost against image size (qwen2-vl, one thread, batch 1)\n\n" + _md(
+            rows, ["size", "dtype", "megapixels", "tokens/image", "ms/image (p50)", "ms per MP",
+                   "MP/s", "x decode floor"]))
+    rows = []
+    for name, s in sc.items():
+        res = s["result"]
+        by = {}
+        for r in res["results"]:
+            by.setdefault((r["size"], r["dtype"], r["batch_size"]), {})[r["threads"]] = r
+        for (size, dtype, bs), t in by.items():
+            if 1 in t and 2 in t:
+                rows.append([name, size, dtype, bs, _n(t[1]["images_per_s"], ".2f"),
+                             _n(t[2]["images_per_s"], ".2f"),
+                             _x(t[2]["images_per_s"] / t[1]["images_per_s"]),
+                             _n(t[2]["cpu_cores_used"], ".2f")])
+    if rows:
+        parts.append("### Threads: images/s with 1 and 2 threads\n\n" + _md(
+            rows, ["scenario", "size", "dtype", "batch", "1 thread", "2 threads", "2 / 1",
+                   "cores used (2 threads)"]))
+    rows = []
+    for name, s in sc.items():
+        for r in s["result"]["results"]:
+            st = r.get("stages_ms")
+            if not st or r["threads"] != 1 or r["batch_size"] != 1:
+                continue
+            rows.append([name, r["size"], r["dtype"], _n(st["probe_ms"], ".2f"),
+                         _n(st["decode_ms"]), _n(st["resize_ms"]),
+                         _n(st["normalize_patchify_pack_ms"]), _n(r["stage_sum_ms"]),
+                         _n(r["per_image_p50_ms"])])
+    if rows:
+        parts.append("### Stages, one thread (p50 ms per image; run separately, so the sum is "
+                     "not the end-to-end time exactly)\n\n" + _md(
+                         rows, ["scenario", "size", "dtype", "probe", "decode", "resize",
+                                "normalize+patchify+pack", "sum", "end to end"]))
+    rows = []
+    for name, s in sc.items():
+        res = s["result"]
+        if name == "qwen2-vl":
+            continue
+        hf = {(h["size"], h["threads"], h["processor"]): h for h in res["hf"]}
+        for r in res["results"]:
+            pil = hf.get((r["size"], r["threads"], "pil"))
+            tv = hf.get((r["size"], r["threads"], "torchvision"))
+            rows.append([name, r["size"], r["dtype"], r["threads"], r["batch_size"],
+                         _n(r["per_image_p50_ms"]), _x(r.get("ratio_vs_decode_floor")),
+                         _n(pil and pil["per_image_p50_ms"]), _n(tv and tv["per_image_p50_ms"]),
+                         _x(r.get("speedup_vs_hf_pil")), _x(r.get("speedup_vs_hf_torchvision"))])
+    if rows:
+        parts.append("### Other scenarios (p50 ms per image)\n\n" + _md(
+            rows, ["scenario", "size", "dtype", "threads", "batch", "vlmprep", "x decode floor",
+                   "transformers PIL", "transformers torchvision", "speedup vs PIL",
+                   "speedup vs torchvision"]))
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("scenarios", nargs="*", type=Path,
+                   help="scenario files (default: every bench/scenarios/*.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results file (default: bench/results/<machine>.json)")
+    p.add_argument("--note", default="", help="a sentence about the run, saved with it")
+    p.add_argument("--device", default=None, help="run every scenario on this device instead")
+    p.add_argument("--summarize", type=Path, metavar="RESULTS.json",
+                   help="print the Markdown tables of an existing results file; measure nothing")
+    args = p.parse_args(argv)
+    if args.summarize:
+        print(summarize(json.loads(args.summarize.read_text())))
+        return 0
+    files = args.scenarios or sorted((HERE / "scenarios").glob("*.json"))
+    data = run(files, args.note, args.device)
+    out = args.out or HERE / "results" / f"{bench_env.machine_name()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
+    print(summarize(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
