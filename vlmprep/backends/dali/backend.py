@@ -1,6 +1,6 @@
 """The dali executor: plan -> per-sample feeds -> the three compiled graphs -> ``out``.
 
-Per chunk of images (at most ``BATCH["decode"]``):
+Per chunk of images (at most the decode graph's batch size, ``graph.BATCH``):
 1. decode: DALI-decodable files in one graph run; everything else (GIF, TIFF, transparency,
    16-bit, CMYK, PIL images, arrays, tensors) through ``vlmprep.io.decode`` on the CPU, into
    the same batch. A failed run is bisected (or split at the sample DALI names) until every
@@ -27,7 +27,7 @@ from ...errors import ImageError
 from ...io import decode as _io
 from ..base import Backend as _Base
 from . import feeds as F
-from .graph import BATCH, Stages, compile_stages
+from .graph import Stages, compile_stages
 from .lowerings import INTERP_IDS
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class Backend(_Base):
 
     @property
     def stages(self) -> Stages:
+        """The compiled graphs (built on first use; batch sizes from ``graph.BATCH``)."""
         if self._stages is None:
             self._stages = compile_stages(self.ops, self.lowerings, "gpu" if self.gpu else "cpu",
                                           self.dtype, self.device_id)
@@ -97,8 +98,9 @@ class Backend(_Base):
             row += p.rows(layout)
         errors: dict[int, ImageError] = {}
         with self._lock:
-            for lo in range(0, len(items), BATCH["decode"]):
-                chunk = items[lo:lo + BATCH["decode"]]
+            step = self.stages.decode.batch_size
+            for lo in range(0, len(items), step):
+                chunk = items[lo:lo + step]
                 try:
                     self._decode(chunk, errors)
                     self._geometry([it for it in chunk if it.plan.index not in errors], out,
@@ -230,8 +232,9 @@ class Backend(_Base):
                 depth[(n, k)] = 0 if c.parent < 0 else depth[(n, c.parent)] + 1
         for level in range(max(depth.values()) + 1):
             todo = [(n, k) for (n, k), d in depth.items() if d == level]
-            for lo in range(0, len(todo), BATCH["canvas"]):
-                part = todo[lo:lo + BATCH["canvas"]]
+            step = self.stages.canvas.batch_size
+            for lo in range(0, len(todo), step):
+                part = todo[lo:lo + step]
                 feeds = F.Feeds()
                 images = []
                 for n, k in part:
@@ -256,8 +259,9 @@ class Backend(_Base):
                 args, rows = F.tile_args(box, pf)
                 tiles.append((built[(n, k)], args, rows, row))
                 row += rows
-        for lo in range(0, len(tiles), BATCH["tiles"]):
-            part = tiles[lo:lo + BATCH["tiles"]]
+        step = self.stages.tiles.batch_size
+        for lo in range(0, len(tiles), step):
+            part = tiles[lo:lo + step]
             feeds = F.Feeds()
             for _, args, _, _ in part:
                 feeds.add(args)

@@ -131,7 +131,11 @@ class Stage:
             pipe = self.build()
             kw = {} if stream is None else {"cuda_stream": stream}
             for name in self._inputs:
-                pipe.feed_input(name, feeds[name], **kw)
+                data = feeds[name]
+                try:
+                    pipe.feed_input(name, data, **kw)
+                except KeyError:  # an input no output depends on was pruned from the graph
+                    self._inputs = tuple(n for n in self._inputs if n != name)
             # On the GPU the outputs are bound to the caller's (torch's) stream: no host sync.
             return tuple(pipe.run() if stream is None else pipe.run(stream))
 
@@ -186,6 +190,6 @@ def compile_stages(ops: list, lowerings: list, device: str, dtype: str,
             x = low(op, x, g)
         return x
 
-    return Stages(*(Stage(name, define, device, dtype, device_id, BATCH[name])
+    return Stages(*(Stage(name, define, device, dtype, device_id, BATCH[name])  # read now
                     for name, define in (("decode", define_decode), ("canvas", define_canvas),
                                          ("tiles", define_tiles))))

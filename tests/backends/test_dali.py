@@ -1,0 +1,311 @@
+"""The dali backend against the reference backend (Pillow + numpy, bit-exact with transformers'
+PIL processors), on the CPU graph for every preset; the same checks on CUDA where there is one.
+
+Error is measured in uint8 levels over all elements of the batch (``dtype="uint8"``: resized,
+cut, patchified pixels; float output is converted to levels with the family's std).
+
+Bounds: the issue's, mean <= 1.0 and 99.9th percentile <= 6 levels; and a max that holds what
+was measured (CPU): decode is bit-exact (same libjpeg-turbo / libpng / libwebp), each resize pass
+rounds a float result where Pillow rounds a 22-bit fixed-point one, so a value within ~1e-6 of a
+half level can land one level apart after a pass; canvases chained through 2 passes each (up to
+3 canvases deep: Idefics3) stay within MAX_LEVELS. A broken edge treatment (DALI's clamp instead
+of Pillow's renormalised window) shows up as 8-15 levels on the first and last rows.
+
+Kept small for a 2-core CI box: a few real photos per preset, the whole file well under 90 s.
+"""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import vlmprep
+from conftest import devices
+from imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
+
+pytestmark = pytest.mark.dali
+
+MAX_LEVELS = 3  # measured max 3 (idefics3: three chained canvases); see the module docstring
+MEAN_LEVELS, P999_LEVELS = 1.0, 6.0  # the issue's targets
+FIGURES: dict = {}
+
+
+def _levels(ours: torch.Tensor, ref: torch.Tensor, scale: float = 1.0) -> tuple[float, float, float]:
+    """(max, mean, 99.9th percentile) of ``|ours - ref| * scale`` in uint8 levels."""
+    assert ours.shape == ref.shape, (ours.shape, ref.shape)
+    d = ((ours.double() - ref.double()).abs() * scale).flatten()
+    p999 = float(torch.kthvalue(d, max(1, int(np.ceil(0.999 * d.numel())))).values) if d.numel() else 0.0
+    return float(d.max()) if d.numel() else 0.0, float(d.mean()) if d.numel() else 0.0, p999
+
+
+def _check_levels(key, ours, ref, scale=1.0, max_levels=MAX_LEVELS):
+    mx, mean, p999 = _levels(ours, ref, scale)
+    FIGURES[key] = (mx, mean, p999)
+    assert mean <= MEAN_LEVELS and p999 <= P999_LEVELS, (key, mx, mean, p999)
+    assert mx <= max_levels + 1e-3, (key, mx, mean, p999)
+
+
+def _same_geometry(got, want):
+    assert got.layout == want.layout
+    assert torch.equal(got.grid_thw, want.grid_thw)
+    assert got.seqlens == want.seqlens and got.num_tokens == want.num_tokens
+    assert torch.equal(got.cu_seqlens.cpu(), want.cu_seqlens)
+    assert torch.equal(got.image_index, want.image_index)
+    assert got.placeholders == want.placeholders
+    assert got.pixel_values.shape == want.pixel_values.shape
+
+
+def _photos():
+    """Real photos of odd sizes: JPEG bytes (DALI's decoder), PNG bytes (DALI's), an array and
+    a GIF (both the CPU path), all in one batch."""
+    return [encode(crop("chelsea", 300, 451), "jpeg"), encode(crop("coffee", 199, 297), "png"),
+            crop("astronaut", 213, 171), encode(crop("rocket", 90, 333, top=100), "gif")]
+
+
+# -- every preset against the reference, on the CPU graph ------------------------------------------
+@pytest.mark.parametrize("preset", vlmprep.presets.names())
+def test_parity_with_reference(preset):
+    items = _photos()
+    want = vlmprep.Processor(preset, backend="reference", dtype="uint8")(items)
+    got = vlmprep.Processor(preset, backend="dali", dtype="uint8")(items)
+    _same_geometry(got, want)
+    assert got.pixel_values.dtype == torch.uint8 and got.pixel_values.device.type == "cpu"
+    _check_levels((preset, "cpu", "uint8"), got.pixel_values, want.pixel_values)
+    # The plan the Processor reports is what came out, box for box.
+    plan = vlmprep.Processor(preset, backend="dali").plan(items)
+    assert got.num_tokens == plan.num_tokens and plan.total_patches == sum(got.seqlens)
+    assert torch.bincount(got.image_index, minlength=len(items)).tolist() == \
+        [len(p.tiles) for p in plan]
+
+
+@pytest.mark.parametrize("preset,dtype", [("qwen2-vl", "float32"), ("internvl", "float32"),
+                                          ("qwen3-vl", "bfloat16")])
+def test_normalized_output(preset, dtype):
+    # The normalize is the reference's float32 arithmetic tabulated per level, so the float error
+    # is the pixel error divided by std (plus bfloat16 rounding).
+    items = _photos()[:3]
+    want = vlmprep.Processor(preset, backend="reference", dtype=dtype)(items)
+    got = vlmprep.Processor(preset, backend="dali", dtype=dtype)(items)
+    _same_geometry(got, want)
+    assert got.pixel_values.dtype == getattr(torch, dtype)
+    std = vlmprep.presets.get(preset).normalize.std
+    level = 255 * min(std)  # float units -> levels (the largest level of the three channels)
+    bf16 = 2 ** -8 * float(want.pixel_values.float().abs().max()) * level if dtype == "bfloat16" else 0
+    _check_levels((preset, "cpu", dtype), got.pixel_values.float(), want.pixel_values.float(),
+                  scale=level, max_levels=MAX_LEVELS + bf16)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl", "internvl", "idefics3"])
+def test_parity_with_transformers_pil(preset):
+    # Against the oracle itself (transformers' PIL processor, checkpoint config), to_hf form.
+    from hfref import hf_outputs
+    from imgdata import hf_view
+    from PIL import Image
+    items = _photos()[:3]
+    oracle_in = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(items[2])]
+    proc = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json", backend="dali",
+                                             dtype="uint8")
+    got = proc(items).to_hf()
+    want = hf_outputs(preset, "pil", oracle_in, raw=True)
+    for k in want:
+        if k != "pixel_values" and isinstance(want[k], torch.Tensor):
+            assert torch.equal(torch.as_tensor(got[k]), want[k]), k
+    _check_levels((preset, "cpu", "vs transformers PIL"), got["pixel_values"],
+                  want["pixel_values"])
+
+
+@pytest.mark.parametrize("src_hw,dst_hw,interp", [
+    ((427, 640), (64, 96), "bilinear"),    # 6.7x down: DALI's clamped edges alone miss by 14
+    ((427, 640), (64, 96), "bicubic"),
+    ((300, 451), (37, 500), "lanczos"),   # height down a lot, width up: vertical first
+    ((5, 3), (28, 56), "bicubic"),        # tiny upscale: every row is an edge row
+    ((1, 7), (3, 20), "bilinear"),
+    ((128, 96), (128, 50), "bicubic"),    # one pass only
+    ((90, 120), (90, 120), "lanczos"),    # no pass: exact copy
+])
+def test_resize_edges_match_pillow(src_hw, dst_hw, interp):
+    # One fixed resize, no normalize: the canvas graph's two passes against Pillow's resize.
+    pipe = vlmprep.Pipeline([vlmprep.ops.resize(mode="fixed", height=dst_hw[0], width=dst_hw[1],
+                                                interpolation=interp),
+                             vlmprep.ops.patchify(patch_size=1, temporal_patch_size=1,
+                                                  merge_size=1, layout="tiles")])
+    img = tiled("rocket", *src_hw)
+    want = vlmprep.Processor(pipe, backend="reference", dtype="uint8")([img]).pixel_values
+    got = vlmprep.Processor(pipe, backend="dali", dtype="uint8")([img]).pixel_values
+    mx, mean, _ = _levels(got, want)
+    assert mx <= 1 and mean <= 0.01, (mx, mean)
+
+
+# -- decode: which files DALI decodes, and that every format gives the reference's pixels -----------
+_DALI_DECODED = {"jpeg", "jpeg_progressive", "jpeg_gray", "png", "png_gray", "png_palette", "webp",
+                 "webp_lossless", "bmp"}
+
+
+def _identity(h: int, w: int) -> vlmprep.Pipeline:
+    """Decode only: a fixed resize to the source size (no pass runs) and one tile per image."""
+    return vlmprep.Pipeline([vlmprep.ops.resize(mode="fixed", height=h, width=w),
+                             vlmprep.ops.patchify(patch_size=1, temporal_patch_size=1,
+                                                  merge_size=1, layout="tiles")])
+
+
+def test_decode_routing_and_pixels():
+    from vlmprep.backends.dali.feeds import dali_decodes
+    from vlmprep.io.inputs import resolve
+    rgb = crop("chelsea", 67, 91)
+    files = {fmt: encode(rgb, fmt) for fmt in FORMATS}
+    assert {f for f, d in files.items() if dali_decodes(resolve(d))} == _DALI_DECODED
+    items = list(files.values())
+    want = vlmprep.Processor(_identity(67, 91), backend="reference", dtype="uint8")(items)
+    got = vlmprep.Processor(_identity(67, 91), backend="dali", dtype="uint8")(items)
+    for k, fmt in enumerate(files):  # bit-exact: the same decoders, or the same CPU path
+        assert torch.equal(got.pixel_values[k], want.pixel_values[k]), fmt
+
+
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_exif_orientation_as_probe(orientation):
+    rgb = crop("coffee", 40, 64)
+    files = [with_exif_orientation(rgb, orientation, f) for f in ("JPEG", "PNG", "WEBP")]
+    h, w = (64, 40) if orientation >= 5 else (40, 64)
+    assert vlmprep.Processor("qwen2-vl").plan(files)[0].source_hw == (h, w)
+    want = vlmprep.Processor(_identity(h, w), backend="reference", dtype="uint8")(files)
+    got = vlmprep.Processor(_identity(h, w), backend="dali", dtype="uint8")(files)
+    assert torch.equal(got.pixel_values, want.pixel_values)
+
+
+# -- bad inputs ------------------------------------------------------------------------------------
+def _bad_batch():
+    """Good and bad files mixed; what each bad one is, and whether the reference rejects it."""
+    jpeg = encode(crop("chelsea", 120, 181), "jpeg")
+    png = encode(crop("coffee", 100, 150), "png")
+    i = png.index(b"IDAT")
+    n = int.from_bytes(png[i - 4:i], "big")
+    bad_crc = bytearray(png)
+    bad_crc[i + 4 + n] ^= 0xFF          # CRC of the first IDAT: DALI (libpng) fails, Pillow reads it
+    bad_zlib = bytearray(png)
+    bad_zlib[i + 14:i + 44] = bytes(30)  # broken deflate stream: both fail
+    import struct
+    import zlib
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", 30000, 30000, 8, 2, 0, 0, 0)
+    bomb = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+    items = [jpeg, jpeg[: len(jpeg) // 2], png, bytes(bad_crc), encode(crop("rocket", 50, 70), "gif"),
+             bytes(bad_zlib), np.random.default_rng(0).bytes(2000), bomb, jpeg, crop("astronaut", 60, 80)]
+    bad = {1, 5, 6, 7}  # truncated JPEG, broken deflate, random bytes, 900 Mpx header
+    return items, bad
+
+
+@pytest.mark.parametrize("preset", ["qwen2-vl", "internvl"])
+def test_bad_inputs_skip_raise_and_recover(preset):
+    items, bad = _bad_batch()
+    ref = vlmprep.Processor(preset, backend="reference", errors="skip", dtype="uint8")(items)
+    proc = vlmprep.Processor(preset, backend="dali", errors="skip", dtype="uint8")
+    got = proc(items)
+    # Every bad image is named, with the reference's message; every good one is there.
+    assert set(got.errors) == set(ref.errors) == bad
+    for k in bad:
+        assert got.errors[k].index == k and "expected" in str(got.errors[k])
+        assert str(got.errors[k]) == str(ref.errors[k])
+    _same_geometry(got, ref)
+    _check_levels((preset, "cpu", "bad batch"), got.pixel_values, ref.pixel_values)
+    # The same Processor works on the next batch (the graphs recovered or were rebuilt).
+    good = [items[0], items[2], items[9]]
+    again = proc(good)
+    assert torch.equal(again.pixel_values,
+                       vlmprep.Processor(preset, backend="dali", dtype="uint8")(good).pixel_values)
+    # errors="raise": the first bad image raises, naming it; then the Processor still works.
+    strict = vlmprep.Processor(preset, backend="dali", dtype="uint8")
+    with pytest.raises(vlmprep.ImageError) as e:
+        strict([items[0], items[1], items[2]])
+    assert e.value.index == 1 and "truncated" in str(e.value)
+    assert torch.equal(strict(good).pixel_values, again.pixel_values)
+
+
+# -- batch invariance, chunking ------------------------------------------------------------------
+def _mixed_sizes():
+    return [encode(crop("chelsea", 300, 451), "jpeg"), crop("astronaut", 97, 333),
+            encode(tiled("coffee", 640, 203), "png"), encode(crop("hopper", 150, 120), "webp"),
+            encode(crop("camera", 60, 500), "gif")]
+
+
+@pytest.mark.parametrize("preset", ["qwen2-vl", "internvl", "idefics3"])
+def test_batch_invariance(preset, monkeypatch):
+    # Every image's rows are bitwise the same alone, in a batch of mixed sizes, and when the
+    # batch is cut into many small graph runs (idefics3: canvases built from canvases).
+    items = _mixed_sizes()
+    proc = vlmprep.Processor(preset, backend="dali", dtype="uint8")
+    batch = proc(items)
+    for k, (one, item) in enumerate(zip(batch.split(), items)):
+        assert torch.equal(one.pixel_values, proc([item]).pixel_values), k
+    from vlmprep.backends.dali import graph
+    monkeypatch.setattr(graph, "BATCH", {"decode": 2, "canvas": 3, "tiles": 5})
+    small = vlmprep.Processor(preset, backend="dali", dtype="uint8")(items)
+    assert torch.equal(small.pixel_values, batch.pixel_values)
+
+
+def test_fused_plugin_equals_stock_ops(monkeypatch):
+    # With the csrc plugin built, the tiles graph uses it; it must give the stock graph's bits.
+    from vlmprep.backends.dali import lowerings
+    if not lowerings.plugin_loaded():
+        pytest.skip("the DALI plugin (csrc) is not built here; the stock ops run")
+    items = _photos()[:3]
+    cases = [("qwen2-vl", "float32"), ("internvl", "uint8"), ("siglip2-naflex", "float32"),
+             ("pixtral", "uint8")]
+    fused = [vlmprep.Processor(p, backend="dali", dtype=d)(items).pixel_values for p, d in cases]
+    monkeypatch.setattr(lowerings, "plugin_loaded", lambda device="cpu": False)
+    for (p, d), f in zip(cases, fused):
+        stock = vlmprep.Processor(p, backend="dali", dtype=d)(items).pixel_values
+        assert torch.equal(f, stock), (p, d)
+
+
+def test_pickles_and_rebuilds():
+    proc = vlmprep.Processor("qwen2-vl", backend="dali", dtype="uint8")
+    items = _photos()[:2]
+    first = proc(items)
+    clone = pickle.loads(pickle.dumps(proc))
+    assert torch.equal(clone(items).pixel_values, first.pixel_values)
+
+
+def test_auto_on_cpu_is_torch():
+    assert "dali" in vlmprep.backends.available()
+    assert vlmprep.Processor("qwen2-vl").backend_name == "torch"
+
+
+# -- CUDA (mixed decoder, GPU graphs): run where a GPU is lent ------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl", "internvl", "idefics3", "llava-next"])
+def test_cuda_parity_and_invariance(preset):
+    # nvJPEG is not libjpeg-turbo (IDCT and upsampling differ by a level or two), so the GPU is
+    # held to the issue's bounds only; batch invariance is bitwise as on the CPU.
+    items = _mixed_sizes()
+    want = vlmprep.Processor(preset, backend="reference", dtype="uint8")(items)
+    proc = vlmprep.Processor(preset, backend="dali", device="cuda", dtype="uint8")
+    got = proc(items)
+    assert got.pixel_values.device.type == "cuda"
+    _same_geometry(got, want)
+    _check_levels((preset, "cuda", "uint8"), got.pixel_values.cpu(), want.pixel_values,
+                  max_levels=255)
+    for k, (one, item) in enumerate(zip(got.split(), items)):
+        assert torch.equal(one.pixel_values, proc([item]).pixel_values), k
+    items, bad = _bad_batch()
+    b = vlmprep.Processor(preset, backend="dali", device="cuda", errors="skip")(items)
+    assert set(b.errors) == bad
+
+
+@pytest.mark.parametrize("device", devices())
+def test_float_on_each_device(device):
+    items = _photos()[:2]
+    want = vlmprep.Processor("qwen2-vl", backend="reference")(items)
+    got = vlmprep.Processor("qwen2-vl", backend="dali", device=device)(items)
+    assert got.pixel_values.device.type == device and got.cu_seqlens.device.type == device
+    level = 255 * min(vlmprep.presets.get("qwen2-vl").normalize.std)
+    _check_levels(("qwen2-vl", device, "float32"), got.pixel_values.cpu(), want.pixel_values,
+                  scale=level, max_levels=MAX_LEVELS if device == "cpu" else 255)
+
+
+def test_print_figures(capsys):
+    # Runs last in this module: the measured figures (shown with -s or -rA).
+    with capsys.disabled():
+        for k, (mx, mean, p999) in sorted(FIGURES.items()):
+            print(f"  dali {'/'.join(k)}: max {mx:.2f} mean {mean:.4f} p99.9 {p999:.2f} levels")
