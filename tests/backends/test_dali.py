@@ -117,6 +117,21 @@ def test_parity_with_transformers_pil(preset):
                   want["pixel_values"])
 
 
+@pytest.mark.parametrize("preset,overrides", [
+    ("gemma3", {"do_pan_and_scan": True}),        # canvases cut from boxes of the source
+    ("llava-onevision", {"multi_image": True}),   # padding with the mean colour (non-zero fill)
+    ("llava-1.5", {}),                            # a centre crop larger than a tiny image
+])
+def test_canvas_steps(preset, overrides):
+    items = [encode(tiled("chelsea", 300, 1200), "jpeg"), tiled("coffee", 700, 200),
+             encode(crop("rocket", 5, 9), "png")]
+    want = vlmprep.Processor(preset, backend="reference", dtype="uint8", **overrides)(items)
+    got = vlmprep.Processor(preset, backend="dali", dtype="uint8", **overrides)(items)
+    _same_geometry(got, want)
+    _check_levels((preset, "cpu", "uint8 " + (",".join(overrides) or "small")), got.pixel_values,
+                  want.pixel_values)
+
+
 @pytest.mark.parametrize("src_hw,dst_hw,interp", [
     ((427, 640), (64, 96), "bilinear"),    # 6.7x down: DALI's clamped edges alone miss by 14
     ((427, 640), (64, 96), "bicubic"),
