@@ -288,6 +288,25 @@ def test_auto_on_cpu_is_torch():
 
 
 # -- CUDA (mixed decoder, GPU graphs): run where a GPU is lent ------------------------------------
+@pytest.mark.parametrize("plugin", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("preset", ["qwen2-vl", "pixtral", "siglip2-naflex", "internvl"])
+def test_gpu_graphs_define_without_a_gpu(preset, dtype, plugin):
+    # Every GPU graph (mixed decoder, GPU canvas and tile graphs, each layout, with and without
+    # the plugin) passes DALI's graph definition checks (device placement, argument inputs on the
+    # host, layouts) here; building them needs CUDA, which the gpu-marked tests do.
+    from vlmprep.backends.dali import Backend, graph, lowerings
+    if plugin and not lowerings.plugin_loaded("gpu"):
+        pytest.skip("the DALI plugin (csrc) is not built with its GPU op here")
+    stages = Backend(vlmprep.presets.get(preset), "cuda:0", dtype).stages  # compiled, not built
+    for stage in (stages.decode, stages.canvas, stages.tiles):
+        g = graph.GraphCtx("gpu", dtype, plugin=plugin)
+        graph._graph(stage.define, g, batch_size=4, num_threads=1, device_id=0,
+                     prefetch_queue_depth=1, exec_dynamic=True)
+        assert "image" in g.inputs or "encoded" in g.inputs
+
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl", "internvl", "idefics3", "llava-next"])
 def test_cuda_parity_and_invariance(preset):
