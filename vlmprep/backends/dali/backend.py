@@ -278,7 +278,7 @@ class Backend(_Base):
         try:
             flat = res.as_reshaped_tensor([total, *row_shape])
             src = _torch_view(flat, self.gpu)
-        except RuntimeError:  # not contiguous (not expected from stock ops): per sample
+        except (RuntimeError, ValueError, TypeError):  # not one buffer (not expected): per sample
             src = torch.cat([_torch_view(res[i], self.gpu).reshape(-1, *row_shape)
                              for i in range(len(res))])
         # One copy per run of consecutive destination rows (all of them, unless an image in the

@@ -188,8 +188,9 @@ def tile_args(box: tuple[int, int, int, int], op: "patchify") -> tuple[dict, int
 #: Formats and Pillow modes DALI's decoder turns into exactly the pixels ``vlmprep.io.decode``
 #: gives (checked bit for bit on the CPU in tests/backends/test_dali.py). Everything else goes
 #: through the CPU path: transparency (composited on white there, dropped by DALI), 16-bit
-#: (round(v/257) there, v>>8 in DALI), CMYK/YCCK, low bit depths, animations, GIF, TIFF.
-_DALI_MODES = {"jpeg": ("RGB", "L"), "png": ("RGB", "L", "P"), "webp": ("RGB",), "bmp": ("RGB",)}
+#: (round(v/257) there, v>>8 in DALI), CMYK/YCCK, low bit depths, animations, GIF, TIFF, and BMP
+#: (rare, and the probe reports 16-bit RGB565 BMPs as 8-bit, which DALI was not checked on).
+_DALI_MODES = {"jpeg": ("RGB", "L"), "png": ("RGB", "L", "P"), "webp": ("RGB",)}
 
 
 def dali_decodes(src: "Source") -> bool:

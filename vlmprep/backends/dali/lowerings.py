@@ -36,7 +36,7 @@ B = "dali"
 INTERP_IDS = {"nearest": int(types.INTERP_NN), "bilinear": int(types.INTERP_LINEAR),
               "bicubic": int(types.INTERP_CUBIC), "lanczos": int(types.INTERP_LANCZOS3)}
 
-_I32, _F32, _BOOL = types.INT32, types.FLOAT, types.BOOL
+_F32 = types.FLOAT
 
 
 # -- decode ---------------------------------------------------------------------------------------
