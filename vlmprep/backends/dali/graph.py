@@ -78,11 +78,12 @@ class GraphCtx:
 
     def data(self, name: str, layout: str | None = "HWC", on_device: bool = True):
         """The stage's data input: uint8 images on the stage's device (``layout`` None: encoded
-        bytes, always on the host). On the host DALI reads the fed tensors in place (no_copy):
-        the executor keeps them alive until the run returns."""
+        bytes, always on the host). A CPU graph reads the fed tensors in place (no_copy): its run
+        is over when ``run`` returns, and the executor keeps them alive until then; a GPU graph
+        copies them (its work may still be in flight after ``run`` returns)."""
         dev = self.device if on_device else "cpu"
         self.inputs[name] = fn.external_source(name=name, dtype=types.UINT8, layout=layout,
-                                               device=dev, no_copy=dev == "cpu")
+                                               device=dev, no_copy=not self.gpu)
         return self.inputs[name]
 
     def dev(self, node):
