@@ -22,11 +22,10 @@ from ...spec import ops
 from ...spec.ops import OP_TYPES
 from ..registry import lowering
 from .feeds import CANVAS_KEYS, PASS_KEYS
+from .graph import GraphCtx
 
 if TYPE_CHECKING:
     from nvidia.dali.data_node import DataNode
-
-    from .graph import GraphCtx
 
 __all__ = ["INTERP_IDS", "cut_tile", "normalize_table", "plugin_loaded", "plugin_normalize_patchify"]
 
@@ -50,6 +49,9 @@ def decode(op: ops.decode, encoded: "DataNode", g: "GraphCtx") -> "DataNode":
     give the same bits (batch invariance). ``jpeg_fancy_upsampling`` matches libjpeg's chroma
     upsampling (the CPU decoder's and Pillow's).
     """
+    if not isinstance(g, GraphCtx):  # e.g. a harness timing the eager backends op by op
+        raise TypeError("the dali lowerings build DALI graphs (fn(op, node, GraphCtx)) and do "
+                        "not run on one image; time the dali backend end to end")
     if g.gpu:
         return fn.decoders.image(encoded, device="mixed", output_type=types.RGB,
                                  adjust_orientation=True, hw_decoder_load=1.0,
