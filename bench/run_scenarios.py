@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python bench/run_scenarios.py                        # every scenario
     .venv/bin/python bench/run_scenarios.py bench/scenarios/qwen2-vl.json --note "idle box"
     .venv/bin/python bench/run_scenarios.py --summarize bench/results/cpu2.json   # tables only
+    .venv/bin/python bench/run_scenarios.py --device cuda --backends dali,torch     # a GPU machine
 
 A scenario file holds `vlmprep bench` flags as JSON keys (see bench/README.md); each is parsed by
 the same argument parser, so a scenario is exactly the command line it spells. After measuring,
@@ -75,7 +76,7 @@ def _loadavg() -> float | None:
         return None
 
 
-def run(files: list[Path], note: str, device: str | None) -> dict:
+def run(files: list[Path], note: str, device: str | None, backends: str | None = None) -> dict:
     parser = _parser()
     out: dict = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  "note": note, "scenarios": {}}
@@ -83,6 +84,8 @@ def run(files: list[Path], note: str, device: str | None) -> dict:
         sc = json.loads(f.read_text())
         if device:
             sc["device"] = device
+        if backends:
+            sc["backends"] = backends.split(",")
         argv = scenario_argv(sc, str(f))
         print(f"== {f.stem}: vlmprep {' '.join(argv)}", file=sys.stderr, flush=True)
         load0 = _loadavg()
@@ -112,8 +115,14 @@ def _n(v, fmt=".1f") -> str:
 
 
 def summarize(data: dict) -> str:
-    parts = []
     sc = data["scenarios"]
+    m = data.get("machine", {})
+    loads = [x for s in sc.values() for x in s.get("loadavg_1min", []) if x is not None]
+    head = (f"Machine `{m.get('name')}`: {m.get('cpu_model')}, {m.get('usable_cpus')} usable "
+            f"cores, {m.get('memory_gib')} GiB; run {data.get('created')}"
+            + (f"; 1-minute load average {min(loads):.1f} to {max(loads):.1f} during the run"
+               if loads else "") + (f". {data['note']}" if data.get("note") else "") + ".")
+    parts = [head]
     if "qwen2-vl" in sc:
         res = sc["qwen2-vl"]["result"]
         hf = {(h["size"], h["threads"], h["processor"]): h for h in res["hf"]}
@@ -152,14 +161,16 @@ def summarize(data: dict) -> str:
             by.setdefault((r["size"], r["dtype"], r["batch_size"]), {})[r["threads"]] = r
         for (size, dtype, bs), t in by.items():
             if 1 in t and 2 in t:
-                rows.append([name, size, dtype, bs, _n(t[1]["images_per_s"], ".2f"),
-                             _n(t[2]["images_per_s"], ".2f"),
-                             _x(t[2]["images_per_s"] / t[1]["images_per_s"]),
-                             _n(t[2]["cpu_cores_used"], ".2f")])
+                a, b = t[1]["p50_images_per_s"], t[2]["p50_images_per_s"]
+                rows.append([name, size, dtype, bs, _n(a, ".2f"), _n(b, ".2f"), _x(b / a),
+                             _n(t[2]["cpu_cores_used"], ".2f"),
+                             f"{t[1]['images_per_s']:.2f} / {t[2]['images_per_s']:.2f}"])
     if rows:
-        parts.append("### Threads: images/s with 1 and 2 threads\n\n" + _md(
-            rows, ["scenario", "size", "dtype", "batch", "1 thread", "2 threads", "2 / 1",
-                   "cores used (2 threads)"]))
+        parts.append("### Threads: images/s with 1 and 2 threads (batch size / median call "
+                     "latency; the mean-based images/s, which outliers from other work pull "
+                     "down, in the last column)\n\n" + _md(
+                         rows, ["scenario", "size", "dtype", "batch", "1 thread", "2 threads",
+                                "2 / 1", "cores used (2 threads)", "mean-based 1 / 2 threads"]))
     rows = []
     for name, s in sc.items():
         for r in s["result"]["results"]:
@@ -204,6 +215,9 @@ def main(argv=None) -> int:
                    help="results file (default: bench/results/<machine>.json)")
     p.add_argument("--note", default="", help="a sentence about the run, saved with it")
     p.add_argument("--device", default=None, help="run every scenario on this device instead")
+    p.add_argument("--backends", default=None, metavar="B[,B...]",
+                   help="run every scenario with these backends instead (e.g. dali,torch on a "
+                        "GPU machine)")
     p.add_argument("--summarize", type=Path, metavar="RESULTS.json",
                    help="print the Markdown tables of an existing results file; measure nothing")
     args = p.parse_args(argv)
@@ -211,7 +225,7 @@ def main(argv=None) -> int:
         print(summarize(json.loads(args.summarize.read_text())))
         return 0
     files = args.scenarios or sorted((HERE / "scenarios").glob("*.json"))
-    data = run(files, args.note, args.device)
+    data = run(files, args.note, args.device, args.backends)
     out = args.out or HERE / "results" / f"{bench_env.machine_name()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -85,7 +85,12 @@ def test_json_schema_and_plot(tmp_path, capsys):
     for r in d["results"]:
         _check_row(r)
         assert r["threads"] == 1 and r["vlmprep_threads"] == 1 and r["torch_threads"] == 1
-        assert set(r["stages_ms"]) == set(bench_harness.STAGES), r.get("stages_error")
+        if r["backend"] in ("torch", "reference"):  # they run op by op (dali builds a graph)
+            assert r["stages_error"] is None
+        if r["stages_error"] is not None:
+            assert r["stages_ms"] is None and r["stage_sum_ms"] is None
+            continue
+        assert set(r["stages_ms"]) == set(bench_harness.STAGES)
         assert all(k.endswith("_ms") for k in r["stages_ms"])
         assert r["stages_ms"]["transfer_ms"] == 0.0  # on the CPU
         assert r["stage_sum_ms"] == pytest.approx(sum(r["stages_ms"].values()), abs=0.01)

@@ -108,8 +108,9 @@ def add_parser(sub) -> None:
                         "(needs transformers) and print vlmprep's speedup over each")
     p.add_argument("--repeat", type=_positive_int, default=3, metavar="N",
                    help="timed passes over each set (stages and decoders: runs per image)")
-    p.add_argument("--warmup", type=_count, default=1, metavar="N",
-                   help="untimed calls before each timed series")
+    p.add_argument("--warmup", type=_count, default=2, metavar="N",
+                   help="untimed calls before each timed series (two fault in the output "
+                        "buffers a loop alternates between)")
     p.add_argument("--no-stages", action="store_true", help="skip the per-stage measurement")
     p.add_argument("--no-decode-floor", action="store_true",
                    help="skip the decode-only floor")

@@ -1,6 +1,8 @@
 """The decode-only floor: every image decoder the dependencies provide, decode only.
 
-Each decoder turns encoded bytes into a uint8 ``(H, W, 3)`` RGB array on the CPU, on one thread.
+Each decoder turns encoded bytes into a uint8 ``(H, W, 3)`` RGB array on the CPU, on one thread
+(and, for a CUDA benchmark, also into device memory with nvJPEG: ``torchvision_cuda``,
+``dali_mixed``).
 The input is prepared outside the timed call (a numpy view or a torch tensor of the bytes), so
 the floor is the decoder's own cost. The fastest decoder's time is the floor that vlmprep's
 per-image time is compared with (``ratio_vs_decode_floor``).
@@ -8,6 +10,7 @@ per-image time is compared with (``ratio_vs_decode_floor``).
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["DECODERS", "prepare"]
@@ -18,6 +21,8 @@ DECODERS = {
     "opencv": "cv2.imdecode(..., IMREAD_COLOR_RGB)",
     "torchvision": "torchvision.io.decode_image(..., mode=RGB) on the CPU",
     "dali_cpu": "nvidia.dali fn.decoders.image(device='cpu'), batch 1, one thread",
+    "torchvision_cuda": "torchvision.io.decode_jpeg(..., device='cuda') (nvJPEG), synchronized",
+    "dali_mixed": "nvidia.dali fn.decoders.image(device='mixed') (nvJPEG), batch 1",
 }
 
 
@@ -82,19 +87,78 @@ def _dali_cpu() -> Callable[[bytes], Callable[[], Any]]:
     return prep
 
 
+def _torchvision_cuda(device: str) -> Callable[[bytes], Callable[[], Any]]:
+    import torch
+    from torchvision.io import ImageReadMode, decode_jpeg
+    _torchvision()  # the same warning filter
+
+    def prep(data: bytes):
+        t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+        def run():
+            out = decode_jpeg(t, mode=ImageReadMode.RGB, device=device)
+            torch.cuda.synchronize(device)
+            return out
+        return run
+    return prep
+
+
+def _dali_mixed(device: str) -> Callable[[bytes], Callable[[], Any]]:
+    import numpy as np
+    from nvidia.dali import fn, pipeline_def, types
+    index = int(device.partition(":")[2] or 0)
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=index, exec_async=False,
+                  exec_pipelined=False, prefetch_queue_depth=1)
+    def graph():
+        x = fn.external_source(name="x", dtype=types.UINT8)
+        return fn.decoders.image(x, device="mixed", output_type=types.RGB)
+
+    pipe = graph()
+    pipe.build()
+
+    def run(buf):
+        pipe.feed_input("x", [buf])
+        (out,) = pipe.run()  # returns once the GPU work is done (exec_async=False)
+        return out[0]
+
+    def prep(data: bytes):
+        buf = np.frombuffer(data, np.uint8)
+        return lambda: _Shaped(run(buf))
+    return prep
+
+
+@dataclass
+class _Shaped:
+    """A DALI GPU tensor with a ``shape`` tuple (what ``prepare`` checks)."""
+
+    t: Any
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.t.shape())
+
+
 _MAKERS = {"pil": _pil, "opencv": _opencv, "torchvision": _torchvision, "dali_cpu": _dali_cpu}
+#: GPU decoders, tried when the benchmark runs on a CUDA device (decode to device memory)
+_GPU_MAKERS = {"torchvision_cuda": _torchvision_cuda, "dali_mixed": _dali_mixed}
 
 
-def prepare(items: list[bytes], hws: list[tuple[int, int]]
+def prepare(items: list[bytes], hws: list[tuple[int, int]], device: str = "cpu"
             ) -> tuple[dict[str, list[Callable[[], Any]]], dict[str, str]]:
     """For every decoder that works here: one zero-argument call per item that decodes it.
 
-    Returns ``(calls, unavailable)``: ``calls[name][i]`` decodes ``items[i]``; ``unavailable``
-    says why a decoder was left out (not installed, failed, or gave the wrong shape).
+    ``device`` "cuda[:N]" adds the GPU decoders (nvJPEG through torchvision and DALI), each
+    call synchronized. Returns ``(calls, unavailable)``: ``calls[name][i]`` decodes
+    ``items[i]``; ``unavailable`` says why a decoder was left out (not installed, failed, or
+    gave the wrong shape).
     """
     calls: dict[str, list[Callable[[], Any]]] = {}
     unavailable: dict[str, str] = {}
-    for name, make in _MAKERS.items():
+    makers = dict(_MAKERS)
+    if device.startswith("cuda"):
+        makers.update({k: (lambda m=m: m(device)) for k, m in _GPU_MAKERS.items()})
+    for name, make in makers.items():
         try:
             prep = make()
             fns = [prep(b) for b in items]

@@ -45,6 +45,8 @@ STAGES = ("probe_ms", "decode_ms", "resize_ms", "normalize_patchify_pack_ms", "t
 #: What each reported quantity is (written into the JSON as ``definitions``).
 DEFINITIONS = {
     "images_per_s": "images / sum of timed call latencies (end to end, warm-up excluded)",
+    "p50_images_per_s": "batch size / median call latency: throughput robust to outliers "
+                        "(other work on a shared machine)",
     "megapixels_per_s": "source (decoded) megapixels / sum of timed call latencies",
     "visual_tokens_per_s": "LLM placeholder tokens (plan.num_tokens) / sum of timed latencies",
     "batch_p50_ms": "median latency of one call on --batch-size images (p99: 99th percentile)",
@@ -94,7 +96,7 @@ class BenchConfig:
     threads: list[int | None] = field(default_factory=lambda: [None])
     compare_hf: bool = False
     repeat: int = 3
-    warmup: int = 1
+    warmup: int = 2
     stages: bool = True
     decode_floor: bool = True
 
@@ -166,12 +168,15 @@ class _Timing:
 
 def _time_calls(call: Callable[[list], Any], batches: list[list], repeat: int, warmup: int,
                 device: str) -> _Timing:
+    # Each call runs while the previous output is still referenced, in warm-up as in the timed
+    # loop (and as in a user's loop): an allocator that reuses freed buffers then has the same
+    # buffers ready when timing starts (two warm-up calls fault in both).
+    out = None
     for i in range(warmup):
-        call(batches[i % len(batches)])
+        out = call(batches[i % len(batches)])
         _sync(device)
     gc.collect()
     lat: list[float] = []
-    out = None
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(repeat):
         for b in batches:
@@ -194,6 +199,7 @@ def _rates(t: _Timing, batch_size: int, mp: list[float], tokens: list[int],
     return {
         "images": images,
         "images_per_s": round(images / total, 3),
+        "p50_images_per_s": round(batch_size / _pct(t.latencies, 50), 3),
         "megapixels_per_s": round(per_pass_mp * passes / total, 3),
         "visual_tokens_per_s": round(per_pass_tok * passes / total, 1),
         "batch_p50_ms": _ms(_pct(t.latencies, 50)),
@@ -228,12 +234,12 @@ def _item_facts(pipe: "Pipeline", s: ImageSet) -> tuple[list[float], list[int]]:
     return [h * w / 1e6 for h, w in hws], [p.num_tokens for p in plans]
 
 
-def _decode_floor(s: ImageSet, repeat: int) -> dict:
+def _decode_floor(s: ImageSet, repeat: int, device: str = "cpu") -> dict:
     from . import bench_decoders
     from ..io.probe import probe
     hws = [probe(b).size_hw for b in s.items]
     with thread_count(1):
-        calls, unavailable = bench_decoders.prepare(list(s.items), hws)
+        calls, unavailable = bench_decoders.prepare(list(s.items), hws, device)
         decoders = {}
         for name, fns in calls.items():
             fns[0]()  # warm
@@ -414,7 +420,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
         result["inputs"].append(s.describe())
         floor = None
         if cfg.decode_floor:
-            floor = _decode_floor(s, cfg.repeat)
+            floor = _decode_floor(s, cfg.repeat, cfg.device)
             result["decode_floor"].append(floor)
             progress(f"{s.label} decode floor: {floor['decode_floor_ms']} ms ({floor['fastest']})")
         for n in cfg.threads:
