@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -135,49 +136,79 @@ Coeffs widen(const Coeffs& c, int in_size) {
 
 #if defined(__x86_64__)
 // AVX2 horizontal pass over widened coefficients: two output pixels per step, each pixel's
-// R, G, B (and one ignored byte) in four int32 lanes; the same integer sums as Pillow, so the
-// same bytes. `kw` holds each output pair's weights per tap as 8 int32 ([w0 x4, w1 x4]).
-// Pixels whose 4-byte load would pass the row end (the right border) fall back to scalar.
+// R, G, B (and one zero) in four int32 lanes; the same integer sums as Pillow, so the same
+// bytes. A pixel's window is loaded 5 taps (15 bytes) at a time into its 128-bit half, and one
+// byte shuffle per tap both picks that tap's R, G, B and zero-extends them to int32.
+// `kw` holds each output pair's weights per tap as 8 int32 ([w0 x4, w1 x4]). Pixels whose
+// 16-byte loads would pass the row end (the right border) fall back to scalar.
+// One pair's sums: R, G, B, 0 of output xx in the low half, of xx + 1 in the high half.
+template <int K>
+__attribute__((target("avx2"), always_inline)) inline __m256i pair_sums(
+    const uint8_t* p0, const uint8_t* p1, const int32_t* w, const __m256i* pick, int k_dyn) {
+  const int k_all = K > 0 ? K : k_dyn;
+  __m256i acc = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int k0 = 0; k0 < k_all; k0 += 5) {
+    const __m256i win = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + k0 * 3))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + k0 * 3)), 1);
+    const int n = k_all - k0 < 5 ? k_all - k0 : 5;
+    for (int j = 0; j < n; ++j) {
+      const __m256i px = _mm256_shuffle_epi8(win, pick[j]);
+      const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (k0 + j) * 8));
+      acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, wk));
+    }
+  }
+  return acc;
+}
+
+template <int K>
 __attribute__((target("avx2")))
-void horizontal_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
-                     int out_w, int in_w, const Coeffs& c, const std::vector<int32_t>& kw,
-                     int y0, int y1) {
-  const int K = c.ksize;
-  int simd_end = 0;  // outputs [0, simd_end) in pairs; their last tap pixel is < in_w - 1
-  while (simd_end + 1 < out_w && c.bounds[(simd_end + 1) * 2] + K < in_w) simd_end += 2;
-  const __m256i half = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+void horizontal_avx2_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                       int out_w, int in_w, const Coeffs& c, const std::vector<int32_t>& kw,
+                       int y0, int y1) {
+  const int Kd = c.ksize;
+  const int span = (Kd + 4) / 5 * 5;  // taps covered by the 16-byte loads
+  // Outputs [0, simd_end) go four at a time: every load inside the row, and the 16-byte store
+  // of 4 pixels (12 bytes + 4 that the next step rewrites) too.
+  int simd_end = 0;
+  while (simd_end + 3 < out_w && c.bounds[(simd_end + 3) * 2] + span <= in_w &&
+         (simd_end + 4) * 3 + 4 <= out_w * 3)
+    simd_end += 4;
+  __m256i pick[5];  // tap j of a 5-tap chunk: bytes 3j, 3j+1, 3j+2 -> int32 lanes 0..2
+  for (int j = 0; j < 5; ++j) {
+    alignas(32) int8_t ctl[32];
+    for (int l = 0; l < 32; ++l) ctl[l] = -128;  // high bit: a zero byte
+    for (int h = 0; h < 2; ++h)
+      for (int ch = 0; ch < 3; ++ch) ctl[h * 16 + ch * 4] = int8_t(3 * j + ch);
+    pick[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ctl));
+  }
+  // Packed bytes [R0 G0 B0 0 R1 G1 B1 0 R2 ..] -> [R0 G0 B0 R1 G1 B1 R2 ..] (12 bytes).
+  const __m128i squeeze = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -128, -128, -128, -128);
   const __m256i zero = _mm256_setzero_si256(), top = _mm256_set1_epi32(255);
   for (int y = y0; y < y1; ++y) {
     const uint8_t* in = src + int64_t(y) * src_stride;
     uint8_t* out = dst + int64_t(y) * dst_stride;
-    for (int xx = 0; xx < simd_end; xx += 2) {
-      const uint8_t* p0 = in + c.bounds[xx * 2] * 3;
-      const uint8_t* p1 = in + c.bounds[xx * 2 + 2] * 3;
-      const int32_t* w = &kw[size_t(xx / 2) * K * 8];
-      __m256i acc = half;
-      for (int k = 0; k < K; ++k) {
-        uint32_t a, b;
-        std::memcpy(&a, p0 + k * 3, 4);
-        std::memcpy(&b, p1 + k * 3, 4);
-        const __m256i px = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, int(b), int(a)));
-        const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k * 8));
-        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, wk));
-      }
-      __m256i v = _mm256_srai_epi32(acc, kPrecisionBits);
-      v = _mm256_min_epi32(_mm256_max_epi32(v, zero), top);
-      const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-      const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(lo, hi), _mm_setzero_si128());
-      const uint64_t both = uint64_t(_mm_cvtsi128_si64(bytes));
-      std::memcpy(out + xx * 3, &both, 3);
-      const uint32_t second = uint32_t(both >> 32);
-      std::memcpy(out + xx * 3 + 3, &second, 3);
+    for (int xx = 0; xx < simd_end; xx += 4) {
+      const int32_t* w = &kw[size_t(xx / 2) * Kd * 8];
+      __m256i a = pair_sums<K>(in + c.bounds[xx * 2] * 3, in + c.bounds[xx * 2 + 2] * 3, w, pick, Kd);
+      __m256i b = pair_sums<K>(in + c.bounds[xx * 2 + 4] * 3, in + c.bounds[xx * 2 + 6] * 3,
+                               w + Kd * 8, pick, Kd);
+      a = _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(a, kPrecisionBits), zero), top);
+      b = _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(b, kPrecisionBits), zero), top);
+      // int32 lanes of pixels 0,1 (a) and 2,3 (b) -> 16 bytes in pixel order -> 12 RGB bytes.
+      const __m256i w16 = _mm256_packs_epi32(a, b);  // per 128 lane: [a_lo b_lo | a_hi b_hi]
+      const __m128i lo = _mm256_castsi256_si128(w16), hi = _mm256_extracti128_si256(w16, 1);
+      // lo = [px0, px2] and hi = [px1, px3] as int16x4 each: reorder to px0 px1 px2 px3.
+      const __m128i ordered = _mm_packus_epi16(_mm_unpacklo_epi64(lo, hi), _mm_unpackhi_epi64(lo, hi));
+      const __m128i rgb = _mm_shuffle_epi8(ordered, squeeze);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + xx * 3), rgb);
     }
     // The right border: scalar, same arithmetic.
     for (int xx = simd_end; xx < out_w; ++xx) {
       const uint8_t* p = in + c.bounds[xx * 2] * 3;
-      const int32_t* k = &c.k[size_t(xx) * K];
+      const int32_t* k = &c.k[size_t(xx) * Kd];
       int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < K; ++x) {
+      for (int x = 0; x < Kd; ++x) {
         s0 += p[x * 3] * k[x];
         s1 += p[x * 3 + 1] * k[x];
         s2 += p[x * 3 + 2] * k[x];
@@ -186,6 +217,24 @@ void horizontal_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64
       out[xx * 3 + 1] = clip8(s1);
       out[xx * 3 + 2] = clip8(s2);
     }
+  }
+}
+
+// AVX2 horizontal pass over widened coefficients, four output pixels per step (two pairs),
+// each pixel's R, G, B (and one zero) in four int32 lanes: the same integer sums as Pillow,
+// so the same bytes. A pixel's window is loaded 5 taps (15 bytes) at a time into a 128-bit
+// half; one byte shuffle per tap picks that tap's R, G, B and zero-extends them to int32.
+// `kw` holds each output pair's weights per tap as 8 int32 ([w0 x4, w1 x4]). The right border
+// (where a 16-byte load or store would leave the row) is scalar.
+void horizontal_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                     int out_w, int in_w, const Coeffs& c, const std::vector<int32_t>& kw,
+                     int y0, int y1) {
+  switch (c.ksize) {  // the tap loop unrolled for the common window sizes
+    case 3: return horizontal_avx2_k<3>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
+    case 5: return horizontal_avx2_k<5>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
+    case 7: return horizontal_avx2_k<7>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
+    case 9: return horizontal_avx2_k<9>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
+    default: return horizontal_avx2_k<0>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
   }
 }
 
@@ -241,6 +290,28 @@ void vertical(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_
   }
 }
 
+// The intermediate image between the passes: a per-thread buffer kept across calls, so a
+// steady stream of images does not fault in (and zero) megabytes of fresh memory each time.
+class Scratch {
+ public:
+  explicit Scratch(size_t n) {
+    thread_local std::unique_ptr<uint8_t[]> buf;
+    thread_local size_t cap = 0;
+    if (cap < n) {
+      buf.reset(new uint8_t[n]);  // default-initialised: no memset
+      cap = n;
+    }
+    ptr_ = buf.get();
+    size_ = n;
+  }
+  uint8_t* data() { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* ptr_;
+  size_t size_;
+};
+
 template <typename F>
 void parallel_rows(int rows, int64_t bytes, int num_threads, F&& f) {
   const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
@@ -290,7 +361,7 @@ const char* resize_cpu(const ResizeParams& p, int num_threads) {
   const bool vertical_first = shrink > 0 && shrink > 2 * (p.in_w - p.out_w);
   if (vertical_first) {  // (in_h, in_w) -> (out_h, in_w) -> (out_h, out_w)
     const int64_t tmp_stride = int64_t(3) * p.in_w;
-    std::vector<uint8_t> tmp(size_t(p.out_h) * tmp_stride);
+    Scratch tmp(size_t(p.out_h) * tmp_stride);
     parallel_rows(p.out_h, int64_t(tmp.size()), num_threads, [&](int a, int b) {
       vertical(p.src, p.src_stride, tmp.data(), tmp_stride, p.in_w, cv, a, b);
     });
@@ -304,7 +375,7 @@ const char* resize_cpu(const ResizeParams& p, int num_threads) {
   const int first = cv.bounds[0];
   const int last = cv.bounds[(p.out_h - 1) * 2] + cv.bounds[(p.out_h - 1) * 2 + 1];
   const int64_t tmp_stride = out_stride;
-  std::vector<uint8_t> tmp(size_t(last - first) * tmp_stride);
+  Scratch tmp(size_t(last - first) * tmp_stride);
   parallel_rows(last - first, int64_t(tmp.size()), num_threads, [&](int a, int b) {
     horizontal(p.src + int64_t(first) * p.src_stride, p.src_stride, tmp.data(), tmp_stride,
                p.out_w, p.in_w, ch, kw, a, b);

@@ -13,6 +13,8 @@
 #include <map>
 #include <mutex>
 
+#include "host_cache.h"
+
 namespace {
 
 constexpr int64_t kHuge = int64_t(2) << 20;
@@ -57,8 +59,10 @@ HostCache& cache() {
   return *c;
 }
 
+}  // namespace
+
 // (nbytes,) uint8 CPU tensor; contents are undefined (as torch.empty).
-at::Tensor empty_host(int64_t nbytes) {
+at::Tensor vlmprep_empty_host(int64_t nbytes) {
   TORCH_CHECK(nbytes >= 0, "empty_host: expected nbytes >= 0, got ", nbytes);
   if (nbytes < kHuge) return at::empty({nbytes}, at::kByte);
   const int64_t size = (nbytes + kHuge - 1) / kHuge * kHuge;
@@ -73,9 +77,7 @@ at::Tensor empty_host(int64_t nbytes) {
                        at::TensorOptions().dtype(at::kByte));
 }
 
-}  // namespace
-
 // No tensor arguments to dispatch on: a catch-all kernel.
 TORCH_LIBRARY_FRAGMENT(vlmprep, m) {
-  m.def("empty_host(int nbytes) -> Tensor", &empty_host);
+  m.def("empty_host(int nbytes) -> Tensor", &vlmprep_empty_host);
 }

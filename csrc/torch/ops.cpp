@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "host_cache.h"
 #include "vlmprep/normalize_patchify.h"
 #include "vlmprep/resize.h"
 
@@ -140,7 +141,7 @@ at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::s
               "resize: expected a CPU (h, w, 3) uint8 image with pixel stride 3, got ", image.sizes(),
               " ", image.scalar_type(), " on ", image.device(), " strides ", image.strides());
   TORCH_CHECK(height >= 1 && width >= 1, "resize: expected a positive size, got ", height, "x", width);
-  at::Tensor out = at::empty({height, width, 3}, image.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = vlmprep_empty_host(height * width * 3).view({height, width, 3});
   vlmprep::ResizeParams p{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                           int32_t(image.size(1)), out.data_ptr<uint8_t>(), int32_t(height),
                           int32_t(width), parse_filter(filter)};
