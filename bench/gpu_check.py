@@ -1,7 +1,7 @@
 """Check every GPU path against the CPU reference and time it; print a short table, write JSON.
 
 Paths checked: the compiled normalize_patchify kernel against its CPU twin, with its bandwidth
-next to a device copy (bench/gpu_check_kernels.py); the `torch` backend on CUDA (float32, bfloat16, uint8) for every preset,
+next to a device copy (bench/gpu_check_kernels.py); the `torch` and `dali` backends on CUDA (float32, bfloat16, uint8) for every preset,
 (timed at 720p/1080p/4K for qwen2-vl, at 1080p for the others)
 against the `reference` backend on CPU, on real-photo mosaics (bench/samples.py). Run by
 bench/gpu_check.sh on the GPU machine; `--device cpu` dry-runs the same code here.
@@ -43,47 +43,51 @@ def main() -> int:
               enumerate(SIZES.items())}
     odd = [encode(mosaic((333, 777), 7), "JPEG", quality=90), encode(mosaic((1010, 1390), 8), "PNG")]
     rows = []
-    for preset in vlmprep.presets.names():
+    backends = [b for b in ("torch", "dali") if b in vlmprep.backends.available()]
+    # dali: every dtype for the required families, float32 for the rest (one 10-minute call).
+    full = {"qwen2-vl", "qwen3-vl", "internvl"}
+    for preset, backend, dtype in [(p, b, d) for p in vlmprep.presets.names() for b in backends
+                                   for d in ("uint8", "float32", "bfloat16")
+                                   if b == "torch" or p in full or d == "float32"]:
         ref_u8 = vlmprep.Processor(preset, backend="reference", dtype="uint8")
         ref_f = vlmprep.Processor(preset, backend="reference")
-        for dtype in ("uint8", "float32", "bfloat16"):
-            proc = vlmprep.Processor(preset, backend="torch", device=args.device, dtype=dtype)
-            parity_in = [images["720p"], images["1080p"], *odd]
-            got = proc(parity_in)
-            want = (ref_u8 if dtype == "uint8" else ref_f)(parity_in)
-            mx, mean, p999 = _levels(got.pixel_values.float(), want.pixel_values.float())
-            if dtype != "uint8":  # report in uint8 levels
-                scale = 255 * min(proc.pipeline.normalize.std)
-                mx, mean, p999 = mx * scale, mean * scale, p999 * scale
-            # batch invariance: each image alone gives the same rows
-            alone = torch.cat([proc([x]).pixel_values for x in parity_in])
-            invariant = bool(torch.equal(alone, got.pixel_values))
-            # Every size for qwen2-vl (the headline scenario); 1080p for the other presets, so
-            # the whole check stays within one 10-minute device call.
-            for size in (SIZES if preset == "qwen2-vl" else ["1080p"]):
-                batch = [images[size]] * 8
+        proc = vlmprep.Processor(preset, backend=backend, device=args.device, dtype=dtype)
+        parity_in = [images["720p"], images["1080p"], *odd]
+        got = proc(parity_in)
+        want = (ref_u8 if dtype == "uint8" else ref_f)(parity_in)
+        mx, mean, p999 = _levels(got.pixel_values.float(), want.pixel_values.float())
+        if dtype != "uint8":  # report in uint8 levels
+            scale = 255 * min(proc.pipeline.normalize.std)
+            mx, mean, p999 = mx * scale, mean * scale, p999 * scale
+        # batch invariance: each image alone gives the same rows
+        alone = torch.cat([proc([x]).pixel_values for x in parity_in])
+        invariant = bool(torch.equal(alone, got.pixel_values))
+        # Every size for qwen2-vl (the headline scenario); 1080p for the other presets, so
+        # the whole check stays within one 10-minute device call.
+        for size in (SIZES if preset == "qwen2-vl" else ["1080p"]):
+            batch = [images[size]] * 8
+            proc(batch)
+            times = []
+            for _ in range(args.repeats):
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
                 proc(batch)
-                times = []
-                for _ in range(args.repeats):
-                    if args.device.startswith("cuda"):
-                        torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    proc(batch)
-                    if args.device.startswith("cuda"):
-                        torch.cuda.synchronize()
-                    times.append(time.perf_counter() - t0)
-                t = np.asarray(times)
-                rows.append(dict(preset=preset, backend="torch", device=args.device, dtype=dtype,
-                                 size=size, max_levels=round(mx, 3), mean_levels=round(mean, 4),
-                                 p999_levels=round(p999, 3), batch_invariant=invariant,
-                                 images_per_s=round(len(batch) / float(np.median(t)), 2),
-                                 batch_p50_ms=round(1000 * float(np.median(t)), 2),
-                                 batch_p99_ms=round(1000 * float(np.percentile(t, 99)), 2)))
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+            t = np.asarray(times)
+            rows.append(dict(preset=preset, backend=backend, device=args.device, dtype=dtype,
+                             size=size, max_levels=round(mx, 3), mean_levels=round(mean, 4),
+                             p999_levels=round(p999, 3), batch_invariant=invariant,
+                             images_per_s=round(len(batch) / float(np.median(t)), 2),
+                             batch_p50_ms=round(1000 * float(np.median(t)), 2),
+                             batch_p99_ms=round(1000 * float(np.percentile(t, 99)), 2)))
     import gpu_check_kernels
     krows, kernels_ok = gpu_check_kernels.check(args.device)
     for r in krows:
         print(f"{r['check']:44s} {r['result']}")
-    cols = ["preset", "dtype", "size", "max_levels", "mean_levels", "p999_levels",
+    cols = ["preset", "backend", "dtype", "size", "max_levels", "mean_levels", "p999_levels",
             "batch_invariant", "images_per_s", "batch_p50_ms", "batch_p99_ms"]
     print("  ".join(f"{c:>14s}" for c in cols))
     for r in rows:

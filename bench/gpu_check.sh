@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
-# One prepared script for the GPU machine: set up, check every GPU path against the CPU
-# reference, time it, print a short table and write JSON under bench/results/.
-# Usage: bash bench/gpu_check.sh            (on the GPU machine; DEVICE=cpu for a dry run)
+# One prepared script for the GPU machine: build, check every GPU path against the CPU
+# reference, time it, print short tables and write JSON under bench/results/.
+#   bash bench/gpu_check.sh            on the GPU machine (DEVICE=cpu: a dry run here)
+# Steps: (1) the venv: reused if present; else built from bench/wheels/ when that folder holds
+# the wheels (machines without a registry), else from the registry; csrc/ is compiled by the
+# editable install (CUDA for sm_80/sm_90 + PTX); (2) the gpu-marked tests (kernel vs twin,
+# dali and torch on CUDA); (3) bench/gpu_check.py: parity of every backend on CUDA vs the
+# reference, batch invariance, kernel vs twin, kernel bandwidth vs a device copy, timings;
+# (4) `vlmprep bench` at 720p/1080p/4K against transformers' torchvision processor on CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cuda}
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
-  .venv/bin/pip install -q -r requirements/test.txt
-  .venv/bin/pip install -q --no-deps --no-build-isolation -e .
+  if ls bench/wheels/*.whl >/dev/null 2>&1; then
+    .venv/bin/pip install -q --no-index --find-links bench/wheels -r requirements/test.txt
+  else
+    .venv/bin/pip install -q -r requirements/test.txt
+  fi
 fi
+[ -e vlmprep/kernels/_build_info.json ] || \
+  .venv/bin/pip install -q --no-deps --no-build-isolation -e .
 .venv/bin/python -m vlmprep.cli.main info
 mkdir -p bench/results
-out="bench/results/gpu_check_$(hostname)_$(date +%Y%m%d).json"
-.venv/bin/python bench/gpu_check.py --device "$DEVICE" --json "$out"
-echo "wrote $out"
+tag="$(hostname)_$(date +%Y%m%d)"
+if [ "$DEVICE" != "cpu" ]; then
+  .venv/bin/python -m pytest -q -m gpu -rA tests/kernels tests/backends -p no:warnings | tail -15 || true
+fi
+.venv/bin/python bench/gpu_check.py --device "$DEVICE" --json "bench/results/gpu_check_$tag.json"
+if [ "$DEVICE" != "cpu" ]; then
+  .venv/bin/python -m vlmprep.cli.main bench --preset qwen2-vl --synthetic 720p,1080p,4k \
+    --backend dali,torch --device "$DEVICE" --batch-size 8 --compare hf \
+    --json "bench/results/gpu_bench_$tag.json" || true
+fi
+echo "wrote bench/results/gpu_check_$tag.json"
