@@ -204,7 +204,57 @@ def summarize(data: dict) -> str:
             rows, ["scenario", "size", "dtype", "threads", "batch", "vlmprep", "x decode floor",
                    "transformers PIL", "transformers torchvision", "speedup vs PIL",
                    "speedup vs torchvision"]))
+    targets = _targets(sc)
+    if targets:
+        parts.append(targets)
     return "\n\n".join(parts) + "\n"
+
+
+def _targets(sc: dict) -> str:
+    """Issue 6's CPU targets against this run (qwen2-vl at 1080p, one thread)."""
+    if "qwen2-vl" not in sc:
+        return ""
+    r = {(x["size"], x["dtype"], x["threads"]): x for x in sc["qwen2-vl"]["result"]["results"]}
+    f32, u8 = r.get(("1080p", "float32", 1)), r.get(("1080p", "uint8", 1))
+    f32_2 = r.get(("1080p", "float32", 2))
+    if not (f32 and u8 and f32.get("decode_floor_ms") and "speedup_vs_hf_pil" in f32):
+        return ""
+
+    def met(ok: bool) -> str:
+        return "yes" if ok else "no"
+    rows = [
+        ["float32 at most 1.6x the decode floor",
+         f"{f32['ratio_vs_decode_floor']:.2f}x ({f32['per_image_p50_ms']:.1f} / "
+         f"{f32['decode_floor_ms']:.1f} ms)", met(f32["ratio_vs_decode_floor"] <= 1.6)],
+        ["uint8 at most 1.25x the decode floor",
+         f"{u8['ratio_vs_decode_floor']:.2f}x ({u8['per_image_p50_ms']:.1f} / "
+         f"{u8['decode_floor_ms']:.1f} ms)", met(u8["ratio_vs_decode_floor"] <= 1.25)],
+        ["at least 5x faster than the transformers PIL processor (float32)",
+         _x(f32["speedup_vs_hf_pil"]), met(f32["speedup_vs_hf_pil"] >= 5)],
+        ["at least 5x faster than the transformers torchvision processor (float32)",
+         _x(f32["speedup_vs_hf_torchvision"]), met(f32["speedup_vs_hf_torchvision"] >= 5)],
+    ]
+    if f32_2:
+        k = f32_2["p50_images_per_s"] / f32["p50_images_per_s"]
+        rows.append(["two threads at least 1.8x one thread (float32, batch 1)", _x(k), met(k >= 1.8)])
+    if "qwen2-vl-batch" in sc:
+        b = {(x["dtype"], x["threads"]): x for x in sc["qwen2-vl-batch"]["result"]["results"]}
+        for dt in ("float32", "uint8"):
+            if (dt, 1) in b and (dt, 2) in b:
+                k = b[(dt, 2)]["p50_images_per_s"] / b[(dt, 1)]["p50_images_per_s"]
+                rows.append([f"two threads at least 1.8x one thread ({dt}, batch 4)", _x(k),
+                             met(k >= 1.8)])
+    st = f32.get("stages_ms") or {}
+    text = ("### Issue 6 CPU targets (1080p, qwen2-vl checkpoint config, one thread, JPEG bytes to "
+            "packed pixel_values)\n\n" + _md(rows, ["target", "this run", "met"]))
+    if st:
+        text += (f"\n\nWhere the time goes at 1080p float32, one thread (stages): probe "
+                 f"{st['probe_ms']:.2f} ms, decode {st['decode_ms']:.1f} ms (the floor is "
+                 f"{f32['decode_floor_ms']:.1f} ms), resize {st['resize_ms']:.1f} ms, normalize + "
+                 f"patchify + pack {st['normalize_patchify_pack_ms']:.1f} ms. At 1.6x the floor, "
+                 f"everything after decode has about "
+                 f"{1.6 * f32['decode_floor_ms'] - st['decode_ms'] - st['probe_ms']:.1f} ms.")
+    return text
 
 
 def main(argv=None) -> int:
