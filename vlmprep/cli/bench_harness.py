@@ -260,13 +260,12 @@ def _decode_floor(s: ImageSet, repeat: int, device: str = "cpu") -> dict:
     return out
 
 
-def _stage_split(ops: Sequence[Any]) -> tuple[int, int]:
-    """Indices ``(1, k)``: ops[0] is decode, ops[1:k] size (resize, tile, crop, pad), ops[k:]
+def _stage_split(ops: Sequence[Any]) -> int:
+    """``k``: ops[0] is decode, ops[1:k] size the image (resize, tile, crop, pad), ops[k:]
     normalize and patchify."""
     if not ops or ops[0].name != "decode":
         raise ValueError("expected the pipeline to start with decode")
-    k = next((i for i, op in enumerate(ops) if op.name in ("normalize", "patchify")), len(ops))
-    return 1, k
+    return next((i for i, op in enumerate(ops) if op.name in ("normalize", "patchify")), len(ops))
 
 
 def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet,
@@ -274,21 +273,20 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
     """p50 per image of each stage, run separately through the backend's lowerings."""
     import torch
 
-    from .. import backends, pack
+    from .. import backends, kernels, pack
     from ..backends.base import Context
     from ..io.inputs import resolve
     from ..plan import plan_images
     from ..plan.grid import row_length
 
     be = backends.get(backend)(pipe, device, dtype)
-    _, k = _stage_split(be.ops)
+    k = _stage_split(be.ops)
     decode = (be.ops[0], be.lowerings[0])
     sizing = list(zip(be.ops[1:k], be.lowerings[1:k]))
     rest = list(zip(be.ops[k:], be.lowerings[k:]))
     layout = pipe.patchify.layout
     tdtype = getattr(torch, dtype)
     on_gpu = device.startswith("cuda")
-    from .. import kernels
     host_empty = getattr(kernels, "empty", None)
 
     def alloc(shape: tuple) -> "torch.Tensor":
