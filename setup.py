@@ -196,6 +196,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vlmprep", "vlmprep.*"]),
+    package_data={"vlmprep.spec.presets": ["checkpoints/*.json"]},
     ext_modules=[EXT] if EXT is not None else [],
     cmdclass=cmdclass,
     python_requires=">=3.10",

@@ -5,33 +5,10 @@ import functools
 import json
 from pathlib import Path
 
-CONFIGS = Path(__file__).parent / "data" / "configs"
+from vlmprep.cli import bench_hf
 
-# preset -> (PIL-backend class, torchvision-backend class, kwargs the model's processor forces)
-_CLASSES = {
-    "qwen2-vl": ("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor", {}),
-    "qwen3-vl": ("Qwen2VLImageProcessorPil", "Qwen2VLImageProcessor", {}),
-    "siglip": ("SiglipImageProcessorPil", "SiglipImageProcessor", {}),
-    "llava-1.5": ("CLIPImageProcessorPil", "CLIPImageProcessor", {}),
-    # InternVLProcessor forces crop_to_patches=True whatever the saved config says.
-    "internvl": ("GotOcr2ImageProcessorPil", "GotOcr2ImageProcessor", {"crop_to_patches": True}),
-    # LlavaNextProcessor's images_kwargs force do_pad=True (batch padding of the crops).
-    "llava-next": ("LlavaNextImageProcessorPil", "LlavaNextImageProcessor", {"do_pad": True}),
-    "llava-onevision": ("LlavaOnevisionImageProcessorPil", "LlavaOnevisionImageProcessor", {}),
-    # PixtralProcessor passes patch_size = patch * spatial_merge_size (16 * 1 for Pixtral-12B).
-    "pixtral": ("PixtralImageProcessorPil", "PixtralImageProcessor", {"patch_size": 16}),
-    "siglip2-naflex": ("Siglip2ImageProcessorPil", "Siglip2ImageProcessor", {}),
-    "idefics3": ("Idefics3ImageProcessorPil", "Idefics3ImageProcessor", {}),
-    # Not a preset name: a SmolVLM2 checkpoint config, read by from_pretrained into `idefics3`.
-    "smolvlm": ("SmolVLMImageProcessorPil", "SmolVLMImageProcessor", {}),
-    "mllama": ("MllamaImageProcessorPil", "MllamaImageProcessor", {}),
-    # Gemma3Processor's images_kwargs fill the config's null pan-and-scan fields (off by default).
-    "gemma3": ("Gemma3ImageProcessorPil", "Gemma3ImageProcessor",
-               {"do_pan_and_scan": False, "pan_and_scan_min_crop_size": 256,
-                "pan_and_scan_max_num_crops": 4, "pan_and_scan_min_ratio_to_activate": 1.2}),
-}
-_DROP = ("image_processor_type", "processor_class", "crop_size", "do_center_crop", "data_format",
-         "default_to_square")
+#: The checkpoints' preprocessor_config.json files (packaged with vlmprep's presets).
+CONFIGS = Path(bench_hf.CHECKPOINTS)
 
 
 def config(preset: str) -> dict:
@@ -40,17 +17,21 @@ def config(preset: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def hf_processor(preset: str, backend: str, raw: bool = False):
-    """``backend``: "pil" (the oracle) or "torchvision". ``raw``: no rescale/normalize."""
+    """``backend``: "pil" (the oracle) or "torchvision". ``raw``: no rescale/normalize.
+
+    Built as ``vlmprep bench --compare hf`` builds it (``vlmprep.cli.bench_hf``): the checkpoint
+    config's values plus what the model's Processor forces (InternVL crop_to_patches, LLaVA-NeXT
+    do_pad, Pixtral patch * merge, Gemma 3's pan-and-scan fields).
+    """
     import transformers
-    pil_name, tv_name, forced = _CLASSES[preset]
+
+    from vlmprep.spec import presets
     cfg = config(preset)
-    keep = {k: v for k, v in cfg.items() if k not in _DROP and v is not None}
-    if cfg.get("do_center_crop"):
-        keep.update(do_center_crop=True, crop_size=cfg["crop_size"])
-    keep.update(forced)
+    pipe = presets.from_config(cfg)
+    kw = bench_hf.processor_kwargs(cfg, pipe)
     if raw:
-        keep.update(do_rescale=False, do_normalize=False)
-    return getattr(transformers, pil_name if backend == "pil" else tv_name)(**keep)
+        kw.update(do_rescale=False, do_normalize=False)
+    return getattr(transformers, bench_hf.class_names(cfg)[backend])(**kw)
 
 
 def hf_outputs(preset: str, backend: str, images: list, raw: bool = False) -> dict:

@@ -140,11 +140,8 @@ class Processor:
             shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]
         else:
             shape = (total, row_length(self.pipeline.patchify))
-        if self.device == "cpu":
-            from . import kernels  # a cached host buffer: a fresh one costs more to fault in
-            out = kernels.empty(shape, getattr(torch, self.dtype))
-        else:
-            out = torch.empty(shape, dtype=getattr(torch, self.dtype), device=self.device)
+        from . import kernels  # on the CPU a cached buffer: a fresh one costs more to fault in
+        out = kernels.empty(shape, getattr(torch, self.dtype), self.device)
         late = self._backend.run(sources, plans, out)
         if late:
             if self.errors == "raise":

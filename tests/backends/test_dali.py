@@ -101,12 +101,12 @@ def test_normalized_output(preset, dtype):
 @pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl", "internvl", "idefics3"])
 def test_parity_with_transformers_pil(preset):
     # Against the oracle itself (transformers' PIL processor, checkpoint config), to_hf form.
-    from hfref import hf_outputs
+    from hfref import CONFIGS, hf_outputs
     from imgdata import hf_view
     from PIL import Image
     items = _photos()[:3]
     oracle_in = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(items[2])]
-    proc = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json", backend="dali",
+    proc = vlmprep.Processor.from_pretrained(CONFIGS / f"{preset}.json", backend="dali",
                                              dtype="uint8")
     got = proc(items).to_hf()
     want = hf_outputs(preset, "pil", oracle_in, raw=True)

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import config, hf_outputs
+from hfref import CONFIGS, config, hf_outputs
 from imgdata import FORMATS, crop, encode, hf_view, tiled
 
 pytestmark = pytest.mark.hf
@@ -45,7 +45,7 @@ def _levels(ours: torch.Tensor, oracle: torch.Tensor) -> tuple[float, float]:
 
 
 def _check(preset: str, backend: str, ours_inputs: list, oracle_inputs: list, label: str) -> None:
-    proc = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json", backend=backend,
+    proc = vlmprep.Processor.from_pretrained(CONFIGS / f"{preset}.json", backend=backend,
                                              dtype="uint8")
     batch = proc(ours_inputs)
     ref = hf_outputs(preset, "pil", oracle_inputs, raw=True)
@@ -98,7 +98,7 @@ def test_normalized_output(preset, dtype):
     from PIL import Image
     arrs = [crop(n, h, w) for n, h, w in PHOTOS[:3]]
     ref = hf_outputs(preset, "pil", [Image.fromarray(a) for a in arrs])["pixel_values"]
-    ours = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json",
+    ours = vlmprep.Processor.from_pretrained(CONFIGS / f"{preset}.json",
                                              backend="reference", dtype=dtype)(arrs)
     assert ours.pixel_values.dtype == getattr(torch, dtype)
     if dtype == "float32":
@@ -107,7 +107,7 @@ def test_normalized_output(preset, dtype):
         assert torch.equal(ours.pixel_values, ref.to(torch.bfloat16))
     std = min(config(preset)["image_std"])
     level = (1 / 255) / std  # one uint8 level in normalized units
-    tb = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json", backend="torch",
+    tb = vlmprep.Processor.from_pretrained(CONFIGS / f"{preset}.json", backend="torch",
                                            dtype=dtype)(arrs).pixel_values.float()
     d = (tb - ref).abs()
     bf16_eps = 2 ** -8 * float(ref.abs().max()) if dtype == "bfloat16" else 0.0

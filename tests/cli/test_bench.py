@@ -193,12 +193,13 @@ def test_synthetic_images_are_deterministic_mosaics():
     assert len({tuple(int(v) for v in m) for m in cells}) == 6
 
 
-def test_checkpoint_configs_are_the_tests_copies():
-    """bench_hf embeds each preset's checkpoint config; tests/data/configs holds the same."""
-    configs = Path(__file__).resolve().parents[1] / "data" / "configs"
+def test_checkpoint_configs_resolve_to_the_presets():
+    """Every preset has its checkpoint config packaged, and it resolves to the preset."""
     from vlmprep.spec import presets
     for name in presets.names():
-        assert bench_hf.checkpoint_config(name) == json.loads((configs / f"{name}.json").read_text())
+        assert presets.from_config(bench_hf.checkpoint_config(name)) == presets.get(name)
+    with pytest.raises(ValueError, match="no checkpoint config for preset 'nope'"):
+        bench_hf.checkpoint_config("nope")
 
 
 def test_without_transformers():

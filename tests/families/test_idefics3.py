@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import config, hf_outputs, hf_processor
+from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
 from vlmprep.plan import plan_image
 
@@ -27,7 +27,7 @@ FAKE, GLOBAL = "<fake_token_around_image>", "<global-img>"
 
 
 def _proc(name="idefics3", **kw):
-    return vlmprep.Processor.from_pretrained(f"tests/data/configs/{name}.json", **kw)
+    return vlmprep.Processor.from_pretrained(str(CONFIGS / f"{name}.json"), **kw)
 
 
 def _rows_cols(p):

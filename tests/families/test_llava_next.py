@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import config, hf_outputs, hf_processor
+from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
 from vlmprep.pack import concat
 from vlmprep.plan import plan_image
@@ -28,7 +28,7 @@ PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), (
 
 
 def _proc(preset, **kw):
-    return vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json", **kw)
+    return vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"), **kw)
 
 
 # -- PEERS.md tables (verified there against the processors): H x W -> (best, crops, tokens) -----

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import hf_outputs
+from hfref import CONFIGS, hf_outputs
 from imgdata import crop, tiled
 
 pytestmark = pytest.mark.hf
@@ -81,7 +81,7 @@ def _valid(preset: str, pv: torch.Tensor, want: dict, ntiles: list) -> torch.Ten
 def test_uint8_matches_hf_torchvision_backend(preset, backend):
     from PIL import Image
     arrs = BATCHES[preset]
-    proc = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json",
+    proc = vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"),
                                              backend=backend, dtype="uint8")
     ntiles = [len(p.tiles) for p in proc.plan(arrs).images]
     hf = proc(arrs).to_hf()

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import config, hf_outputs
+from hfref import CONFIGS, config, hf_outputs
 from imgdata import crop, encode, hf_view, tiled
 from vlmprep.plan import plan_image
 
@@ -27,7 +27,7 @@ MISTRAL_SMALL = dict(patch_size=14, merge_size=2, longest_edge=1540)
 
 
 def _proc(**kw):
-    return vlmprep.Processor.from_pretrained("tests/data/configs/pixtral.json", **kw)
+    return vlmprep.Processor.from_pretrained(CONFIGS / "pixtral.json", **kw)
 
 
 def _levels(a, b):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import hf_processor
+from hfref import CONFIGS, hf_processor
 from imgdata import crop, tiled
 
 pytestmark = pytest.mark.hf
@@ -162,7 +162,7 @@ def test_placeholder_equals_processor_expansion(case):
     kw, builder, token, counted, image = CASES[case]
     preset = case.removesuffix("-pan-and-scan")
     arr = image()
-    plan = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json",
+    plan = vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"),
                                              **kw).plan([arr]).images[0]
     proc = _built(builder)
     tok = proc.tokenizer
@@ -201,6 +201,6 @@ def test_placeholder_equals_processor_expansion(case):
 
 @pytest.mark.parametrize("preset", ["siglip", "siglip2-naflex"])
 def test_contrastive_families_have_no_placeholder(preset):
-    p = vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json").plan(
+    p = vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json")).plan(
         [crop("astronaut", 301, 453)]).images[0]
     assert p.placeholder == "" and p.num_tokens > 0

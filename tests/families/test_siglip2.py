@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import config, hf_outputs, hf_processor
+from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
 from vlmprep.plan import plan_image
 from vlmprep.plan.naflex import naflex_size
@@ -23,7 +23,7 @@ PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), (
 
 
 def _proc(**kw):
-    return vlmprep.Processor.from_pretrained("tests/data/configs/siglip2-naflex.json", **kw)
+    return vlmprep.Processor.from_pretrained(str(CONFIGS / "siglip2-naflex.json"), **kw)
 
 
 def _levels(a, b):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import vlmprep
-from hfref import config, hf_outputs
+from hfref import CONFIGS, config, hf_outputs
 from imgdata import crop, encode, hf_view, tiled
 from vlmprep.plan import plan_image
 from vlmprep.plan.tiling import internvl_grid
@@ -23,7 +23,7 @@ PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), (
 
 
 def _proc(preset, **kw):
-    return vlmprep.Processor.from_pretrained(f"tests/data/configs/{preset}.json", **kw)
+    return vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"), **kw)
 
 
 # -- geometry ----------------------------------------------------------------------------------

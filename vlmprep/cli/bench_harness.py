@@ -287,14 +287,9 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
     layout = pipe.patchify.layout
     tdtype = getattr(torch, dtype)
     on_gpu = device.startswith("cuda")
-    host_empty = getattr(kernels, "empty", None)
 
     def alloc(shape: tuple) -> "torch.Tensor":
-        # As Processor.__call__ allocates: the kernels' cached host buffer on the CPU (a fresh
-        # buffer costs page faults that the end-to-end path does not pay), else torch.empty.
-        if not on_gpu and host_empty is not None:
-            return host_empty(shape, tdtype)
-        return torch.empty(shape, dtype=tdtype, device=device)
+        return kernels.empty(shape, tdtype, device)  # as Processor.__call__ allocates
 
     def one(item: bytes) -> dict[str, float]:
         t = {}

@@ -51,15 +51,15 @@ def normalize_patchify(images: Sequence["torch.Tensor"], lut: "torch.Tensor | No
                                          get_num_threads())
 
 
-def empty(shape: Sequence[int], dtype: "torch.dtype") -> "torch.Tensor":
-    """An uninitialised contiguous CPU tensor from vlmprep's host buffer cache (falls back to
-    ``torch.empty`` without the kernels): a reused buffer is not faulted in again, which costs
-    more than filling it for a large batch (see csrc/torch/host_cache.cpp)."""
+def empty(shape: Sequence[int], dtype: "torch.dtype", device: str = "cpu") -> "torch.Tensor":
+    """An uninitialised contiguous output tensor: on the CPU from vlmprep's host buffer cache
+    (``torch.empty`` without the kernels, and on other devices): a reused buffer is not faulted
+    in again, which costs more than filling it for a large batch (csrc/torch/host_cache.cpp)."""
     import math
 
     import torch
-    if load() is not None:
-        return torch.empty(tuple(shape), dtype=dtype)
+    if str(device) != "cpu" or load() is not None:
+        return torch.empty(tuple(shape), dtype=dtype, device=device)
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     return torch.ops.vlmprep.empty_host(nbytes).view(dtype).view(tuple(shape))
 
