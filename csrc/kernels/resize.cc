@@ -89,6 +89,19 @@ inline uint8_t clip8(int32_t ss) {
   return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+// One output pixel of a horizontal pass: Pillow's three int32 sums over n taps from p.
+inline void pixel_sum(const uint8_t* p, const int32_t* k, int n, uint8_t* out) {
+  int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+  for (int x = 0; x < n; ++x) {
+    s0 += p[x * 3] * k[x];
+    s1 += p[x * 3 + 1] * k[x];
+    s2 += p[x * 3 + 2] * k[x];
+  }
+  out[0] = clip8(s0);
+  out[1] = clip8(s1);
+  out[2] = clip8(s2);
+}
+
 // Rows [y0, y1) of a horizontal pass with a fixed tap count K (a compile-time constant, so
 // the tap loop unrolls): c.bounds/c.k were widened to K taps (padded weights are 0).
 template <int K>
@@ -98,21 +111,9 @@ void horizontal_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t 
   for (int y = y0; y < y1; ++y) {
     const uint8_t* in = src + int64_t(y) * src_stride;
     uint8_t* out = dst + int64_t(y) * dst_stride;
-    for (int xx = 0; xx < out_w; ++xx) {
-      const int xmin = c.bounds[xx * 2];
-      const int n = K > 0 ? K : c.bounds[xx * 2 + 1];
-      const int32_t* k = &c.k[size_t(xx) * ks];
-      const uint8_t* p = in + xmin * 3;
-      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < n; ++x) {
-        s0 += p[x * 3] * k[x];
-        s1 += p[x * 3 + 1] * k[x];
-        s2 += p[x * 3 + 2] * k[x];
-      }
-      out[xx * 3] = clip8(s0);
-      out[xx * 3 + 1] = clip8(s1);
-      out[xx * 3 + 2] = clip8(s2);
-    }
+    for (int xx = 0; xx < out_w; ++xx)
+      pixel_sum(in + c.bounds[xx * 2] * 3, &c.k[size_t(xx) * ks], K > 0 ? K : c.bounds[xx * 2 + 1],
+                out + xx * 3);
   }
 }
 
@@ -203,20 +204,8 @@ void horizontal_avx2_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int
       const __m128i rgb = _mm_shuffle_epi8(ordered, squeeze);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + xx * 3), rgb);
     }
-    // The right border: scalar, same arithmetic.
-    for (int xx = simd_end; xx < out_w; ++xx) {
-      const uint8_t* p = in + c.bounds[xx * 2] * 3;
-      const int32_t* k = &c.k[size_t(xx) * Kd];
-      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < Kd; ++x) {
-        s0 += p[x * 3] * k[x];
-        s1 += p[x * 3 + 1] * k[x];
-        s2 += p[x * 3 + 2] * k[x];
-      }
-      out[xx * 3] = clip8(s0);
-      out[xx * 3 + 1] = clip8(s1);
-      out[xx * 3 + 2] = clip8(s2);
-    }
+    for (int xx = simd_end; xx < out_w; ++xx)  // the right border: scalar, same arithmetic
+      pixel_sum(in + c.bounds[xx * 2] * 3, &c.k[size_t(xx) * Kd], Kd, out + xx * 3);
   }
 }
 

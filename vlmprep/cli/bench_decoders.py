@@ -63,28 +63,44 @@ def _torchvision() -> Callable[[bytes], Callable[[], Any]]:
     return prep
 
 
-def _dali_cpu() -> Callable[[bytes], Callable[[], Any]]:
+def _dali(decoder: str, device_id: int | None) -> Callable[[bytes], Callable[[], Any]]:
+    """DALI's image decoder alone: ``decoder`` "cpu" (libjpeg-turbo) or "mixed" (nvJPEG)."""
     import numpy as np
     from nvidia.dali import fn, pipeline_def, types
 
-    @pipeline_def(batch_size=1, num_threads=1, device_id=None, exec_async=False,
+    @pipeline_def(batch_size=1, num_threads=1, device_id=device_id, exec_async=False,
                   exec_pipelined=False, prefetch_queue_depth=1)
     def graph():
         x = fn.external_source(name="x", dtype=types.UINT8)
-        return fn.decoders.image(x, device="cpu", output_type=types.RGB)
+        return fn.decoders.image(x, device=decoder, output_type=types.RGB)
 
     pipe = graph()
     pipe.build()
 
     def run(buf):
         pipe.feed_input("x", [buf])
-        (out,) = pipe.run()
-        return np.asarray(out[0])
+        (out,) = pipe.run()  # returns once the work is done (exec_async=False)
+        return np.asarray(out[0]) if decoder == "cpu" else _Shaped(out[0])
 
     def prep(data: bytes):
         buf = np.frombuffer(data, np.uint8)
         return lambda: run(buf)
     return prep
+
+
+@dataclass
+class _Shaped:
+    """A DALI GPU tensor with a ``shape`` tuple (what ``prepare`` checks)."""
+
+    t: Any
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.t.shape())
+
+
+def _dali_cpu() -> Callable[[bytes], Callable[[], Any]]:
+    return _dali("cpu", None)
 
 
 def _torchvision_cuda(device: str) -> Callable[[bytes], Callable[[], Any]]:
@@ -104,39 +120,7 @@ def _torchvision_cuda(device: str) -> Callable[[bytes], Callable[[], Any]]:
 
 
 def _dali_mixed(device: str) -> Callable[[bytes], Callable[[], Any]]:
-    import numpy as np
-    from nvidia.dali import fn, pipeline_def, types
-    index = int(device.partition(":")[2] or 0)
-
-    @pipeline_def(batch_size=1, num_threads=1, device_id=index, exec_async=False,
-                  exec_pipelined=False, prefetch_queue_depth=1)
-    def graph():
-        x = fn.external_source(name="x", dtype=types.UINT8)
-        return fn.decoders.image(x, device="mixed", output_type=types.RGB)
-
-    pipe = graph()
-    pipe.build()
-
-    def run(buf):
-        pipe.feed_input("x", [buf])
-        (out,) = pipe.run()  # returns once the GPU work is done (exec_async=False)
-        return out[0]
-
-    def prep(data: bytes):
-        buf = np.frombuffer(data, np.uint8)
-        return lambda: _Shaped(run(buf))
-    return prep
-
-
-@dataclass
-class _Shaped:
-    """A DALI GPU tensor with a ``shape`` tuple (what ``prepare`` checks)."""
-
-    t: Any
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self.t.shape())
+    return _dali("mixed", int(device.partition(":")[2] or 0))
 
 
 _MAKERS = {"pil": _pil, "opencv": _opencv, "torchvision": _torchvision, "dali_cpu": _dali_cpu}

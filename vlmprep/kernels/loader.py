@@ -30,13 +30,18 @@ def _found() -> str:
     return f"torch {torch.__version__} (CUDA {torch.version.cuda})"
 
 
+def _once(key: str, fn):
+    """``fn()``'s result, computed once per process (loading a library twice is not free, and
+    for DALI not even safe)."""
+    with _lock:
+        if key not in _state:
+            _state[key] = fn()
+        return _state[key]
+
+
 def load() -> str | None:
     """Load the torch ops once; None on success, else the reason (also kept for later calls)."""
-    with _lock:
-        if "torch" in _state:
-            return _state["torch"]
-        _state["torch"] = reason = _load_torch()
-        return reason
+    return _once("torch", _load_torch)
 
 
 def _load_torch() -> str | None:
@@ -72,11 +77,7 @@ def dali_plugin() -> str | None:
     Loading a second file that registers the same op aborts the process (DALI.md pitfall 8), so
     this loads only when ``VlmprepNormalizePatchify`` is not registered yet.
     """
-    with _lock:
-        if "dali" in _state:
-            return _state["dali"]
-        _state["dali"] = path = _load_dali()
-        return path
+    return _once("dali", _load_dali)
 
 
 def _load_dali() -> str | None:
