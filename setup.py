@@ -147,7 +147,8 @@ def _build_dali_plugin(build_temp: str) -> dict:
         return {"built": False, "reason": f"build failed: {e}"}
     _log(f"DALI plugin: built against nvidia-dali {dali.__version__} "
          f"({'CPU + CUDA' if nvcc else 'CPU only'}) in {time.time() - t0:.1f} s")
-    return {"built": True, "dali": dali.__version__, "cuda": bool(nvcc), "path": os.path.basename(out)}
+    return {"built": True, "dali": dali.__version__, "cuda": bool(nvcc), "path": os.path.basename(out),
+            "seconds": round(time.time() - t0, 1)}
 
 
 class BuildExt(build_ext):

@@ -53,3 +53,18 @@ def pytest_collection_modifyitems(config, items):
 def devices() -> list:
     """``device`` parameters: cpu always, cuda marked gpu (skipped centrally without one)."""
     return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(scope="session")
+def kernels():
+    """``vlmprep.kernels`` when the compiled ops load; skips (with the reason) when they are not
+    built, except under VLMPREP_REQUIRE_KERNELS=1 (CI), where a missing build is a failure."""
+    import os
+
+    from vlmprep import kernels as k
+    reason = k.why_unavailable()
+    if reason is not None:
+        if os.environ.get("VLMPREP_REQUIRE_KERNELS"):
+            pytest.fail(f"VLMPREP_REQUIRE_KERNELS is set but the kernels did not load: {reason}")
+        pytest.skip(f"vlmprep kernels not available: {reason}")
+    return k

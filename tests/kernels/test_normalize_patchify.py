@@ -76,21 +76,21 @@ def test_matches_oracle(kernels, layout, P, m, T, dtype, device):
             f"seed {SEED}, threads {threads}"
 
 
-def test_large_image_threads_agree(kernels):
-    """A 1092x1932 Qwen2-VL image (10764 rows) split across threads equals one thread."""
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_large_batch_streamed_and_threaded(kernels, dtype):
+    """Three 1092x1932 Qwen2-VL images (32,292 rows; >= 32 MiB of output in every dtype, so
+    the rows are streamed out with non-temporal stores), on 1 and 2 threads, equal the oracle."""
     rng = np.random.default_rng(SEED)
-    img = torch.from_numpy(rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8))
-    table = _table(rng, torch.float32)
-    outs = []
+    imgs = [rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8) for _ in range(3)]
+    table = _table(rng, dtype)
+    want = _oracle(imgs, table, "merge_grouped", 14, 2, 2, dtype)
     for threads in (1, 2):
         kernels.set_num_threads(threads)
-        out = torch.full((10764 * 1176,), float("nan"))
-        kernels.normalize_patchify([img], table, out, [0], "merge_grouped", 14, 2, 2)
-        outs.append(out)
-    kernels.set_num_threads(None)
-    want = _oracle([img.numpy()], table, "merge_grouped", 14, 2, 2, torch.float32)
-    assert torch.equal(outs[0].view(torch.int32), want.view(torch.int32))
-    assert torch.equal(outs[1].view(torch.int32), want.view(torch.int32))
+        out = torch.full((want.numel(),), POISON[dtype], dtype=dtype)
+        kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], table, out,
+                                   [k * 10764 * 1176 for k in range(3)], "merge_grouped", 14, 2, 2)
+        kernels.set_num_threads(None)
+        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), f"seed {SEED}, {threads}"
 
 
 @pytest.mark.parametrize("bad,match", [
