@@ -1,0 +1,62 @@
+"""The fast JPEG path (torchvision's libjpeg-turbo, used by the torch backend) against Pillow's
+decode (the oracle): the same pixels for every 8-bit JPEG kind and EXIF orientation, and bad
+data still judged by Pillow (the same ImageError)."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from imgdata import crop, encode, with_exif_orientation
+from vlmprep.errors import ImageError
+from vlmprep.io import decode as D
+from vlmprep.io.inputs import resolve
+
+
+def _jpeg(rgb: np.ndarray, **kw) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "JPEG", **kw)
+    return buf.getvalue()
+
+
+RGB = crop("coffee", 301, 517)
+CASES = {
+    "baseline_420": _jpeg(RGB, quality=90),
+    "q60_444": _jpeg(RGB, quality=60, subsampling=0),
+    "q95_422": _jpeg(RGB, quality=95, subsampling=1),
+    "progressive": encode(RGB, "jpeg_progressive"),
+    "gray": encode(RGB, "jpeg_gray"),
+    "odd_size": _jpeg(crop("chelsea", 17, 3), quality=85),
+    "cmyk": encode(RGB, "jpeg_cmyk"),  # not taken by the fast path: Pillow decodes it
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_same_pixels_as_pillow(name):
+    src = resolve(CASES[name])
+    assert np.array_equal(D.decode(src, fast=True), D.decode(src, fast=False))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_as_pillow(orientation):
+    src = resolve(with_exif_orientation(RGB, orientation))
+    fast = D.decode(src, fast=True)
+    assert fast.shape[:2] == src.hw
+    assert np.array_equal(fast, D.decode(src, fast=False))
+
+
+def test_fast_path_is_taken():
+    """The speed claim needs the torchvision path to run, not fall back silently."""
+    assert D._decode_jpeg_fast(CASES["baseline_420"]) is not None
+
+
+def test_truncated_is_still_an_image_error():
+    data = CASES["baseline_420"]
+    src = resolve(data[: len(data) // 2])
+    with pytest.raises(ImageError) as fast:
+        D.decode(src, fast=True)
+    with pytest.raises(ImageError) as slow:
+        D.decode(src, fast=False)
+    assert str(fast.value) == str(slow.value)
