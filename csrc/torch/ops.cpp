@@ -114,10 +114,11 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
   std::memcpy(host.data_ptr(), samples.data(), size_t(bytes));
   at::Tensor dev = host.to(out.device(), /*non_blocking=*/true);
   p.samples = reinterpret_cast<const vlmprep::NPSample*>(dev.data_ptr());
+  // Lifetimes: the pinned `host` block is kept by torch's host allocator until its copy ran
+  // (non_blocking copies record an event), and `dev` returns to the caching allocator on the
+  // stream the kernel runs on, so its reuse is ordered after the kernel.
   const int err = vlmprep::normalize_patchify_cuda(p, max_rows, st.stream());
   TORCH_CHECK(err == 0, "normalize_patchify: CUDA launch failed with error ", err);
-  // `host` is pinned memory read asynchronously: keep it alive until the copy ran.
-  host.record_stream(st);
 #else
   TORCH_CHECK(false, "normalize_patchify: out is on ", out.device(),
               " but vlmprep's extension was built without CUDA (no nvcc at build time); "

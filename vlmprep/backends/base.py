@@ -1,6 +1,7 @@
 """What every backend shares: run a plan op by op, one lowering per op, errors per image."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -92,18 +93,30 @@ class Backend:
         n = min(get_num_threads(), len(jobs))
         if n <= 1 or not self.device.startswith("cpu"):
             return [self._one(c) for c in jobs]
-        from concurrent.futures import ThreadPoolExecutor
 
         def one(c: Context) -> ImageError | None:
             with local_threads(1):
                 return self._one(c)
-        with ThreadPoolExecutor(n, thread_name_prefix="vlmprep") as pool:
-            return list(pool.map(one, jobs))
+        return list(_pool(get_num_threads()).map(one, jobs))
 
     def run_image(self, ctx: Context) -> None:
         value: Any = ctx.source
         for op, fn in zip(self.ops, self.lowerings):
             value = fn(op, value, ctx)
+
+
+_POOLS: dict[int, Any] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(n: int):
+    """A process-wide pool of ``n`` image threads, kept: the kernels' per-thread scratch buffers
+    (and the OS threads) are reused instead of made again for every batch."""
+    from concurrent.futures import ThreadPoolExecutor
+    with _POOLS_LOCK:
+        if n not in _POOLS:
+            _POOLS[n] = ThreadPoolExecutor(n, thread_name_prefix=f"vlmprep{n}")
+        return _POOLS[n]
 
 
 def build_canvases(img: Any, plan: "ImagePlan", interpolation: str,
