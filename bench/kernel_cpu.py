@@ -66,11 +66,11 @@ def main() -> int:
              "memset_same_buffer_ms": round(best_ms(lambda: out.fill_(0)), 2)}
         if dtype == "float32":
             r["reference_pure_ms"] = round(best_ms(
-                lambda: R.patchify(op_p, [R._normalize(op_n, img)], ctx), 4), 2)
+                lambda: R.patchify(op_p, [R.normalize_array(op_n, img)], ctx), 4), 2)
             timg = torch.from_numpy(img).permute(2, 0, 1)
             r["torch_pure_ms"] = round(best_ms(
                 lambda: T.patchify(op_p, [T._normalize(op_n, timg)], ctx), 4), 2)
-            table = torch.from_numpy(np.repeat(R._normalize(op_n, R._RAMP)[None], 1, 0)[0].T.copy())
+            table = torch.from_numpy(R.normalize_array(op_n, R.RAMP).T.copy())
         else:
             r["reference_pure_ms"] = round(best_ms(lambda: R.patchify(op_p, [img], ctx), 4), 2)
             table = None

@@ -166,7 +166,17 @@ def _identity(h: int, w: int) -> vlmprep.Pipeline:
                                                   merge_size=1, layout="tiles")])
 
 
-def test_decode_routing_and_pixels():
+def _no_fallback(monkeypatch):
+    """Make DALI's hand-over to the CPU decoder fail the test: a file routed to DALI must be
+    decoded by DALI (else these tests would pass with Pillow's pixels whatever DALI did)."""
+    from vlmprep.backends.dali.backend import Backend
+
+    def fallback(self, it, errors, cause):
+        raise AssertionError(f"DALI handed {it.src.desc} to the CPU decoder ({cause})")
+    monkeypatch.setattr(Backend, "_fallback", fallback)
+
+
+def test_decode_routing_and_pixels(monkeypatch):
     from vlmprep.backends.dali.feeds import dali_decodes
     from vlmprep.io.inputs import resolve
     rgb = crop("chelsea", 67, 91)
@@ -174,18 +184,20 @@ def test_decode_routing_and_pixels():
     assert {f for f, d in files.items() if dali_decodes(resolve(d))} == _DALI_DECODED
     items = list(files.values())
     want = vlmprep.Processor(_identity(67, 91), backend="reference", dtype="uint8")(items)
+    _no_fallback(monkeypatch)
     got = vlmprep.Processor(_identity(67, 91), backend="dali", dtype="uint8")(items)
     for k, fmt in enumerate(files):  # bit-exact: the same decoders, or the same CPU path
         assert torch.equal(got.pixel_values[k], want.pixel_values[k]), fmt
 
 
 @pytest.mark.parametrize("orientation", [3, 6, 8])
-def test_exif_orientation_as_probe(orientation):
+def test_exif_orientation_as_probe(orientation, monkeypatch):
     rgb = crop("coffee", 40, 64)
     files = [with_exif_orientation(rgb, orientation, f) for f in ("JPEG", "PNG", "WEBP")]
     h, w = (64, 40) if orientation >= 5 else (40, 64)
     assert vlmprep.Processor("qwen2-vl").plan(files)[0].source_hw == (h, w)
     want = vlmprep.Processor(_identity(h, w), backend="reference", dtype="uint8")(files)
+    _no_fallback(monkeypatch)
     got = vlmprep.Processor(_identity(h, w), backend="dali", dtype="uint8")(files)
     assert torch.equal(got.pixel_values, want.pixel_values)
 
@@ -229,6 +241,8 @@ def test_bad_inputs_skip_raise_and_recover(preset):
     again = proc(good)
     assert torch.equal(again.pixel_values,
                        vlmprep.Processor(preset, backend="dali", dtype="uint8")(good).pixel_values)
+    _check_levels((preset, "cpu", "after recovery"), again.pixel_values,
+                  vlmprep.Processor(preset, backend="reference", dtype="uint8")(good).pixel_values)
     # errors="raise": the first bad image raises, naming it; then the Processor still works.
     strict = vlmprep.Processor(preset, backend="dali", dtype="uint8")
     with pytest.raises(vlmprep.ImageError) as e:

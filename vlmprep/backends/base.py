@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from ..io.inputs import Source
     from ..plan import ImagePlan
 
-__all__ = ["Context", "Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings"]
+__all__ = ["Context", "Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings",
+           "register_sizing"]
 
 
 @dataclass
@@ -162,15 +163,17 @@ def _already_cut(op: Any, tiles: list, ctx: Context) -> list:
     return tiles
 
 
-def register_geometry_lowerings(backend: str, resize: Callable, cut: Callable) -> None:
-    """Register ``backend``'s lowering of every sizing op and of ``center_crop``.
-
-    The plan decides every canvas and tile box, so all sizing ops lower alike: build the
-    canvases, cut the tiles (a centre crop is a tile box too, so ``center_crop`` has nothing
-    left to do). A backend supplies only its two primitives (see ``build_canvases``).
-    """
-    sizing = _Sizing(resize, cut)
+def register_sizing(backend: str, fn: Callable) -> None:
+    """Register ``fn`` as ``backend``'s lowering of every sizing op, and ``center_crop`` as
+    nothing to do: the plan decides every canvas and tile box, so all sizing ops lower alike,
+    and a centre crop is a tile box too."""
     for name, typ in OP_TYPES.items():
         if typ.sizing:
-            lowering(backend, name)(sizing)
+            lowering(backend, name)(fn)
     lowering(backend, "center_crop")(_already_cut)
+
+
+def register_geometry_lowerings(backend: str, resize: Callable, cut: Callable) -> None:
+    """``register_sizing`` with the shared executor: build the canvases, cut the tiles, from a
+    backend's two primitives (see ``build_canvases``)."""
+    register_sizing(backend, _Sizing(resize, cut))

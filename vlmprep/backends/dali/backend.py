@@ -58,10 +58,9 @@ class Backend(_Base):
     def __init__(self, pipeline, device: str, dtype: str):
         super().__init__(pipeline, device, dtype)
         self.gpu = device.startswith("cuda")
-        self.device_id = None
-        if self.gpu:
-            self.device_id = int(device.split(":")[1]) if ":" in device else \
-                torch.cuda.current_device()
+        # "cuda" means torch's current device when the graphs are first built (not now: no
+        # CUDA initialisation in the constructor, and a pickled Processor picks its own).
+        self.device_id = int(device.split(":")[1]) if ":" in device else None
         self._stages: Stages | None = None
         self._lock = threading.Lock()
 
@@ -80,6 +79,8 @@ class Backend(_Base):
     def stages(self) -> Stages:
         """The compiled graphs (built on first use; batch sizes from ``graph.BATCH``)."""
         if self._stages is None:
+            if self.gpu and self.device_id is None:
+                self.device_id = torch.cuda.current_device()
             self._stages = compile_stages(self.ops, self.lowerings, "gpu" if self.gpu else "cpu",
                                           self.dtype, self.device_id)
         return self._stages
@@ -98,18 +99,25 @@ class Backend(_Base):
             row += p.rows(layout)
         errors: dict[int, ImageError] = {}
         with self._lock:
-            step = self.stages.decode.batch_size
+            stages = self.stages
+            if self.gpu and out.device.index not in (None, self.device_id):
+                raise ValueError(f"backend 'dali': expected the output on cuda:{self.device_id} "
+                                 f"(where its graphs were built), got {out.device}; keep one "
+                                 f"Processor per device")
+            step = stages.decode.batch_size
             for lo in range(0, len(items), step):
                 chunk = items[lo:lo + step]
+                held: list = []  # this chunk's DALI outputs: alive until the copies read them
                 try:
                     self._decode(chunk, errors)
                     self._geometry([it for it in chunk if it.plan.index not in errors], out,
-                                   errors)
+                                   errors, held)
                 finally:
                     if self.gpu:
                         # DALI may hand a buffer back to its pool once unreferenced; make sure
                         # the copies into ``out`` that read it are done first.
                         torch.cuda.current_stream(self.device_id).synchronize()
+                    held.clear()
                     for it in chunk:
                         it.image, it.keep = None, []
         return errors
@@ -197,35 +205,48 @@ class Backend(_Base):
             self.stages.decode.reset()
 
     # -- canvases and tiles ---------------------------------------------------------------------
-    def _geometry(self, items: list[_Item], out: torch.Tensor,
-                  errors: dict[int, ImageError]) -> None:
-        """Canvases and tiles of ``items``; a failing run is bisected down to single images."""
+    def _geometry(self, items: list[_Item], out: torch.Tensor, errors: dict[int, ImageError],
+                  held: list) -> None:
+        """Canvases and tiles of ``items``; a failing run is bisected down to single images.
+
+        Only a failure some images pass is theirs: when every image fails (DALI out of memory,
+        a graph or feed problem), the first error is raised, not pinned on the images.
+        """
+        failed: list[tuple[_Item, RuntimeError]] = []
+        self._bisect(items, out, failed, held)
+        if failed and len(failed) == len(items):
+            raise failed[0][1]
+        for it, e in failed:
+            msg = str(e).strip().splitlines()
+            errors[it.plan.index] = ImageError(
+                f"expected DALI to resize and cut this {it.src.hw[0]}x{it.src.hw[1]} image "
+                f"as planned, got {type(e).__name__}: {msg[-1] if msg else e}; process it "
+                f"with backend='torch' or 'reference', and report it (with the image)",
+                index=it.plan.index, source=it.src.desc)
+
+    def _bisect(self, items: list[_Item], out: torch.Tensor,
+                failed: list[tuple[_Item, RuntimeError]], held: list) -> None:
         if not items:
             return
         try:
-            self._canvases_and_tiles(items, out)
+            self._canvases_and_tiles(items, out, held)
         except RuntimeError as e:
+            if self.gpu and isinstance(e, torch.cuda.OutOfMemoryError):
+                raise  # the device's, not an image's
             self.stages.canvas.reset()
             self.stages.tiles.reset()
             if len(items) == 1:
-                it = items[0]
-                msg = str(e).strip().splitlines()
-                errors[it.plan.index] = ImageError(
-                    f"expected DALI to resize and cut this {it.src.hw[0]}x{it.src.hw[1]} image "
-                    f"as planned, got {type(e).__name__}: {msg[-1] if msg else e}; process it "
-                    f"with backend='torch' or 'reference', and report it (with the image)",
-                    index=it.plan.index, source=it.src.desc)
+                failed.append((items[0], e))
                 return
             half = len(items) // 2
-            self._geometry(items[:half], out, errors)
-            self._geometry(items[half:], out, errors)
+            self._bisect(items[:half], out, failed, held)
+            self._bisect(items[half:], out, failed, held)
 
-    def _canvases_and_tiles(self, items: list[_Item], out: torch.Tensor) -> None:
+    def _canvases_and_tiles(self, items: list[_Item], out: torch.Tensor, held: list) -> None:
         stream = self._stream()
         interp = self.pipeline.sizing.interpolation
         # Canvases, one run per dependency level (a canvas's parent is built in an earlier one).
         built: dict[tuple[int, int], Any] = {}
-        keep: list = []
         depth = {}
         for n, it in enumerate(items):
             for k, c in enumerate(it.plan.canvases):
@@ -247,7 +268,7 @@ class Backend(_Base):
                         in_hw = tuple(it.plan.canvases[c.parent].hw)
                     feeds.add(F.canvas_args(c, in_hw, interp, INTERP_IDS))
                 (res,) = self.stages.canvas.run({"image": images, **feeds.data}, stream)
-                keep.append(res)
+                held.append(res)
                 for j, key in enumerate(part):
                     built[key] = res[j]
         # Tiles: one flattened batch, in output order; each run's rows go straight into ``out``.
@@ -266,8 +287,8 @@ class Backend(_Base):
             for _, args, _, _ in part:
                 feeds.add(args)
             (res,) = self.stages.tiles.run({"image": [t[0] for t in part], **feeds.data}, stream)
+            held.append(res)
             self._copy_out(res, [(t[2], t[3]) for t in part], out)
-        del keep
 
     def _copy_out(self, res, spans: list[tuple[int, int]], out: torch.Tensor) -> None:
         """Copy the tile rows of one run into ``out``. DALI's contiguous output is viewed as one
@@ -283,14 +304,14 @@ class Backend(_Base):
                              for i in range(len(res))])
         # One copy per run of consecutive destination rows (all of them, unless an image in the
         # middle failed to decode).
-        s = 0
+        s, first = 0, 0
         while s < len(spans):
             e, n = s, spans[s][0]
             while e + 1 < len(spans) and spans[e + 1][1] == spans[e][1] + spans[e][0]:
                 e += 1
                 n += spans[e][0]
-            first = sum(r for r, _ in spans[:s])
             out[spans[s][1]:spans[s][1] + n].copy_(src[first:first + n], non_blocking=True)
+            first += n
             s = e + 1
 
 

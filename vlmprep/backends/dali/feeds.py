@@ -23,10 +23,11 @@ a 0/1 mask gives ``sum(w)``; their ratio is Pillow's value (measured: within 1 l
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...plan.grid import row_length
 from ..resample_order import pil_pass_order
 
 if TYPE_CHECKING:
@@ -60,11 +61,6 @@ class Feeds:
         for k, v in values.items():
             self.data.setdefault(k, []).append(v)
 
-    def __len__(self) -> int:
-        return max((len(v) for v in self.data.values()), default=0)
-
-    def slice(self, lo: int, hi: int) -> dict[str, list]:
-        return {k: v[lo:hi] for k, v in self.data.items()}
 
 
 def _i32(*v: int) -> np.ndarray:
@@ -172,16 +168,15 @@ def tile_args(box: tuple[int, int, int, int], op: "patchify") -> tuple[dict, int
     layout. Returns ``(args, rows)``: ``rows`` leading-dimension rows it fills."""
     top, left, h, w = box
     out = {"tile_start": _i32(top, left), "tile_shape": _i32(h, w)}
-    p, m, t = op.patch_size, op.merge_size, op.temporal_patch_size
+    p, m = op.patch_size, op.merge_size
     if op.layout == "tiles":
         return out, 1
     gh, gw = h // p, w // p
     if op.layout == "merge_grouped":
         out["grid"] = _i32(gh // m, m, p, gw // m, m, p, 3)
-        out["rows"] = _i32(gh * gw, 3 * t * p * p)
     else:  # raster / naflex: (gy, py, gx, px, c)
         out["grid"] = _i32(gh, p, gw, p, 3)
-        out["rows"] = _i32(gh * gw, 3 * p * p)
+    out["rows"] = _i32(gh * gw, row_length(op))
     return out, gh * gw
 
 
@@ -200,11 +195,3 @@ def dali_decodes(src: "Source") -> bool:
         return False
     return (h.mode_hint in _DALI_MODES.get(h.format, ()) and h.bit_depth == 8
             and not h.has_alpha and not h.animated)
-
-
-def row_offsets(counts: Iterable[int]) -> list[int]:
-    """Exclusive prefix sums: ``[0, c0, c0 + c1, ...]`` (one more than ``counts``)."""
-    out = [0]
-    for c in counts:
-        out.append(out[-1] + c)
-    return out

@@ -152,10 +152,6 @@ class Stages:
     canvas: Stage
     tiles: Stage
 
-    def reset(self) -> None:
-        for s in (self.decode, self.canvas, self.tiles):
-            s.reset()
-
 
 #: Largest flattened batch per graph; bigger batches run in several graph runs.
 BATCH = {"decode": 16, "canvas": 64, "tiles": 128}

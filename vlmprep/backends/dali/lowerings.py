@@ -19,7 +19,7 @@ import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 
 from ...spec import ops
-from ...spec.ops import OP_TYPES
+from ..base import register_sizing
 from ..registry import lowering
 from .feeds import CANVAS_KEYS, PASS_KEYS
 from .graph import GraphCtx
@@ -120,9 +120,7 @@ def canvas(op: ops.Op, x: "DataNode", g: "GraphCtx") -> "DataNode":
     return x
 
 
-for _name, _typ in OP_TYPES.items():
-    if _typ.sizing:
-        lowering(B, _name)(canvas)
+register_sizing(B, canvas)
 
 
 # -- tiles ----------------------------------------------------------------------------------------
@@ -132,19 +130,11 @@ def cut_tile(x: "DataNode", g: "GraphCtx") -> "DataNode":
                     out_of_bounds_policy="pad", fill_values=0)
 
 
-@lowering(B, "center_crop")
-def center_crop(op: ops.center_crop, x: "DataNode", g: "GraphCtx") -> "DataNode":
-    """The plan's crop box is the tile ``cut_tile`` already cut."""
-    return x
-
-
 def normalize_table(op: ops.normalize) -> np.ndarray:
-    """float32 ``(3, 256)``: channel c's output for level v, computed with the reference
-    backend's operations (``(v.astype(f64) * rescale).astype(f32) - mean) / std`` in float32),
-    so the table lookup gives the reference's bits."""
-    mean, std = np.asarray(op.mean, np.float32), np.asarray(op.std, np.float32)
-    v = (np.arange(256, dtype=np.float64) * op.rescale).astype(np.float32)
-    return ((v[None, :] - mean[:, None]) / std[:, None]).astype(np.float32)
+    """float32 ``(3, 256)``: channel c's output for level v, computed by the reference
+    backend's own normalize, so the table lookup gives the reference's bits."""
+    from ..reference.ops import RAMP, normalize_array
+    return np.ascontiguousarray(normalize_array(op, RAMP).T)
 
 
 @lowering(B, "normalize")

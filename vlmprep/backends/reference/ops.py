@@ -47,24 +47,24 @@ def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.
 register_geometry_lowerings(B, _resize_to, _cut)
 
 
-def _normalize(op: ops.normalize, x: np.ndarray) -> np.ndarray:
+def normalize_array(op: ops.normalize, x: np.ndarray) -> np.ndarray:
     """uint8 -> float32, as transformers: ``(x.astype(f64) * rescale).astype(f32)``, then
     ``(x - mean) / std`` in float32 (same operations, so the same bits)."""
     mean, std = np.asarray(op.mean, np.float32), np.asarray(op.std, np.float32)
     return ((x.astype(np.float64) * op.rescale).astype(np.float32) - mean) / std
 
 
-_RAMP = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # pixel v = (v, v, v)
+RAMP = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # pixel v = (v, v, v)
 
 
 @lowering(B, "normalize")
 def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context):
-    """uint8 tiles -> float32 tiles (``_normalize``), or, when the fused kernel will write the
-    rows, ``fused.Normalized`` with ``_normalize``'s values as a table (the same bits)."""
+    """uint8 tiles -> float32 tiles (``normalize_array``), or, when the fused kernel will write the
+    rows, ``fused.Normalized`` with ``normalize_array``'s values as a table (the same bits)."""
     if ctx is not None and fused.usable(ctx):
-        t = fused.table((B, op), lambda: _normalize(op, _RAMP), ctx.dest.dtype, ctx.dest.device)
+        t = fused.table((B, op), lambda: normalize_array(op, RAMP), ctx.dest.dtype, ctx.dest.device)
         return fused.Normalized(imgs, t)
-    return [_normalize(op, x) for x in imgs]
+    return [normalize_array(op, x) for x in imgs]
 
 
 @lowering(B, "patchify")
