@@ -57,7 +57,7 @@ def main() -> int:
         want = (ref_u8 if dtype == "uint8" else ref_f)(parity_in)
         mx, mean, p999 = _levels(got.pixel_values.float(), want.pixel_values.float())
         if dtype != "uint8":  # report in uint8 levels
-            scale = 255 * min(proc.pipeline.normalize.std)
+            scale = 255 * max(proc.pipeline.normalize.std)  # the channel that hides least
             mx, mean, p999 = mx * scale, mean * scale, p999 * scale
         # batch invariance: each image alone gives the same rows
         alone = torch.cat([proc([x]).pixel_values for x in parity_in])

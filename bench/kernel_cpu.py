@@ -19,6 +19,7 @@ import torch
 
 import vlmprep
 from vlmprep import kernels
+from vlmprep.backends import fused
 from vlmprep.backends.base import Context
 from vlmprep.backends.reference import ops as R
 from vlmprep.backends.torch import ops as T
@@ -57,23 +58,29 @@ def main() -> int:
             return outs[turn[0]]
         out = outs[0]
         nbytes = out.numel() * out.element_size()
-        ctx = Context(None, None, out, dtype, "cpu")
+        def ctx() -> Context:  # the pure paths write the same rotating buffers as the twin
+            return Context(None, None, rotating(), dtype, "cpu")
         torch.set_num_threads(1)
         kernels.set_num_threads(1)
         floor = best_ms(lambda: rotating().fill_(0))
         r = {"output_MB": round(nbytes / 1e6, 1), "memset_floor_ms": round(floor, 2),
              "memset_GB_per_s": round(nbytes / floor / 1e6, 1),
              "memset_same_buffer_ms": round(best_ms(lambda: out.fill_(0)), 2)}
-        if dtype == "float32":
-            r["reference_pure_ms"] = round(best_ms(
-                lambda: R.patchify(op_p, [R.normalize_array(op_n, img)], ctx), 4), 2)
-            timg = torch.from_numpy(img).permute(2, 0, 1)
-            r["torch_pure_ms"] = round(best_ms(
-                lambda: T.patchify(op_p, [T._normalize(op_n, timg)], ctx), 4), 2)
-            table = torch.from_numpy(R.normalize_array(op_n, R.RAMP).T.copy())
-        else:
-            r["reference_pure_ms"] = round(best_ms(lambda: R.patchify(op_p, [img], ctx), 4), 2)
-            table = None
+        # "before": the backends' own numpy / torch code (the fused kernel switched off)
+        fused.usable, usable = (lambda c: False), fused.usable
+        try:
+            if dtype == "float32":
+                r["reference_pure_ms"] = round(best_ms(
+                    lambda: R.patchify(op_p, [R.normalize_array(op_n, img)], ctx()), 4), 2)
+                timg = torch.from_numpy(img).permute(2, 0, 1)
+                r["torch_pure_ms"] = round(best_ms(
+                    lambda: T.patchify(op_p, [T._normalize(op_n, timg)], ctx()), 4), 2)
+            else:
+                r["reference_pure_ms"] = round(best_ms(lambda: R.patchify(op_p, [img], ctx()), 4), 2)
+        finally:
+            fused.usable = usable
+        table = torch.from_numpy(R.normalize_array(op_n, R.RAMP).T.copy()) \
+            if dtype == "float32" else None
         timg_hwc = torch.from_numpy(img)
         for threads in (1, 2):
             kernels.set_num_threads(threads)

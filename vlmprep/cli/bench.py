@@ -121,10 +121,18 @@ def add_parser(sub) -> None:
 
 
 def _check_out(path: str, flag: str) -> None:
-    parent = Path(path).resolve().parent
+    """Fail before measuring, not after: the target must be a writable file path."""
+    import os
+    target = Path(path)
+    parent = target.resolve().parent
+    if target.is_dir():
+        raise ValueError(f"{flag}: expected a file path, got the folder {path!r}; name a file "
+                         f"in it, e.g. {os.path.join(path, 'bench.json')!r}")
     if not parent.is_dir():
         raise ValueError(f"{flag}: expected a file in an existing folder, got {path!r} "
                          f"({parent} does not exist)")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ValueError(f"{flag}: expected a writable file, got {path!r}; check permissions")
 
 
 def _backends(spec: str, device: str) -> list[str]:

@@ -462,8 +462,10 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
                     except Exception:  # to_hf is the pack layer's business; never fail a bench
                         mine = None
                 for hb, h in hf_rows.items():
-                    r[f"speedup_vs_hf_{hb}"] = round(h["per_image_p50_ms"]
-                                                     / r["per_image_p50_ms"], 3)
+                    # Like for like only: the processors return normalized float32.
+                    if r["dtype"] == "float32":
+                        r[f"speedup_vs_hf_{hb}"] = round(h["per_image_p50_ms"]
+                                                         / r["per_image_p50_ms"], 3)
                     if mine is not None:
                         same = mine == h["output_shape"]
                         h["same_output_shape_as_vlmprep"] = (

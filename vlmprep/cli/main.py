@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError, OSError) as e:
         print(f"vlmprep {args.command}: error: {e}", file=sys.stderr)
         return 2
 
