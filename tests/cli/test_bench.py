@@ -150,6 +150,7 @@ def test_images_folder(tmp_path, capsys):
     (["--compare", "vllm"], "invalid choice"),
     (["--json", "/no/such/dir/r.json"], "existing folder"),
     (["--plot", "/no/such/dir/r.png"], "existing folder"),
+    (["--json", "/tmp"], "expected a file path, got the folder"),
 ])
 def test_bad_flags(args, words, capsys):
     inputs = [] if {"--images", "--synthetic"} & set(args) else ["--synthetic", "64x48"]
