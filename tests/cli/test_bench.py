@@ -134,6 +134,13 @@ def test_images_folder(tmp_path, capsys):
     assert r["per_image_p50_ms"] == pytest.approx(r["batch_p50_ms"] / 3, rel=1e-3, abs=1e-3)
 
 
+def test_reference_backend_refused_on_cuda():
+    """Checked before any image is built (the device check comes first on a machine without one)."""
+    from vlmprep.cli import bench
+    with pytest.raises(ValueError, match="'reference' runs on the CPU only"):
+        bench._backends("reference", "cuda")
+
+
 @pytest.mark.parametrize("args, words", [
     (["--preset", "nope"], "unknown preset"),
     (["--synthetic", "1080x"], "WIDTHxHEIGHT"),

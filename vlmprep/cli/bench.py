@@ -153,6 +153,9 @@ def _backends(spec: str, device: str) -> list[str]:
             if why:
                 raise ValueError(f"--backend: {n!r} cannot run here: {why}; usable here: "
                                  f"{backends.available()}")
+            if n == "reference" and device.startswith("cuda"):
+                raise ValueError("--backend: 'reference' runs on the CPU only; use torch or dali "
+                                 "with --device cuda, or --device cpu")
             out.append(n)
     if not out:
         raise ValueError(f"--backend: expected at least one backend, got {spec!r}")
