@@ -10,7 +10,8 @@ Per chunk of images (at most the decode graph's batch size, ``graph.BATCH``):
    from another canvas waits for it).
 3. tiles: every tile of the chunk in one flattened batch, cut, normalized and patchified; the
    rows are copied into ``out``.
-A failure in 2 or 3 (not expected after validation) is isolated by bisecting the images.
+A failure in 2 or 3 (not expected after validation) is isolated by bisecting the images; one
+that every image of the chunk hits (out of memory, a graph or feed problem) is raised instead.
 """
 from __future__ import annotations
 
