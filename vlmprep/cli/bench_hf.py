@@ -11,7 +11,6 @@ transformers is imported only here, and only when ``--compare hf`` asks for it.
 """
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
