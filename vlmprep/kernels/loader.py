@@ -49,7 +49,8 @@ def _load_torch() -> str | None:
         return "disabled by VLMPREP_DISABLE_KERNELS"
     info = build_info()["torch_ext"]
     libs = sorted(glob.glob(os.path.join(_HERE, "_vlmprep_torch*.so")))
-    if not libs:
+    if not libs or not info.get("built"):
+        # A library left from an earlier build is not loaded when the last build failed.
         return f"not built ({info.get('reason', 'no library next to the package')})"
     try:
         import torch
