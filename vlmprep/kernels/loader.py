@@ -85,8 +85,8 @@ def _load_dali() -> str | None:
     if os.environ.get("VLMPREP_DISABLE_KERNELS"):
         return None
     path = os.path.join(_HERE, "libvlmprep_dali.so")
-    if not os.path.exists(path):
-        return None
+    if not os.path.exists(path) or not build_info()["dali_plugin"].get("built"):
+        return None  # not built, or left from an earlier build when the last one failed
     try:
         import nvidia.dali.backend as b
         import nvidia.dali.plugin_manager as pm
