@@ -243,7 +243,7 @@ def print_report(result: dict) -> None:
           f"{m['usable_cpus']} CPUs{', ' + ', '.join(m['gpus']) if m['gpus'] else ''}); device "
           f"{cfg['device']}, batch {cfg['batch_size']}, {cfg['repeat']} timed passes")
     print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
-          + f"; compiled kernels: {'loaded' if result['kernels']['available'] else 'not loaded'}")
+          + f"; compiled kernels: {'loaded' if result['kernels']['built'] else 'not loaded'}")
     for i in result["inputs"]:
         size = f"{i['width']}x{i['height']}" if i["width"] else "mixed sizes"
         print(f"inputs {i['label']}: {i['count']} {'/'.join(i['formats']).upper()} "

@@ -8,7 +8,9 @@ import resource
 import sys
 from importlib import metadata
 
-__all__ = ["machine", "machine_name", "versions", "kernels", "PeakRss"]
+from ..kernels.threads import usable_cpus
+
+__all__ = ["machine", "machine_name", "versions", "PeakRss"]
 
 # short name -> distribution names to try (the first installed one wins)
 _DISTS = {
@@ -61,13 +63,6 @@ def _memory_gib() -> float | None:
     return None
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def _gpus() -> list[str]:
     if "torch" not in sys.modules:  # only asked once torch is loaded anyway (the harness loads it)
         return []
@@ -83,29 +78,15 @@ def machine_name() -> str:
     gpus = _gpus()
     if gpus:
         return re.sub(r"[^a-z0-9]+", "-", gpus[0].lower()).strip("-")
-    return f"cpu{_usable_cpus()}"
+    return f"cpu{usable_cpus()}"
 
 
 def machine() -> dict:
     """``{name, platform, processor, cpu_model, cpu_count, usable_cpus, memory_gib, gpus}``."""
     return {"name": machine_name(), "platform": platform.platform(),
             "processor": platform.machine(), "cpu_model": _cpu_model(),
-            "cpu_count": os.cpu_count(), "usable_cpus": _usable_cpus(),
+            "cpu_count": os.cpu_count(), "usable_cpus": usable_cpus(),
             "memory_gib": _memory_gib(), "gpus": _gpus()}
-
-
-def kernels() -> dict:
-    """Whether vlmprep's compiled ops are loaded (the backends' fast paths use them if so)."""
-    from .. import kernels as k
-    available = getattr(k, "available", None)
-    if available is None:
-        return {"available": False, "reason": "this build has no compiled ops"}
-    try:
-        ok = bool(available())
-    except Exception as e:  # a broken build must not take the benchmark down
-        return {"available": False, "reason": f"{type(e).__name__}: {e}"}
-    why = getattr(k, "why_unavailable", lambda: None)
-    return {"available": ok, "reason": None if ok else str(why())}
 
 
 class PeakRss:

@@ -373,6 +373,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
     import torch  # noqa: F401  (loaded first, so machine() sees CUDA devices)
 
     from . import bench_hf
+    from .info import kernels_info
     log = log or (lambda msg: None)
     hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else None
     if cfg.compare_hf:
@@ -394,7 +395,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": bench_env.machine(),
         "versions": bench_env.versions(),
-        "kernels": bench_env.kernels(),
+        "kernels": kernels_info(),
         "preset": {"name": cfg.pipeline.name, "source": cfg.preset,
                    "pipeline": cfg.pipeline.to_dict()},
         "config": {"backends": list(cfg.backends), "dtypes": list(cfg.dtypes),

@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _kernels() -> dict:
+def kernels_info() -> dict:
     """The build record plus whether the ops load here (and why not)."""
     from .. import kernels
     info = kernels.build_info()
@@ -42,7 +42,7 @@ def collect(preset: str | None = None) -> dict:
         "backends": {n: {"available": backends.why_unavailable(n) is None,
                          "reason": backends.why_unavailable(n)} for n in backends.names()},
         "presets": presets.names(),
-        "kernels": _kernels(),
+        "kernels": kernels_info(),
     }
     try:
         import torch

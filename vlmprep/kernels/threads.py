@@ -5,7 +5,7 @@ import contextlib
 import os
 import threading
 
-__all__ = ["set_num_threads", "get_num_threads", "local_threads"]
+__all__ = ["set_num_threads", "get_num_threads", "local_threads", "usable_cpus"]
 
 _threads: int | None = None
 _local = threading.local()
@@ -30,6 +30,11 @@ def get_num_threads() -> int:
     env = os.environ.get("VLMPREP_NUM_THREADS")
     if env:
         return max(1, int(env))
+    return usable_cpus()
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask; ``os.cpu_count()`` off Linux)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
