@@ -12,9 +12,9 @@ from .spec.pipeline import Pipeline
 
 __all__ = ["Processor"]
 
-_DTYPES = ("float32", "bfloat16", "uint8")
+DTYPES = ("float32", "bfloat16", "uint8")
 _ERRORS = ("raise", "skip")
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
 def _as_list(images: Any) -> list:
@@ -53,10 +53,10 @@ class Processor:
             raise TypeError(f"pipeline: expected a preset name {presets.names()} or a "
                             f"vlmprep.Pipeline, got {type(pipeline).__name__}")
         device = str(device)
-        if not _DEVICE_RE.match(device):
+        if not DEVICE_RE.match(device):
             raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype: expected one of {_DTYPES}, got {dtype!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
         if errors not in _ERRORS:
             raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
         name = backends.resolve_auto(device) if backend == "auto" else backend

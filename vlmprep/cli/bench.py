@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-_DTYPES = ("float32", "bfloat16", "uint8")
+from ..processor import DEVICE_RE, DTYPES
 
 
 def _int_at_least(lo: int, what: str):
@@ -64,9 +64,9 @@ def _sizes(s: str) -> list[str]:
 
 def _dtypes(s: str) -> list[str]:
     out = [p.strip() for p in s.split(",")]
-    bad = [p for p in out if p not in _DTYPES]
+    bad = [p for p in out if p not in DTYPES]
     if bad:
-        raise argparse.ArgumentTypeError(f"expected dtypes from {', '.join(_DTYPES)}, got {s!r}")
+        raise argparse.ArgumentTypeError(f"expected dtypes from {', '.join(DTYPES)}, got {s!r}")
     return out
 
 
@@ -164,13 +164,11 @@ def _backends(spec: str, device: str) -> list[str]:
 
 def config(args: argparse.Namespace):
     """Validate the flags -> ``bench_harness.BenchConfig`` (inputs built, nothing measured)."""
-    import re
-
     from . import bench_images
     from .bench_harness import BenchConfig
     from .plan import _pipeline
     pipe = _pipeline(args.preset, [])
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+    if not DEVICE_RE.match(args.device):
         raise ValueError(f"--device: expected cpu, cuda or cuda:N, got {args.device!r}")
     if args.device.startswith("cuda"):
         import torch
