@@ -61,7 +61,7 @@ RAMP = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # pixel v 
 def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context):
     """uint8 tiles -> float32 tiles (``normalize_array``), or, when the fused kernel will write the
     rows, ``fused.Normalized`` with ``normalize_array``'s values as a table (the same bits)."""
-    if ctx is not None and fused.usable(ctx):
+    if fused.usable(ctx):
         t = fused.table((B, op), lambda: normalize_array(op, RAMP), ctx.dest.dtype, ctx.dest.device)
         return fused.Normalized(imgs, t)
     return [normalize_array(op, x) for x in imgs]

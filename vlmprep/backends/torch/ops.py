@@ -74,7 +74,7 @@ _RAMP = torch.arange(256, dtype=torch.uint8).expand(3, 256)
 def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context):
     """uint8 tiles -> float32 tiles (``_normalize``), or, when the fused kernel will write the
     rows, ``fused.Normalized`` with ``_normalize``'s values as a table (the same bits)."""
-    if ctx is not None and fused.usable(ctx):
+    if fused.usable(ctx):
         t = fused.table((B, op), lambda: _normalize(op, _RAMP).t(), ctx.dest.dtype, ctx.dest.device)
         return fused.Normalized([x.permute(1, 2, 0) for x in imgs], t)
     return [_normalize(op, x) for x in imgs]
