@@ -80,7 +80,8 @@ def _torch_extension():
         _log("no C++ compiler: kernels not built (pure Python)")
         return None, {}
     nvcc = _nvcc()
-    sources = ["csrc/torch/ops.cpp", "csrc/torch/host_cache.cpp", "csrc/kernels/normalize_patchify_cpu.cc", "csrc/kernels/resize.cc"]
+    sources = ["csrc/torch/ops.cpp", "csrc/torch/host_cache.cpp", "csrc/kernels/normalize_patchify_cpu.cc", "csrc/kernels/resize.cc", "csrc/kernels/resize_avx512.cc",
+               "csrc/kernels/resize_normalize_patchify_cpu.cc"]
     cflags = ["-O3", "-g0", "-std=c++20", "-fvisibility=hidden"]  # torch 2.14 headers need C++20
     cfg = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx": cxx,
            "python": sys.version.split()[0]}

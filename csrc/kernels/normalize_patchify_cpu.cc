@@ -1,6 +1,6 @@
 // CPU twin of the normalize_patchify kernel: same index math (normalize_patchify.h), same table,
 // so the same bytes. Rows are split across std::threads; inner loops run over one patch line.
-#include "vlmprep/normalize_patchify.h"
+#include "normalize_patchify_cpu.h"
 
 #include <algorithm>
 #include <cstring>
@@ -222,7 +222,7 @@ void run(const NormalizePatchifyParams& p, int num_threads) {
   const int64_t units = unit_start.back();
   const int64_t out_bytes =
       bytes / 3 * (p.layout == Layout::kMergeGrouped ? p.temporal : 1) * 3 * dtype_size(p.dtype);
-  const bool stream = out_bytes >= kStreamBytes;
+  const bool stream = normalize_patchify_streams(out_bytes);
   // Below ~256 KiB of input a thread costs more than it saves.
   const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
   const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, units})));
@@ -239,7 +239,28 @@ void run(const NormalizePatchifyParams& p, int num_threads) {
   for (auto& th : pool) th.join();
 }
 
+template <typename T, bool kTable>
+void run_sample(const NormalizePatchifyParams& p, const NPSample& s, bool stream) {
+  const int64_t units = p.layout == Layout::kTiles ? s.height : num_rows(p, s.height, s.width);
+  NormalizePatchifyParams one = p;
+  one.num_samples = 1;
+  one.samples = &s;
+  const std::vector<int64_t> unit_start = {0, units};
+  run_units<T, kTable>(one, unit_start, 0, units, stream);
+}
+
 }  // namespace
+
+bool normalize_patchify_streams(int64_t out_bytes) { return out_bytes >= kStreamBytes; }
+
+void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSample& s,
+                                   bool stream) {
+  switch (p.dtype) {
+    case DType::kFloat32: return run_sample<float, true>(p, s, stream);
+    case DType::kBFloat16: return run_sample<uint16_t, true>(p, s, stream);
+    case DType::kUInt8: return run_sample<uint8_t, false>(p, s, stream);
+  }
+}
 
 void normalize_patchify_cpu(const NormalizePatchifyParams& p, int num_threads) {
   switch (p.dtype) {

@@ -6,10 +6,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include "resize_avx512.h"
+#include "resize_rows.h"
+#include "resize_weights.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -18,7 +23,6 @@
 namespace vlmprep {
 namespace {
 
-constexpr int kPrecisionBits = 32 - 8 - 2;
 
 double filter_bilinear(double x) {
   x = x < 0.0 ? -x : x;
@@ -41,11 +45,6 @@ double sinc(double x) {
 
 double filter_lanczos(double x) { return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3) : 0.0; }
 
-struct Coeffs {
-  int ksize = 0;
-  std::vector<int32_t> bounds;  // per output: first input index, tap count
-  std::vector<int32_t> k;       // per output: ksize fixed-point weights
-};
 
 // Weights of one axis, in Pillow's arithmetic order (so the same doubles, the same ints).
 Coeffs coeffs(int in_size, int out_size, Filter f) {
@@ -241,6 +240,14 @@ std::vector<int32_t> pair_weights(const Coeffs& c, int out_w) {
 }
 #endif
 
+#if defined(__x86_64__)
+// AVX2 is there and VLMPREP_CPU_ISA does not say "scalar" (tests of the plain C++ path).
+bool avx2_usable() {
+  const char* isa = std::getenv("VLMPREP_CPU_ISA");
+  return __builtin_cpu_supports("avx2") && !(isa && std::strcmp(isa, "scalar") == 0);
+}
+#endif
+
 // Horizontal pass rows [y0, y1); `widened`: c has exactly ksize taps per output (see widen).
 void horizontal(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
                 int out_w, int in_w, const Coeffs& c, const std::vector<int32_t>& kw, int y0,
@@ -257,15 +264,16 @@ void horizontal(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t ds
   }
 }
 
-// Rows [y0, y1) of a vertical pass: each output row is a weighted sum of whole input rows, so
-// the inner loop runs over contiguous bytes with one weight (vectorisable).
-__attribute__((target_clones("avx2", "default")))
+// Output rows [y0, y1) of a vertical pass into dst (row y0 first): each is a weighted sum of
+// whole source rows (row i of `src` is source row i + shift), so the inner loop runs over
+// contiguous bytes with one weight (vectorisable).
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 void vertical(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
-              int width, const Coeffs& c, int y0, int y1) {
+              int width, const Coeffs& c, int y0, int y1, int shift) {
   const int n = width * 3;
   std::vector<int32_t> acc(n);
   for (int yy = y0; yy < y1; ++yy) {
-    const int ymin = c.bounds[yy * 2], taps = c.bounds[yy * 2 + 1];
+    const int ymin = c.bounds[yy * 2] - shift, taps = c.bounds[yy * 2 + 1];
     const int32_t* k = &c.k[size_t(yy) * c.ksize];
     int32_t* a = acc.data();
     std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
@@ -274,32 +282,117 @@ void vertical(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_
       const int32_t w = k[y];
       for (int j = 0; j < n; ++j) a[j] += int32_t(in[j]) * w;
     }
-    uint8_t* out = dst + int64_t(yy) * dst_stride;
+    uint8_t* out = dst + int64_t(yy - y0) * dst_stride;
     for (int j = 0; j < n; ++j) out[j] = clip8(a[j]);
   }
 }
 
-// The intermediate image between the passes: a per-thread buffer kept across calls, so a
-// steady stream of images does not fault in (and zero) megabytes of fresh memory each time.
-class Scratch {
- public:
-  explicit Scratch(size_t n) {
-    thread_local std::unique_ptr<uint8_t[]> buf;
-    thread_local size_t cap = 0;
-    if (cap < n) {
-      buf.reset(new uint8_t[n]);  // default-initialised: no memset
-      cap = n;
-    }
-    ptr_ = buf.get();
-    size_ = n;
-  }
-  uint8_t* data() { return ptr_; }
-  size_t size() const { return size_; }
+}  // namespace
 
- private:
-  uint8_t* ptr_;
-  size_t size_;
+struct ResizeRows::Weights {
+  bool need_h = false, need_v = false, vertical_first = false;
+  Coeffs ch, cv;
+  std::vector<int32_t> kw;  // AVX2 pair weights of ch; empty: the scalar horizontal pass
+  Horizontal512 h512;       // the AVX-512 horizontal pass, when use_h512
+  bool use_h512 = false, use_v512 = false;
+
+  // `rows` rows of the horizontal pass, src row i -> dst row i.
+  void hpass(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int in_w,
+             int out_w, int rows) const {
+    if (!use_h512) return horizontal(src, src_stride, dst, dst_stride, out_w, in_w, ch, kw, 0, rows);
+    horizontal512(h512, src, src_stride, dst, dst_stride, rows);
+    for (int y = 0; y < rows; ++y)  // the right border: scalar, same arithmetic
+      for (int xx = h512.simd_end; xx < out_w; ++xx)
+        pixel_sum(src + int64_t(y) * src_stride + ch.bounds[xx * 2] * 3, &ch.k[size_t(xx) * ch.ksize],
+                  ch.ksize, dst + int64_t(y) * dst_stride + xx * 3);
+  }
+
+  // Output rows [y0, y1) of the vertical pass (see vertical).
+  void vpass(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int width,
+             int y0, int y1, int shift) const {
+    if (use_v512) return vertical512(src, src_stride, dst, dst_stride, width, cv, y0, y1, shift);
+    vertical(src, src_stride, dst, dst_stride, width, cv, y0, y1, shift);
+  }
 };
+
+const char* ResizeRows::check(const ResizeParams& p) {
+  if (p.in_h < 1 || p.in_w < 1 || p.out_h < 1 || p.out_w < 1) return "sizes must be positive";
+  if (p.src_stride < int64_t(3) * p.in_w) return "src_stride is smaller than 3 * in_w";
+  return nullptr;
+}
+
+ResizeRows::ResizeRows(const ResizeParams& p) : p_(p), w_(new Weights) {
+  Weights& w = *w_;
+  w.need_h = p.out_w != p.in_w;
+  w.need_v = p.out_h != p.in_h;
+  if (w.need_h) {
+    w.ch = coeffs(p.in_w, p.out_w, p.filter);
+    if (p.in_w >= w.ch.ksize) {
+      w.ch = widen(w.ch, p.in_w);
+      w.use_h512 = resize_avx512_usable() && horizontal512_plan(w.ch, p.in_w, p.out_w, &w.h512);
+#if defined(__x86_64__)
+      if (!w.use_h512 && avx2_usable()) w.kw = pair_weights(w.ch, p.out_w);
+#endif
+    }
+  }
+  if (w.need_v) w.cv = coeffs(p.in_h, p.out_h, p.filter);
+  w.use_v512 = w.need_v && resize_avx512_usable();
+  // Pillow 13's pass order (resize.h): the pixels depend on it through the rounding between.
+  const int shrink = p.in_h - p.out_h;
+  w.vertical_first = w.need_h && w.need_v && shrink > 0 && shrink > 2 * (p.in_w - p.out_w);
+}
+
+ResizeRows::~ResizeRows() = default;
+
+void ResizeRows::rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache) const {
+  const Weights& w = *w_;
+  const ResizeParams& p = p_;
+  const uint8_t* src = p.src;
+  if (!w.need_h && !w.need_v) {
+    for (int y = y0; y < y1; ++y)
+      std::memcpy(dst + int64_t(y - y0) * dst_stride, src + int64_t(y) * p.src_stride, size_t(3) * p.out_w);
+    return;
+  }
+  if (!w.need_v) {
+    w.hpass(src + int64_t(y0) * p.src_stride, p.src_stride, dst, dst_stride, p.in_w, p.out_w, y1 - y0);
+    return;
+  }
+  if (!w.need_h) {
+    w.vpass(src, p.src_stride, dst, dst_stride, p.in_w, y0, y1, 0);
+    return;
+  }
+  if (w.vertical_first) {  // (in_h, in_w) -> band (y1 - y0, in_w) -> (y1 - y0, out_w)
+    const int64_t tmp_stride = int64_t(3) * p.in_w;
+    cache.buf.resize(size_t(y1 - y0) * tmp_stride);
+    cache.lo = cache.hi = 0;  // nothing kept between calls
+    w.vpass(src, p.src_stride, cache.buf.data(), tmp_stride, p.in_w, y0, y1, 0);
+    w.hpass(cache.buf.data(), tmp_stride, dst, dst_stride, p.in_w, p.out_w, y1 - y0);
+    return;
+  }
+  // Horizontal first, on the source rows these output rows read: [lo, hi). Rows the cache
+  // already holds from the previous band are moved to the front instead of computed again.
+  const int lo = w.cv.bounds[y0 * 2];
+  const int hi = w.cv.bounds[(y1 - 1) * 2] + w.cv.bounds[(y1 - 1) * 2 + 1];
+  const int64_t row = int64_t(3) * p.out_w;
+  int start = lo;
+  if (cache.lo <= lo && lo < cache.hi && cache.hi <= hi) {
+    std::memmove(cache.buf.data(), cache.buf.data() + int64_t(lo - cache.lo) * row,
+                 size_t(cache.hi - lo) * row);
+    start = cache.hi;
+  }
+  if (cache.buf.size() < size_t(hi - lo) * row) {
+    std::vector<uint8_t> grown(size_t(hi - lo) * row);
+    if (start > lo) std::memcpy(grown.data(), cache.buf.data(), size_t(start - lo) * row);
+    cache.buf.swap(grown);
+  }
+  w.hpass(src + int64_t(start) * p.src_stride, p.src_stride, cache.buf.data() + int64_t(start - lo) * row,
+          row, p.in_w, p.out_w, hi - start);
+  cache.lo = lo;
+  cache.hi = hi;
+  w.vpass(cache.buf.data(), row, dst, dst_stride, p.out_w, y0, y1, lo);
+}
+
+namespace {
 
 template <typename F>
 void parallel_rows(int rows, int64_t bytes, int num_threads, F&& f) {
@@ -315,64 +408,14 @@ void parallel_rows(int rows, int64_t bytes, int num_threads, F&& f) {
 }  // namespace
 
 const char* resize_cpu(const ResizeParams& p, int num_threads) {
-  if (p.in_h < 1 || p.in_w < 1 || p.out_h < 1 || p.out_w < 1) return "sizes must be positive";
-  if (p.src_stride < int64_t(3) * p.in_w) return "src_stride is smaller than 3 * in_w";
-  const bool need_h = p.out_w != p.in_w, need_v = p.out_h != p.in_h;
+  if (const char* bad = ResizeRows::check(p)) return bad;
+  const ResizeRows rr(p);
   const int64_t out_stride = int64_t(3) * p.out_w;
-  if (!need_h && !need_v) {
-    for (int y = 0; y < p.in_h; ++y)
-      std::memcpy(p.dst + y * out_stride, p.src + y * p.src_stride, size_t(out_stride));
-    return nullptr;
-  }
-  Coeffs ch = need_h ? coeffs(p.in_w, p.out_w, p.filter) : Coeffs{};
-  std::vector<int32_t> kw;  // AVX2 weights; empty: the scalar pass
-  if (need_h && p.in_w >= ch.ksize) {
-    ch = widen(ch, p.in_w);
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2")) kw = pair_weights(ch, p.out_w);
-#endif
-  }
-  const Coeffs cv = need_v ? coeffs(p.in_h, p.out_h, p.filter) : Coeffs{};
-  const int64_t out_bytes = int64_t(p.out_h) * out_stride;
-  if (!need_v) {
-    parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
-      horizontal(p.src, p.src_stride, p.dst, out_stride, p.out_w, p.in_w, ch, kw, a, b);
-    });
-    return nullptr;
-  }
-  if (!need_h) {
-    parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
-      vertical(p.src, p.src_stride, p.dst, out_stride, p.in_w, cv, a, b);
-    });
-    return nullptr;
-  }
-  const int shrink = p.in_h - p.out_h;
-  const bool vertical_first = shrink > 0 && shrink > 2 * (p.in_w - p.out_w);
-  if (vertical_first) {  // (in_h, in_w) -> (out_h, in_w) -> (out_h, out_w)
-    const int64_t tmp_stride = int64_t(3) * p.in_w;
-    Scratch tmp(size_t(p.out_h) * tmp_stride);
-    parallel_rows(p.out_h, int64_t(tmp.size()), num_threads, [&](int a, int b) {
-      vertical(p.src, p.src_stride, tmp.data(), tmp_stride, p.in_w, cv, a, b);
-    });
-    parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
-      horizontal(tmp.data(), tmp_stride, p.dst, out_stride, p.out_w, p.in_w, ch, kw, a, b);
-    });
-    return nullptr;
-  }
-  // Horizontal first, on the source rows the vertical pass reads (Pillow crops them too; the
-  // pixels are the same either way).
-  const int first = cv.bounds[0];
-  const int last = cv.bounds[(p.out_h - 1) * 2] + cv.bounds[(p.out_h - 1) * 2 + 1];
-  const int64_t tmp_stride = out_stride;
-  Scratch tmp(size_t(last - first) * tmp_stride);
-  parallel_rows(last - first, int64_t(tmp.size()), num_threads, [&](int a, int b) {
-    horizontal(p.src + int64_t(first) * p.src_stride, p.src_stride, tmp.data(), tmp_stride,
-               p.out_w, p.in_w, ch, kw, a, b);
-  });
-  Coeffs shifted = cv;
-  for (int yy = 0; yy < p.out_h; ++yy) shifted.bounds[yy * 2] -= first;
-  parallel_rows(p.out_h, out_bytes, num_threads, [&](int a, int b) {
-    vertical(tmp.data(), tmp_stride, p.dst, out_stride, p.out_w, shifted, a, b);
+  constexpr int kBand = 32;  // output rows per step: their source rows stay in cache
+  parallel_rows(p.out_h, int64_t(p.out_h) * out_stride, num_threads, [&](int a, int b) {
+    ResizeCache cache;
+    for (int y = a; y < b; y += kBand)
+      rr.rows(y, std::min(y + kBand, b), p.dst + int64_t(y) * out_stride, out_stride, cache);
   });
   return nullptr;
 }

@@ -15,6 +15,7 @@
 #include "host_cache.h"
 #include "vlmprep/normalize_patchify.h"
 #include "vlmprep/resize.h"
+#include "vlmprep/resize_normalize_patchify.h"
 
 namespace {
 
@@ -41,37 +42,47 @@ DType parse_dtype(const at::Tensor& out) {
   }
 }
 
-// images[i]: (h, w, 3) uint8 with pixel stride 3 (a crop of a contiguous HWC canvas is fine);
-// lut: (3, 256) of out's dtype (None for uint8 out); out: contiguous, offsets[i] its first
-// element for image i. Every element the images' rows cover is written exactly once.
-void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& lut,
-                        at::Tensor out, at::IntArrayRef offsets, std::string layout,
-                        int64_t patch, int64_t merge, int64_t temporal, int64_t num_threads) {
+// The common parameters of normalize_patchify and resize_normalize_patchify, checked.
+vlmprep::NormalizePatchifyParams layout_params(const char* op, const at::Tensor& out,
+                                               const std::string& layout, int64_t patch,
+                                               int64_t merge, int64_t temporal) {
   vlmprep::NormalizePatchifyParams p{};
   p.layout = parse_layout(layout);
   p.dtype = parse_dtype(out);
   p.patch = int32_t(patch);
   p.merge = p.layout == Layout::kMergeGrouped ? int32_t(merge) : 1;
   p.temporal = p.layout == Layout::kMergeGrouped ? int32_t(temporal) : 1;
-  TORCH_CHECK(out.is_contiguous(), "normalize_patchify: out: expected a contiguous tensor, got strides ",
+  TORCH_CHECK(out.is_contiguous(), op, ": out: expected a contiguous tensor, got strides ",
               out.strides(), "; pass a contiguous buffer (or a contiguous slice of one)");
+  TORCH_CHECK(patch >= 1 && p.merge >= 1 && p.temporal >= 1,
+              op, ": expected patch, merge, temporal >= 1, got ", patch, ", ", merge, ", ", temporal);
+  return p;
+}
+
+// lut: (3, 256) of out's dtype on out's device; none for a uint8 out (values are copied).
+const void* lut_pointer(const char* op, const std::optional<at::Tensor>& lut, const at::Tensor& out) {
+  if (out.scalar_type() == at::kByte) return nullptr;
+  TORCH_CHECK(lut.has_value(), op, ": a float32/bfloat16 out needs lut (3, 256)");
+  const at::Tensor& t = *lut;
+  TORCH_CHECK(t.scalar_type() == out.scalar_type() && t.numel() == 3 * 256 && t.is_contiguous() &&
+                  t.device() == out.device(),
+              op, ": lut: expected a contiguous (3, 256) tensor of ", out.scalar_type(), " on ",
+              out.device(), ", got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
+  return t.data_ptr();
+}
+
+// images[i]: (h, w, 3) uint8 with pixel stride 3 (a crop of a contiguous HWC canvas is fine);
+// lut: (3, 256) of out's dtype (None for uint8 out); out: contiguous, offsets[i] its first
+// element for image i. Every element the images' rows cover is written exactly once.
+void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& lut,
+                        at::Tensor out, at::IntArrayRef offsets, std::string layout,
+                        int64_t patch, int64_t merge, int64_t temporal, int64_t num_threads) {
+  vlmprep::NormalizePatchifyParams p =
+      layout_params("normalize_patchify", out, layout, patch, merge, temporal);
   TORCH_CHECK(int64_t(images.size()) == int64_t(offsets.size()),
               "normalize_patchify: expected one offset per image, got ", images.size(),
               " images and ", offsets.size(), " offsets");
-  TORCH_CHECK(patch >= 1 && p.merge >= 1 && p.temporal >= 1,
-              "normalize_patchify: expected patch, merge, temporal >= 1, got ", patch, ", ", merge,
-              ", ", temporal);
-  if (p.dtype == DType::kUInt8) {
-    p.lut = nullptr;
-  } else {
-    TORCH_CHECK(lut.has_value(), "normalize_patchify: a float32/bfloat16 out needs lut (3, 256)");
-    const at::Tensor& t = *lut;
-    TORCH_CHECK(t.scalar_type() == out.scalar_type() && t.numel() == 3 * 256 && t.is_contiguous() &&
-                    t.device() == out.device(),
-                "normalize_patchify: lut: expected a contiguous (3, 256) tensor of ", out.scalar_type(),
-                " on ", out.device(), ", got ", t.sizes(), " ", t.scalar_type(), " on ", t.device());
-    p.lut = t.data_ptr();
-  }
+  p.lut = lut_pointer("normalize_patchify", lut, out);
   std::vector<vlmprep::NPSample> samples(images.size());
   int64_t max_rows = 0;
   for (size_t i = 0; i < images.size(); ++i) {
@@ -134,14 +145,49 @@ vlmprep::Filter parse_filter(const std::string& s) {
               "' (nearest: use PIL)");
 }
 
+void check_resize_input(const char* op, const at::Tensor& image, int64_t height, int64_t width) {
+  TORCH_CHECK(image.is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3 &&
+                  image.size(2) == 3 && image.stride(2) == 1 && image.stride(1) == 3,
+              op, ": expected a CPU (h, w, 3) uint8 image with pixel stride 3, got ", image.sizes(),
+              " ", image.scalar_type(), " on ", image.device(), " strides ", image.strides(),
+              "; pass an HWC image (.contiguous() if needed)");
+  TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
+}
+
+// image: (h, w, 3) uint8 CPU -> the rows of its (height, width) resize in `layout`, written
+// to out from element `offset`: the bytes of resize then normalize_patchify, band by band.
+void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t width,
+                               std::string filter, const std::optional<at::Tensor>& lut,
+                               at::Tensor out, int64_t offset, std::string layout, int64_t patch,
+                               int64_t merge, int64_t temporal, int64_t num_threads) {
+  const char* op = "resize_normalize_patchify";
+  check_resize_input(op, image, height, width);
+  TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device(),
+              "; on a GPU, resize there and call normalize_patchify");
+  vlmprep::NormalizePatchifyParams p = layout_params(op, out, layout, patch, merge, temporal);
+  TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, "
+              "got tiles; resize, then call normalize_patchify");
+  p.lut = lut_pointer(op, lut, out);
+  vlmprep::NPSample s{nullptr, 3 * width, int32_t(height), int32_t(width), offset};
+  const int64_t n = vlmprep::num_rows(p, s.height, s.width) * vlmprep::row_length(p, s.height, s.width);
+  TORCH_CHECK(offset >= 0 && offset + n <= out.numel(), op, ": the ", height, "x", width,
+              " image needs out elements [", offset, ", ", offset + n, "), out has ", out.numel(),
+              "; size out from the plan");
+  p.num_samples = 1;
+  p.samples = &s;
+  p.out = out.data_ptr();
+  const vlmprep::ResizeParams r{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
+                                int32_t(image.size(1)), nullptr, int32_t(height), int32_t(width),
+                                parse_filter(filter)};
+  const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, int(num_threads));
+  TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch ", patch, ", merge ", p.merge,
+              "): ", bad ? bad : "");
+}
+
 // image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact.
 at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string filter,
                   int64_t num_threads) {
-  TORCH_CHECK(image.is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3 &&
-                  image.size(2) == 3 && image.stride(2) == 1 && image.stride(1) == 3,
-              "resize: expected a CPU (h, w, 3) uint8 image with pixel stride 3, got ", image.sizes(),
-              " ", image.scalar_type(), " on ", image.device(), " strides ", image.strides());
-  TORCH_CHECK(height >= 1 && width >= 1, "resize: expected a positive size, got ", height, "x", width);
+  check_resize_input("resize", image, height, width);
   at::Tensor out = vlmprep_empty_host(height * width * 3).view({height, width, 3});
   vlmprep::ResizeParams p{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                           int32_t(image.size(1)), out.data_ptr<uint8_t>(), int32_t(height),
@@ -157,11 +203,15 @@ TORCH_LIBRARY(vlmprep, m) {
   m.def("normalize_patchify(Tensor[] images, Tensor? lut, Tensor(a!) out, int[] offsets, str layout, "
         "int patch, int merge, int temporal, int num_threads=1) -> ()");
   m.def("resize(Tensor image, int height, int width, str filter, int num_threads=1) -> Tensor");
+  m.def("resize_normalize_patchify(Tensor image, int height, int width, str filter, Tensor? lut, "
+        "Tensor(a!) out, int offset, str layout, int patch, int merge, int temporal, "
+        "int num_threads=1) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
   m.impl("normalize_patchify", &normalize_patchify);
   m.impl("resize", &resize);
+  m.impl("resize_normalize_patchify", &resize_normalize_patchify);
 }
 
 #ifdef VLMPREP_WITH_CUDA

@@ -45,3 +45,39 @@ def test_fused_equals_pure(kernels, pure, preset, dtype):
             ulp = 4.8e-7 if dtype == "float32" else 0.0313
             assert diff.max().item() <= ulp, f"{preset} {dtype}: {diff.max().item()}"
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("preset", ["qwen2-vl", "pixtral", "siglip2-naflex"])
+def test_deferred_resize_changes_no_bit(kernels, monkeypatch, preset, dtype):
+    """On the CPU, plans that resize the whole source into one tile leave the resize to the
+    kernel that writes the rows (fused.Deferred): the output equals the torch backend's
+    resize-then-write path bit for bit, and the deferral really happens."""
+    seen = []
+    write_rows = fused.write_rows
+
+    def spy(tiles, *a):
+        seen.append(type(tiles[0]).__name__)
+        return write_rows(tiles, *a)
+    monkeypatch.setattr(fused, "write_rows", spy)
+    got = vlmprep.Processor(preset, dtype=dtype)(IMAGES)
+    assert seen == ["Deferred"] * len(IMAGES)
+    monkeypatch.setattr(fused, "deferrable", lambda ctx, interpolation: False)
+    seen.clear()
+    want = vlmprep.Processor(preset, dtype=dtype)(IMAGES)
+    assert "Deferred" not in seen
+    assert got.seqlens == want.seqlens
+    assert torch.equal(got.pixel_values.view(torch.uint8), want.pixel_values.view(torch.uint8))
+
+
+def test_tiles_layout_presets_keep_the_canvas_executor(kernels):
+    """Tiling presets (crops, padding, several canvases; the tiles layout) never defer."""
+    seen = []
+    write_rows = fused.write_rows
+    try:
+        fused.write_rows = lambda tiles, *a: (seen.append(type(tiles[0]).__name__), write_rows(tiles, *a))
+        vlmprep.Processor("llava-1.5")(IMAGES[:1])
+        vlmprep.Processor("internvl")(IMAGES[:1])
+    finally:
+        fused.write_rows = write_rows
+    assert seen and "Deferred" not in seen

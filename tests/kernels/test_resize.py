@@ -1,5 +1,7 @@
 """The compiled resize against Pillow 13 (the oracle it reproduces): bit-exact for bilinear,
-bicubic and lanczos, up and down, both pass orders, narrow images, threads 1 and 2."""
+bicubic and lanczos, up and down, both pass orders, narrow images, threads 1 and 2, and on
+every instruction-set path (AVX-512, AVX2, plain C++: ``VLMPREP_CPU_ISA`` caps the one used;
+a path this CPU lacks falls back, so that case repeats another)."""
 from __future__ import annotations
 
 import os
@@ -19,8 +21,21 @@ def _pil(img: np.ndarray, hw, f) -> np.ndarray:
     return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), PIL_FILTER[f]))
 
 
+ISAS = ["native", "avx2", "scalar"]
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, monkeypatch):
+    """The highest instruction set the resize may use (read by the kernel at every call)."""
+    if request.param != "native":
+        monkeypatch.setenv("VLMPREP_CPU_ISA", request.param)
+    else:
+        monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
+    return request.param
+
+
 @pytest.mark.parametrize("f", list(PIL_FILTER))
-def test_random_sizes_match_pillow(kernels, f):
+def test_random_sizes_match_pillow(kernels, isa, f):
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}")
     for k in range(150):
@@ -30,7 +45,21 @@ def test_random_sizes_match_pillow(kernels, f):
         kernels.set_num_threads(1 + k % 2)
         got = kernels.resize(torch.from_numpy(img), (h, w), f).numpy()
         kernels.set_num_threads(None)
-        assert np.array_equal(got, _pil(img, (h, w), f)), f"seed {SEED}: {H}x{W} -> {h}x{w} {f}"
+        assert np.array_equal(got, _pil(img, (h, w), f)), f"seed {SEED}: {H}x{W} -> {h}x{w} {f} {isa}"
+
+
+@pytest.mark.parametrize("f", list(PIL_FILTER))
+def test_wide_rows_match_pillow(kernels, isa, f):
+    """Rows long enough for the vector passes' main loops and their right borders (the random
+    sizes above are mostly narrower than one 64-byte group), scales from 1/4 to 3x."""
+    rng = np.random.default_rng(SEED + 1)
+    for k in range(24):
+        H, W = int(rng.integers(2, 40)), int(rng.integers(100, 700))
+        h = int(rng.integers(1, 60))
+        w = max(1, int(W * rng.choice([0.25, 0.34, 0.5, 0.77, 0.99, 1.0, 1.01, 1.6, 3.0])))
+        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        got = kernels.resize(torch.from_numpy(img), (h, w), f).numpy()
+        assert np.array_equal(got, _pil(img, (h, w), f)), f"seed {SEED}: {H}x{W} -> {h}x{w} {f} {isa}"
 
 
 @pytest.mark.parametrize("src_hw,dst_hw", [
@@ -40,7 +69,7 @@ def test_random_sizes_match_pillow(kernels, f):
     ((17, 900), (336, 336)),
 ])
 @pytest.mark.parametrize("f", list(PIL_FILTER))
-def test_photos_match_pillow(kernels, src_hw, dst_hw, f):
+def test_photos_match_pillow(kernels, isa, src_hw, dst_hw, f):
     img = np.ascontiguousarray(tiled("coffee", *src_hw))
     for threads in (1, 2):
         kernels.set_num_threads(threads)

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 
     from .base import Context
 
-__all__ = ["Normalized", "usable", "table", "write_rows"]
+__all__ = ["Normalized", "Deferred", "usable", "deferrable", "hwc_tiles", "table", "write_rows",
+           "RESIZE_LAYOUTS"]
+
+#: Layouts whose rows the kernel can write while it resizes (a band of patch rows at a time).
+RESIZE_LAYOUTS = ("merge_grouped", "raster", "naflex")
 
 
 @dataclass
@@ -34,6 +38,44 @@ class Normalized:
 
     tiles: list
     table: "torch.Tensor"
+
+
+@dataclass
+class Deferred:
+    """A resize left to the kernel that writes the rows (``kernels.resize_normalize_patchify``):
+    the same bytes as resizing first, without the resized image in memory.
+
+    Fields:
+        image: uint8 ``(H, W, 3)`` source (pixel stride 3), on the CPU.
+        hw: the resized ``(h, w)``.
+        interpolation: one of ``kernels.RESIZE_FILTERS``.
+    """
+
+    image: "torch.Tensor"
+    hw: tuple[int, int]
+    interpolation: str
+
+
+def deferrable(ctx: "Context", interpolation: str) -> bool:
+    """Whether ``ctx.plan``'s sizing can be left to the kernel: it writes CPU rows, and the
+    plan's only canvas is the whole source resized (no crop, no padding) and its only tile is
+    that canvas (Qwen, Pixtral, NaFlex)."""
+    from .. import kernels
+    if ctx.dest.device.type != "cpu" or not usable(ctx):
+        return False
+    plan = ctx.plan
+    if len(plan.canvases) != 1:
+        return False
+    c = plan.canvases[0]
+    if c.parent != -1 or c.box is not None or c.size is not None:
+        return False
+    return ((c.interpolation or interpolation) in kernels.RESIZE_FILTERS
+            and list(plan.tiles) == [(0, 0, *c.resize_hw)])
+
+
+def hwc_tiles(imgs: list) -> list:
+    """Tiles for ``write_rows``: ``(C, h, w)`` tensors as ``(h, w, C)`` views, ``Deferred`` as is."""
+    return [x if isinstance(x, Deferred) else x.permute(1, 2, 0) for x in imgs]
 
 
 def usable(ctx: "Context") -> bool:
@@ -82,9 +124,16 @@ def _hwc(x: Any) -> "torch.Tensor":
 
 
 def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: Any) -> None:
-    """Every tile's rows into ``ctx.dest`` in ``op.layout`` (one kernel call per image)."""
+    """Every tile's rows into ``ctx.dest`` in ``op.layout`` (one kernel call per image; a
+    ``Deferred`` tile is resized by the kernel as it writes)."""
     from .. import kernels
     from ..plan.grid import row_length
+    if len(tiles) == 1 and isinstance(tiles[0], Deferred):
+        d = tiles[0]
+        kernels.resize_normalize_patchify(_hwc(d.image), d.hw, d.interpolation, table_,
+                                          ctx.dest.view(-1), 0, op.layout, op.patch_size,
+                                          op.merge_size, op.temporal_patch_size)
+        return
     imgs = [_hwc(t) for t in tiles]
     if ctx.dest.device.type != "cpu":
         imgs = [t.to(ctx.dest.device, non_blocking=True) for t in imgs]

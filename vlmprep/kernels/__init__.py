@@ -9,6 +9,9 @@ Ops (torch tensors; shapes first):
         images: list of ``(h, w, 3)`` uint8 (pixel stride 3; crops of a canvas are fine),
         lut: ``(3, 256)`` of ``out.dtype`` (None for uint8 out), out: contiguous, filled in place.
     resize(image, (h, w), interpolation) -> ``(h, w, 3)`` uint8, Pillow 13-exact (CPU).
+    resize_normalize_patchify(image, (h, w), interpolation, lut, out, offset, layout, patch,
+        merge, temporal): resize then normalize_patchify for one image in one pass (CPU; patch
+        layouts), the same bytes, without the resized image in memory.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
-           "resize", "RESIZE_FILTERS", "get_num_threads", "set_num_threads", "local_threads"]
+           "resize", "resize_normalize_patchify", "RESIZE_FILTERS", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")
@@ -71,3 +74,17 @@ def resize(image: "torch.Tensor", hw: tuple[int, int], interpolation: str) -> "t
     _require()
     return torch.ops.vlmprep.resize(image, int(hw[0]), int(hw[1]), interpolation,
                                     get_num_threads())
+
+
+def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interpolation: str,
+                              lut: "torch.Tensor | None", out: "torch.Tensor", offset: int,
+                              layout: str, patch: int, merge: int = 1, temporal: int = 1) -> None:
+    """``(H, W, 3)`` uint8 CPU image -> its rows in ``layout`` (merge_grouped / raster / naflex)
+    written into ``out`` from element ``offset``: the bytes of ``resize`` then
+    ``normalize_patchify``, made one band of patch rows at a time (the resized image is never
+    whole in memory)."""
+    import torch
+    _require()
+    torch.ops.vlmprep.resize_normalize_patchify(image, int(hw[0]), int(hw[1]), interpolation, lut,
+                                                out, int(offset), layout, int(patch), int(merge),
+                                                int(temporal), get_num_threads())

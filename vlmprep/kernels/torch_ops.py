@@ -16,3 +16,9 @@ def _normalize_patchify_fake(images, lut, out, offsets, layout, patch, merge, te
 def _resize_fake(image, height, width, filter, num_threads=1):
     return image.new_empty((height, width, 3))
 
+
+
+@torch.library.register_fake("vlmprep::resize_normalize_patchify")
+def _resize_normalize_patchify_fake(image, height, width, filter, lut, out, offset, layout, patch,
+                                    merge, temporal, num_threads=1):
+    return None  # writes into `out` only

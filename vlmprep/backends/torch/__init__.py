@@ -6,9 +6,21 @@ patchify writes the output rows. Resizes run as one-dimensional passes in Pillow
 """
 from __future__ import annotations
 
+from ...spec.ops import OP_TYPES
 from ..base import Backend as _Base
-from . import ops as _ops  # noqa: F401  (registers the lowerings)
+from .. import fused
+from . import ops as _ops  # (registers the lowerings)
 
 
 class Backend(_Base):
     name = "torch"
+
+    def __init__(self, pipeline, device: str, dtype: str):
+        super().__init__(pipeline, device, dtype)
+        names = [op.name for op in self.ops]
+        # decode, one sizing op, then only normalize / patchify: on the CPU the compiled kernel
+        # can resize while it writes the rows (ops.DeferredSizing decides per plan).
+        if (device.startswith("cpu") and len(names) >= 3 and OP_TYPES[names[1]].sizing
+                and names[2:] in (["normalize", "patchify"], ["patchify"])
+                and pipeline.patchify.layout in fused.RESIZE_LAYOUTS):
+            self.lowerings[1] = _ops.DeferredSizing(self.lowerings[1])

@@ -1,6 +1,9 @@
 """Lowerings of the torch backend: ``fn(op, value, ctx) -> value``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable
+
 import numpy as np
 import torch
 
@@ -57,6 +60,23 @@ def _resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch
 register_geometry_lowerings(B, _resize, _cut)
 
 
+@dataclass(frozen=True)
+class DeferredSizing:
+    """The sizing lowering of a CPU pipeline whose sizing op is followed only by normalize and
+    patchify: a plan that resizes the whole source into its one tile returns
+    ``[fused.Deferred]``, so the kernel resizes while it writes the rows; any other plan runs
+    ``built`` (the shared canvas executor). A class, not a closure, so Processors pickle."""
+
+    built: Callable
+
+    def __call__(self, op: Any, img: torch.Tensor, ctx: Context) -> list:
+        if img.device.type == "cpu" and fused.deferrable(ctx, op.interpolation):
+            c = ctx.plan.canvases[0]
+            return [fused.Deferred(img.permute(1, 2, 0), c.resize_hw,
+                                   c.interpolation or op.interpolation)]
+        return self.built(op, img, ctx)
+
+
 def _normalize(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
     """uint8 ``(C, ...)`` -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded
     into mean/std, as transformers' torchvision backend (~1 float ulp from the PIL order)."""
@@ -76,7 +96,7 @@ def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context):
     rows, ``fused.Normalized`` with ``_normalize``'s values as a table (the same bits)."""
     if fused.usable(ctx):
         t = fused.table((B, op), lambda: _normalize(op, _RAMP).t(), ctx.dest.dtype, ctx.dest.device)
-        return fused.Normalized([x.permute(1, 2, 0) for x in imgs], t)
+        return fused.Normalized(fused.hwc_tiles(imgs), t)
     return [_normalize(op, x) for x in imgs]
 
 
@@ -87,7 +107,7 @@ def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
     if isinstance(imgs, fused.Normalized):
         return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
     if ctx.dtype == "uint8" and fused.usable(ctx):
-        return fused.write_rows([x.permute(1, 2, 0) for x in imgs], None, ctx, op)
+        return fused.write_rows(fused.hwc_tiles(imgs), None, ctx, op)
     if op.layout == "tiles":
         for k, x in enumerate(imgs):
             ctx.dest[k].copy_(x)

@@ -1,0 +1,27 @@
+// resize_normalize_patchify: one uint8 HWC image -> its packed ViT rows, resized on the way.
+//
+// The CPU fast path of the patch layouts (merge_grouped, raster, naflex): the same bytes as
+// resize_cpu (Pillow 13-exact) followed by normalize_patchify_cpu, but done one band of
+// patch rows at a time (P * merge image rows), so the resized image never exists in full and
+// each band is patchified while it is still in cache.
+//
+//   Given qwen2-vl, a 1080x1920 image -> 1092x1932, patch 14, merge 2, T 2, float32:
+//   39 bands of 28 rows, each 276 output rows of 1176 floats (contiguous in the output).
+//
+// CPU only: on a GPU, resizing is torch's or DALI's and the normalize_patchify kernel follows.
+#pragma once
+
+#include "vlmprep/normalize_patchify.h"
+#include "vlmprep/resize.h"
+
+namespace vlmprep {
+
+// `r`: the image and its resized size (r.dst unused). `p`: layout, dtype, patch, merge,
+// temporal, lut and out as for normalize_patchify_cpu, with exactly one sample whose height
+// and width are r.out_h and r.out_w (its src and row_stride unused) and whose out_offset says
+// where its rows go. Returns nullptr on success, else a static message (nothing written).
+// `num_threads` <= 1 runs inline; more split the bands across std::threads.
+const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
+                                          int num_threads);
+
+}  // namespace vlmprep
