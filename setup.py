@@ -81,7 +81,7 @@ def _torch_extension():
         return None, {}
     nvcc = _nvcc()
     sources = ["csrc/torch/ops.cpp", "csrc/torch/host_cache.cpp", "csrc/kernels/normalize_patchify_cpu.cc", "csrc/kernels/resize.cc", "csrc/kernels/resize_avx512.cc",
-               "csrc/kernels/resize_normalize_patchify_cpu.cc"]
+               "csrc/kernels/resize_normalize_patchify_cpu.cc", "csrc/kernels/normalize_patchify_bands.cc"]
     cflags = ["-O3", "-g0", "-std=c++20", "-fvisibility=hidden"]  # torch 2.14 headers need C++20
     cfg = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx": cxx,
            "python": sys.version.split()[0]}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "vlmprep/normalize_patchify.h"
 
@@ -17,5 +18,25 @@ bool normalize_patchify_streams(int64_t out_bytes);
 // are fenced before it returns.
 void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSample& s,
                                    bool stream);
+
+}  // namespace vlmprep
+
+namespace vlmprep {
+
+// The band path (normalize_patchify_bands.cc): a band's pixels first become one plane per
+// channel of the output type (64 table lookups at a time with AVX-512 VBMI byte permutes),
+// then each output row is copied together from 14- or 16-value segments of the planes.
+// For merge_grouped and raster, when the CPU has AVX-512 VBMI (and VLMPREP_CPU_ISA allows).
+struct BandPath {
+  // Whether the path applies to p (decided once per image).
+  static bool usable(const NormalizePatchifyParams& p);
+  explicit BandPath(const NormalizePatchifyParams& p);  // p.lut as byte planes
+  // Every output row of band sample s, as normalize_patchify_sample_cpu writes them.
+  void run(const NPSample& s, bool stream);
+
+  const NormalizePatchifyParams& p;
+  std::vector<uint8_t> table;   // [c][byte of the value][256]: the table's byte planes
+  std::vector<uint8_t> planes;  // [c][y][x] values of the output type, rows padded to 64
+};
 
 }  // namespace vlmprep

@@ -3,6 +3,7 @@
 #include "vlmprep/resize_normalize_patchify.h"
 
 #include <algorithm>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -34,13 +35,16 @@ const char* resize_normalize_patchify_cpu(const ResizeParams& r, const Normalize
   const ResizeRows rr(r);
   const int64_t stride = int64_t(3) * s.width;
 
+  const bool vector_path = BandPath::usable(p);
   auto run = [&](int b0, int b1) {
     ResizeCache cache;
     std::vector<uint8_t> buf(size_t(band) * stride);
+    std::unique_ptr<BandPath> path(vector_path ? new BandPath(p) : nullptr);
     for (int b = b0; b < b1; ++b) {
       rr.rows(b * band, (b + 1) * band, buf.data(), stride, cache);
       const NPSample part{buf.data(), stride, band, s.width, s.out_offset + b * band_rows * row_len};
-      normalize_patchify_sample_cpu(p, part, stream);
+      if (path) path->run(part, stream);
+      else normalize_patchify_sample_cpu(p, part, stream);
     }
   };
   // Below ~256 KiB of resized pixels a thread costs more than it saves.
