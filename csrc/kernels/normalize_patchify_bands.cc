@@ -1,17 +1,24 @@
 // The band path of the CPU twin (normalize_patchify_cpu.h: BandPath).
 //
-// Step 1, per band row, 64 pixels at a time: three 64-byte loads hold R, G, B interleaved; two
-// byte permutes gather one channel's 64 values; the table lookup is done per byte of the
-// output value (a float's 4 bytes are 4 tables of 256 bytes, each looked up with two
-// 128-entry permutes and a blend on the index's top bit); unpacks put the bytes of each value
-// together. The gather order is chosen so the unpacks' lane-wise interleave comes out in order.
-// Step 2, per output row: P-value segments of the planes copied to their places (T times for
-// merge_grouped) in a staging row, streamed out by RowWriter as whole lines.
+// Step 1, per band row, 4 patches (4P pixels) at a time: three 64-byte loads hold R, G, B
+// interleaved; two byte permutes gather one channel's values; the table lookup is done per
+// byte of the output value (a float's 4 bytes are 4 tables of 256 bytes, each looked up with
+// two 128-entry permutes and a blend on the index's top bit); unpacks put the bytes of each
+// value together. The gather order is chosen so that after the unpacks' lane-wise interleave
+// each patch's P values sit in one 16-value slot, stored to the plane patch-major:
+// plane[c][patch row][patch column][py][px], so one patch's P x P values are contiguous.
+// Step 2, per output row: its [c, t] blocks are P x P runs of the planes; LineStream writes the
+// band's rows (contiguous in the output) as whole 64-byte lines, each one unaligned load (two
+// where it joins two runs) and one non-temporal store: no staging copy, no regular stores
+// between the streamed ones (they would wait behind them in the store buffer).
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "normalize_patchify_cpu.h"
-#include "row_writer.h"
 
 namespace vlmprep {
 
@@ -38,14 +45,18 @@ BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {
 
 namespace {
 
-// Position q of the gathered index vector holds value number order(q) of the 64: what the
-// unpack ladder of an nb-byte value turns into values 0..63 in order.
+// Position q of the gathered index vector ends as value number order(q) of the 64 after the
+// unpack ladder of an nb-byte value (which interleaves within 128-bit lanes).
 int order(int q, int nb) {
   const int L = q / 16;
   if (nb == 4) return 16 * ((q % 16) / 4) + 4 * L + q % 4;
   if (nb == 2) return 32 * ((q % 16) / 8) + 8 * L + q % 8;
   return q;
 }
+
+// The pixel (of a 4P-pixel chunk) whose value goes to output slot position s: slot k = s / 16
+// holds patch k's P pixels; slot positions past P take pixel 0 (never stored).
+int slot_pixel(int s, int P) { return s % 16 < P ? (s / 16) * P + s % 16 : 0; }
 
 // One table byte plane looked up for 64 indices: entries 0..127 and 128..255 by two permutes,
 // chosen by the index's top bit.
@@ -56,95 +67,145 @@ VLMPREP_VBMI inline __m512i lookup(const uint8_t* plane, __m512i idx) {
   return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi);
 }
 
-// Band row -> its three planes of nb-byte values (x from 0 to width, 64 at a time).
+inline __mmask64 first_bytes(int k) {
+  return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1;
+}
+
+// Band row y -> its P-value segments in the three patch-major planes.
 template <int kBytes>
-VLMPREP_VBMI void row_to_planes(const uint8_t* src, int width, const uint8_t* table, uint8_t* planes,
-                                int64_t plane_stride) {
-  // Gather controls: for channel c, position q takes source byte 3 * order(q) + c, from the
-  // first two 64-byte loads (index < 128, one permute) or the third (a masked second permute).
+VLMPREP_VBMI void row_to_planes(const uint8_t* src, int width, int P, int y, const uint8_t* table,
+                                uint8_t* planes, int64_t plane_stride) {
+  // Gather controls: for channel c, position q takes source byte 3 * pixel + c, from the first
+  // two 64-byte loads (index < 128: one permute) or the third (a masked second permute).
   alignas(64) uint8_t lo_idx[3][64], hi_idx[3][64];
   uint64_t hi_mask[3] = {0, 0, 0};
   for (int c = 0; c < 3; ++c)
     for (int q = 0; q < 64; ++q) {
-      const int b = 3 * order(q, kBytes) + c;
+      const int b = 3 * slot_pixel(order(q, kBytes), P) + c;
       lo_idx[c][q] = uint8_t(b & 127);
       hi_idx[c][q] = uint8_t(b & 63);
       if (b >= 128) hi_mask[c] |= uint64_t(1) << q;
     }
-  for (int x = 0; x < width; x += 64) {
-    const int n = width - x < 64 ? width - x : 64;  // pixels in this step
-    const int bytes = 3 * n;
-    auto m = [](int k) { return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1; };
-    const uint8_t* s = src + int64_t(x) * 3;
-    const __m512i a = _mm512_maskz_loadu_epi8(m(bytes), s);
-    const __m512i b = _mm512_maskz_loadu_epi8(m(bytes - 64), s + 64);
-    const __m512i d = _mm512_maskz_loadu_epi8(m(bytes - 128), s + 128);
+  const int cols = width / P;
+  const int64_t seg = int64_t(P) * kBytes;  // bytes of one patch line
+  const int64_t patch_bytes = seg * P;
+  uint8_t* row_base = planes + (int64_t(y / P) * cols * P * P + int64_t(y % P) * P) * kBytes;
+  for (int pc0 = 0; pc0 < cols; pc0 += 4) {
+    const int bytes = 3 * P * (cols - pc0 < 4 ? cols - pc0 : 4);
+    const uint8_t* s = src + int64_t(pc0) * P * 3;
+    const __m512i a = _mm512_maskz_loadu_epi8(first_bytes(bytes), s);
+    const __m512i b = _mm512_maskz_loadu_epi8(first_bytes(bytes - 64), s + 64);
+    const __m512i d = _mm512_maskz_loadu_epi8(first_bytes(bytes - 128), s + 128);
+    const int n = cols - pc0 < 4 ? cols - pc0 : 4;  // patches in this chunk
     for (int c = 0; c < 3; ++c) {
       __m512i idx = _mm512_permutex2var_epi8(a, _mm512_load_si512(lo_idx[c]), b);
       idx = _mm512_mask_permutexvar_epi8(idx, hi_mask[c], _mm512_load_si512(hi_idx[c]), d);
-      uint8_t* out = planes + c * plane_stride + int64_t(x) * kBytes;
+      uint8_t* out = row_base + c * plane_stride + int64_t(pc0) * patch_bytes;  // patch pc0, line y % P
       if constexpr (kBytes == 1) {
-        _mm512_storeu_si512(out, idx);
+        const __m128i lane[4] = {_mm512_extracti32x4_epi32(idx, 0), _mm512_extracti32x4_epi32(idx, 1),
+                                 _mm512_extracti32x4_epi32(idx, 2), _mm512_extracti32x4_epi32(idx, 3)};
+        const __mmask16 m = __mmask16((1u << P) - 1);
+        for (int k = 0; k < n; ++k) _mm_mask_storeu_epi8(out + k * patch_bytes, m, lane[k]);
       } else if constexpr (kBytes == 2) {
         const uint8_t* t = table + size_t(c) * 2 * 256;
         const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
-        _mm512_storeu_si512(out, _mm512_unpacklo_epi8(r0, r1));
-        _mm512_storeu_si512(out + 64, _mm512_unpackhi_epi8(r0, r1));
+        const __m512i z[2] = {_mm512_unpacklo_epi8(r0, r1), _mm512_unpackhi_epi8(r0, r1)};
+        const __mmask16 m = __mmask16((1u << P) - 1);
+        for (int k = 0; k < n; ++k) {
+          const __m256i half = (k & 1) ? _mm512_extracti64x4_epi64(z[k / 2], 1) : _mm512_castsi512_si256(z[k / 2]);
+          _mm256_mask_storeu_epi16(out + k * patch_bytes, m, half);
+        }
       } else {
         const uint8_t* t = table + size_t(c) * 4 * 256;
         const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
         const __m512i r2 = lookup(t + 512, idx), r3 = lookup(t + 768, idx);
         const __m512i x01l = _mm512_unpacklo_epi8(r0, r1), x01h = _mm512_unpackhi_epi8(r0, r1);
         const __m512i x23l = _mm512_unpacklo_epi8(r2, r3), x23h = _mm512_unpackhi_epi8(r2, r3);
-        _mm512_storeu_si512(out, _mm512_unpacklo_epi16(x01l, x23l));
-        _mm512_storeu_si512(out + 64, _mm512_unpackhi_epi16(x01l, x23l));
-        _mm512_storeu_si512(out + 128, _mm512_unpacklo_epi16(x01h, x23h));
-        _mm512_storeu_si512(out + 192, _mm512_unpackhi_epi16(x01h, x23h));
+        const __m512i f[4] = {_mm512_unpacklo_epi16(x01l, x23l), _mm512_unpackhi_epi16(x01l, x23l),
+                              _mm512_unpacklo_epi16(x01h, x23h), _mm512_unpackhi_epi16(x01h, x23h)};
+        const __mmask16 m = __mmask16((1u << P) - 1);
+        for (int k = 0; k < n; ++k) _mm512_mask_storeu_epi32(out + k * patch_bytes, m, f[k]);
       }
     }
   }
 }
 
-// One output row: for each channel and patch line, P values (P * kBytes bytes <= 64) from the
-// plane, stored at their T places of [c, t, py, px].
-template <int kBytes>
-VLMPREP_VBMI void copy_row(const uint8_t* planes, int64_t plane_stride, int64_t row_stride, int y0,
-                           int x0, int P, int T, uint8_t* dst) {
-  const __mmask64 m = P * kBytes >= 64 ? ~__mmask64(0) : (__mmask64(1) << (P * kBytes)) - 1;
-  const int64_t line = int64_t(P) * kBytes, plane_out = line * P;
-  for (int c = 0; c < 3; ++c) {
-    const uint8_t* src = planes + c * plane_stride + int64_t(y0) * row_stride + int64_t(x0) * kBytes;
-    uint8_t* d = dst + int64_t(c) * T * plane_out;
-    for (int py = 0; py < P; ++py) {
-      const __m512i v = _mm512_maskz_loadu_epi8(m, src + py * row_stride);
-      for (int t = 0; t < T; ++t) _mm512_mask_storeu_epi8(d + t * plane_out + py * line, m, v);
+// Writes a contiguous destination from a sequence of source runs (each >= 64 bytes): whole
+// 64-byte lines, each one unaligned load, or two where it joins two runs; non-temporal stores
+// when `stream`. The partial first and last lines are masked regular stores (their other
+// bytes belong to neighbours).
+class LineStream {
+ public:
+  VLMPREP_VBMI LineStream(uint8_t* dst, bool stream)
+      : line_(reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(dst) & ~uintptr_t(63))),
+        fill_(int(dst - line_)), head_(fill_), stream_(stream), acc_(_mm512_setzero_si512()) {}
+
+  VLMPREP_VBMI void put(const uint8_t* src, int64_t n) {
+    if (fill_) {  // complete the pending line with this run's first bytes
+      const int k = int(n < 64 - fill_ ? n : 64 - fill_);
+      acc_ = _mm512_mask_loadu_epi8(acc_, first_bytes(fill_ + k) & ~first_bytes(fill_), src - fill_);
+      fill_ += k;
+      src += k;
+      n -= k;
+      if (fill_ < 64) return;
+      emit(acc_);
+    }
+    for (; n >= 64; n -= 64, src += 64) emit(_mm512_loadu_si512(src));
+    if (n > 0) {
+      acc_ = _mm512_maskz_loadu_epi8(first_bytes(int(n)), src);
+      fill_ = int(n);
     }
   }
-}
+
+  // The last partial line; streamed stores fenced.
+  VLMPREP_VBMI void finish() {
+    if (fill_) _mm512_mask_storeu_epi8(line_, first_bytes(fill_) & ~first_bytes(head_), acc_);
+    if (stream_) _mm_sfence();
+  }
+
+ private:
+  VLMPREP_VBMI void emit(__m512i v) {
+    if (head_) {  // the first line: bytes before the destination are not ours
+      _mm512_mask_storeu_epi8(line_, ~first_bytes(head_), v);
+      head_ = 0;
+    } else if (stream_) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(line_), v);
+    } else {
+      _mm512_store_si512(line_, v);
+    }
+    line_ += 64;
+    fill_ = 0;
+  }
+
+  uint8_t* line_;  // the 64-byte line being gathered
+  int fill_;       // bytes of it gathered (from its start)
+  int head_;       // the first line's bytes before the destination (0 after it)
+  bool stream_;
+  __m512i acc_;
+};
 
 template <int kBytes>
 VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const uint8_t* table, std::vector<uint8_t>& planes,
                            const NPSample& s, bool stream) {
-  const int64_t row_stride = ((int64_t(s.width) + 63) / 64) * 64 * kBytes;  // one plane row
-  const int64_t plane_stride = row_stride * s.height;
+  const int P = p.patch;
+  const int64_t plane_stride = int64_t(s.height) * s.width * kBytes;
   if (planes.size() < size_t(3 * plane_stride)) planes.resize(size_t(3 * plane_stride));
   for (int y = 0; y < s.height; ++y)
-    row_to_planes<kBytes>(s.src + int64_t(y) * s.row_stride, s.width, table,
-                          planes.data() + y * row_stride, plane_stride);
+    row_to_planes<kBytes>(s.src + int64_t(y) * s.row_stride, s.width, P, y, table, planes.data(),
+                          plane_stride);
   const int T = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
+  const int cols = s.width / P;
   const int64_t rows = num_rows(p, s.height, s.width);
-  const size_t bytes = size_t(row_length(p, s.height, s.width)) * kBytes;
-  uint8_t* out = static_cast<uint8_t*>(p.out) + s.out_offset * kBytes;
-  RowWriter writer(stream);
+  const int64_t block = int64_t(P) * P * kBytes;
+  LineStream out(static_cast<uint8_t*>(p.out) + s.out_offset * kBytes, stream);
   for (int64_t r = 0; r < rows; ++r) {
     int32_t y0, x0;
     row_origin(p, s.width, r, &y0, &x0);
-    uint8_t* dst = out + r * int64_t(bytes);
-    copy_row<kBytes>(planes.data(), plane_stride, row_stride, y0, x0, p.patch, T, writer.begin(dst, bytes));
-    writer.commit(bytes);
+    const uint8_t* patch = planes.data() + (int64_t(y0 / P) * cols + x0 / P) * block;
+    for (int c = 0; c < 3; ++c)
+      for (int t = 0; t < T; ++t) out.put(patch + c * plane_stride, block);
   }
-  writer.finish();
-  if (stream) _mm_sfence();
+  out.finish();
 }
 
 }  // namespace
