@@ -32,9 +32,9 @@ VLMPREP_AVX512 inline __m512i sum(__m512i hv, __m512i lv) {
   return _mm512_srai_epi32(_mm512_add_epi32(_mm512_slli_epi32(hv, 11), lv), kPrecisionBits);
 }
 
-// Bytes 0 and 2 of int32 lanes 0..2 of each 128-bit lane: where a permutation puts pixel bytes
-// (the other bytes are zero, so each int32 lane is an int16 pair of pixel values).
-constexpr uint64_t kPairMask = 0x0555055505550555ull;
+// Bytes 0 and 2 of every int32 lane: where a permutation puts pixel bytes (the other bytes are
+// zero, so each int32 lane is an int16 pair of pixel values).
+constexpr uint64_t kPairMask = 0x5555555555555555ull;
 
 // Rows [y, y + kRows) of groups [0, groups): each group's table entries are loaded once for
 // all kRows rows (the table is ~50 B per output pixel, too big for L1: reloading it per row
@@ -43,9 +43,8 @@ template <int kPairs, int kRows>
 VLMPREP_AVX512 inline void horizontal512_rows(const Horizontal512& h, const uint8_t* src,
                                               int64_t src_stride, uint8_t* dst,
                                               int64_t dst_stride) {
-  const __m128i squeeze = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -128, -128, -128, -128);
   const __m512i round = _mm512_set1_epi32(1 << (kPrecisionBits - 1)), zero = _mm512_setzero_si512();
-  const int groups = h.simd_end / 4;
+  const int groups = h.groups;
   const uint8_t* t = h.table.data();
   for (int g = 0; g < groups; ++g, t += kPairs * 3 * 64) {
     __m512i ctl[kPairs], whi[kPairs], wlo[kPairs];
@@ -64,8 +63,7 @@ VLMPREP_AVX512 inline void horizontal512_rows(const Horizontal512& h, const uint
         acc_lo = _mm512_dpwssd_epi32(acc_lo, px, wlo[j]);
       }
       const __m512i v = _mm512_max_epi32(sum(acc_hi, acc_lo), zero);
-      const __m128i rgb = _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(v), squeeze);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + r * dst_stride + g * 12), rgb);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + r * dst_stride + g * 16), _mm512_cvtusepi32_epi8(v));
     }
   }
 }
@@ -86,42 +84,40 @@ VLMPREP_AVX512 void horizontal512_k(const Horizontal512& h, const uint8_t* src, 
 bool horizontal512_plan(const Coeffs& c, int in_w, int out_w, Horizontal512* h) {
   const int K = c.ksize;
   const int pairs = (K + 1) / 2;
-  // Groups while the 4 windows fit one 64-byte load inside the row and the 16-byte store
-  // stays inside the output row.
-  int end = 0;
-  while (end + 4 <= out_w) {
-    const int b0 = c.bounds[end * 2], b3 = c.bounds[(end + 3) * 2];
-    if ((b3 - b0 + K) * 3 > 64 || int64_t(b0) * 3 + 64 > int64_t(in_w) * 3 ||
-        int64_t(end) * 3 + 16 > int64_t(out_w) * 3)
-      break;
-    end += 4;
+  // Groups of 16 output bytes (int32 lane l: byte 16g + l, pixel (16g + l) / 3) while their
+  // pixels' windows fit one 64-byte load inside the source row and the 16-byte store stays
+  // inside the output row.
+  int groups = 0;
+  for (;; ++groups) {
+    const int x0 = 16 * groups / 3, x1 = (16 * groups + 15) / 3;
+    if (16 * groups + 16 > 3 * out_w) break;
+    const int b0 = c.bounds[x0 * 2], b1 = c.bounds[x1 * 2];
+    if ((b1 - b0 + K) * 3 > 64 || int64_t(b0) * 3 + 64 > int64_t(in_w) * 3) break;
   }
-  if (end < out_w / 2) return false;  // the windows are too wide (a large downscale)
+  if (16 * groups < 3 * out_w / 2) return false;  // the windows are too wide (a large downscale)
   h->pairs = pairs;
-  h->simd_end = end;
-  h->bases.assign(end / 4, 0);
-  h->table.assign(size_t(end / 4) * pairs * 192, 0);
-  for (int g = 0; g < end / 4; ++g) {
-    const int b0 = c.bounds[g * 8];
+  h->groups = groups;
+  h->simd_end = 16 * groups / 3;  // a pixel cut by the last group is redone whole by the caller
+  h->bases.assign(groups, 0);
+  h->table.assign(size_t(groups) * pairs * 192, 0);
+  for (int g = 0; g < groups; ++g) {
+    const int b0 = c.bounds[(16 * g / 3) * 2];
     h->bases[g] = b0;
     for (int j = 0; j < pairs; ++j) {
       uint8_t* ctl = &h->table[(size_t(g) * pairs + j) * 192];
       int16_t* whi = reinterpret_cast<int16_t*>(ctl + 64);
       int16_t* wlo = reinterpret_cast<int16_t*>(ctl + 128);
-      for (int i = 0; i < 4; ++i) {
-        const int x = g * 4 + i;
+      for (int l = 0; l < 16; ++l) {
+        const int x = (16 * g + l) / 3, ch = (16 * g + l) % 3;
         const int off = c.bounds[x * 2] - b0;
         const int t0 = 2 * j, t1 = 2 * j + 1 < K ? 2 * j + 1 : 2 * j;  // a missing tap: weight 0
         const int32_t w0 = c.k[size_t(x) * K + t0], w1 = t1 != t0 ? c.k[size_t(x) * K + t1] : 0;
-        for (int ch = 0; ch < 3; ++ch) {
-          const int o = i * 16 + ch * 4;
-          ctl[o] = uint8_t((off + t0) * 3 + ch);
-          ctl[o + 2] = uint8_t((off + t1) * 3 + ch);
-          whi[o / 2] = hi_part(w0);
-          whi[o / 2 + 1] = hi_part(w1);
-          wlo[o / 2] = lo_part(w0);
-          wlo[o / 2 + 1] = lo_part(w1);
-        }
+        ctl[4 * l] = uint8_t((off + t0) * 3 + ch);
+        ctl[4 * l + 2] = uint8_t((off + t1) * 3 + ch);
+        whi[2 * l] = hi_part(w0);
+        whi[2 * l + 1] = hi_part(w1);
+        wlo[2 * l] = lo_part(w0);
+        wlo[2 * l + 1] = lo_part(w1);
       }
     }
   }

@@ -17,10 +17,12 @@ namespace vlmprep {
 // "avx2" or "scalar" turn them off, for tests of the other paths).
 bool resize_avx512_usable();
 
-// The horizontal pass's plan: output pixels [0, simd_end) in groups of 4, each group one
-// 64-byte source load and, per pair of taps, a byte permutation and two dpwssd.
+// The horizontal pass's plan: output bytes [0, 16 * groups) in groups of 16 (one int32 lane
+// per byte), each group one 64-byte source load and, per pair of taps, a byte permutation and
+// two dpwssd. Pixels from simd_end on are the caller's.
 struct Horizontal512 {
   int pairs = 0;
+  int groups = 0;
   int simd_end = 0;
   std::vector<int32_t> bases;   // per group: its first source pixel
   std::vector<uint8_t> table;   // per group, per pair: permutation, hi weights, lo weights (64 B each)
@@ -30,7 +32,7 @@ struct Horizontal512 {
 // groups' windows do not fit 64 bytes (downscales by about 3 and more): use another path.
 bool horizontal512_plan(const Coeffs& c, int in_w, int out_w, Horizontal512* h);
 
-// Output pixels [0, h.simd_end) of `rows` rows; the caller does the rest of each row.
+// Output bytes [0, 16 * h.groups) of `rows` rows; the caller does pixels h.simd_end on.
 void horizontal512(const Horizontal512& h, const uint8_t* src, int64_t src_stride, uint8_t* dst,
                    int64_t dst_stride, int rows);
 
