@@ -122,7 +122,8 @@ def _build_dali_plugin(build_temp: str) -> dict:
     common = ["-std=c++20", "-O3", "-fPIC", "-Wno-free-nonheap-object"]
     t0 = time.time()
     try:
-        for src in ("csrc/dali/normalize_patchify_op.cc", "csrc/kernels/normalize_patchify_cpu.cc"):
+        for src in ("csrc/dali/normalize_patchify_op.cc", "csrc/kernels/normalize_patchify_cpu.cc",
+                    "csrc/kernels/normalize_patchify_bands.cc"):
             obj = os.path.join(build_temp, os.path.basename(src) + ".dali.o")
             defs = ["-DVLMPREP_WITH_CUDA=1"] if nvcc else []
             subprocess.run(["g++", *common, *defs, *cflags, *inc, "-c", src, "-o", obj], check=True)

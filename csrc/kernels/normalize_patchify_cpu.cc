@@ -146,6 +146,40 @@ void run(const NormalizePatchifyParams& p, int num_threads) {
   for (auto& th : pool) th.join();
 }
 
+// The band path over a whole batch: work units are bands of P * merge image rows (each
+// sample's height is a multiple), split across threads like the rows.
+void run_bands(const NormalizePatchifyParams& p, int num_threads) {
+  const int band = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
+  const int T = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
+  std::vector<int64_t> band_start(p.num_samples + 1, 0);
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < p.num_samples; ++i) {
+    band_start[i + 1] = band_start[i] + p.samples[i].height / band;
+    bytes += int64_t(p.samples[i].height) * p.samples[i].width * 3;
+  }
+  const int64_t units = band_start.back();
+  const bool stream = normalize_patchify_streams(bytes * T * dtype_size(p.dtype));
+  auto work = [&](int64_t u0, int64_t u1) {
+    BandPath path(p);
+    int32_t i = int32_t(std::upper_bound(band_start.begin(), band_start.end(), u0) - band_start.begin()) - 1;
+    for (int64_t u = u0; u < u1; ++u) {
+      while (u >= band_start[i + 1]) ++i;
+      const NPSample& s = p.samples[i];
+      const int64_t k = u - band_start[i];
+      const NPSample part{s.src + k * band * s.row_stride, s.row_stride, band, s.width,
+                          s.out_offset + k * num_rows(p, band, s.width) * row_length(p, band, s.width)};
+      path.run(part, stream);
+    }
+  };
+  const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
+  const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, units})));
+  if (n == 1) return work(0, units);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work, units * t / n, units * (t + 1) / n);
+  work(0, units / n);
+  for (auto& th : pool) th.join();
+}
+
 template <typename T, bool kTable>
 void run_sample(const NormalizePatchifyParams& p, const NPSample& s, bool stream) {
   const int64_t units = p.layout == Layout::kTiles ? s.height : num_rows(p, s.height, s.width);
@@ -170,6 +204,7 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
 }
 
 void normalize_patchify_cpu(const NormalizePatchifyParams& p, int num_threads) {
+  if (BandPath::usable(p)) return run_bands(p, num_threads);
   switch (p.dtype) {
     case DType::kFloat32: return run<float, true>(p, num_threads);
     case DType::kBFloat16: return run<uint16_t, true>(p, num_threads);  // bf16 bit patterns

@@ -1,7 +1,8 @@
 """The CUDA kernel's body on the host (tests/kernels/emulate_kernel.cc: one std::thread per CUDA
 thread, a barrier per block for __syncthreads) against the CPU twin, every layout and dtype, on
 fresh random ragged batches: the kernel's index math is checked on machines without a GPU (the
-gpu-marked tests run the real kernel where there is one)."""
+gpu-marked tests run the real kernel where there is one). The twin is run on both of its CPU
+paths: the band path (AVX-512 VBMI, where the CPU has it) and the row path."""
 from __future__ import annotations
 
 import os
@@ -24,9 +25,11 @@ def test_kernel_body_equals_twin(tmp_path):
     exe = tmp_path / "emulate_kernel"
     subprocess.run([cxx, "-std=c++20", "-O1", "-pthread", f"-I{ROOT / 'csrc' / 'include'}",
                     str(ROOT / "tests" / "kernels" / "emulate_kernel.cc"),
-                    str(ROOT / "csrc" / "kernels" / "normalize_patchify_cpu.cc"), "-o", str(exe)],
+                    str(ROOT / "csrc" / "kernels" / "normalize_patchify_cpu.cc"),
+                    str(ROOT / "csrc" / "kernels" / "normalize_patchify_bands.cc"), "-o", str(exe)],
                    check=True, capture_output=True, text=True)
-    for seed in (SEED, SEED + 1):
-        r = subprocess.run([str(exe), str(seed)], capture_output=True, text=True, timeout=120)
+    for seed, isa in ((SEED, ""), (SEED + 1, "avx2")):  # "avx2": the row path
+        env = dict(os.environ, VLMPREP_CPU_ISA=isa)
+        r = subprocess.run([str(exe), str(seed)], capture_output=True, text=True, timeout=120, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "OK: 0 mismatches" in r.stdout

@@ -1,6 +1,8 @@
 """normalize_patchify's CPU twin (and the CUDA kernel, gpu-marked) against the numpy oracle:
 bit-exact, every layout and dtype, random ragged batches (fresh data each run; replay with
-VLMPREP_TEST_SEED), output poisoned first so an unwritten element shows."""
+VLMPREP_TEST_SEED), output poisoned first so an unwritten element shows. The twin's two CPU
+paths both run: the band path (AVX-512 VBMI: merge_grouped and raster; the row path where the
+CPU lacks it) and the row path (``VLMPREP_CPU_ISA=avx2``)."""
 from __future__ import annotations
 
 import os
@@ -37,6 +39,16 @@ def _batch(rng, layout, P, m, n):
     return out
 
 
+@pytest.fixture(params=["band", "row"])
+def cpu_path(request, monkeypatch):
+    """Which CPU path the twin may take (read by the kernel at every call)."""
+    if request.param == "row":
+        monkeypatch.setenv("VLMPREP_CPU_ISA", "avx2")
+    else:
+        monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
+    return request.param
+
+
 def _table(rng, dtype):
     if dtype == torch.uint8:
         return None
@@ -53,7 +65,7 @@ def _oracle(imgs, table, layout, P, m, T, dtype):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout,P,m,T", CASES)
-def test_matches_oracle(kernels, layout, P, m, T, dtype, device):
+def test_matches_oracle(kernels, cpu_path, layout, P, m, T, dtype, device):
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}")
     imgs = _batch(rng, layout, P, m, int(rng.integers(1, 6)))
@@ -73,11 +85,11 @@ def test_matches_oracle(kernels, layout, P, m, T, dtype, device):
         # Bit-exact: compare the bit patterns (NaN poison never equals anything).
         assert torch.equal(got.view(torch.uint8) if dtype == torch.uint8 else got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
                            want.view(torch.uint8) if dtype == torch.uint8 else want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)), \
-            f"seed {SEED}, threads {threads}"
+            f"seed {SEED}, threads {threads}, {cpu_path} path"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_large_batch_streamed_and_threaded(kernels, dtype):
+def test_large_batch_streamed_and_threaded(kernels, cpu_path, dtype):
     """Three 1092x1932 Qwen2-VL images (32,292 rows; >= 32 MiB of output in every dtype, so
     the rows are streamed out with non-temporal stores), on 1 and 2 threads, equal the oracle."""
     rng = np.random.default_rng(SEED)
@@ -90,7 +102,8 @@ def test_large_batch_streamed_and_threaded(kernels, dtype):
         kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], table, out,
                                    [k * 10764 * 1176 for k in range(3)], "merge_grouped", 14, 2, 2)
         kernels.set_num_threads(None)
-        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), f"seed {SEED}, {threads}"
+        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), \
+            f"seed {SEED}, {threads} threads, {cpu_path} path"
 
 
 @pytest.mark.parametrize("bad,match", [

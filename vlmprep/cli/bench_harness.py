@@ -10,7 +10,8 @@ For each input set (e.g. four 1080p JPEG mosaics), thread count, backend and dty
   header + plan; decode; resize = the sizing op's lowering; normalize + patchify + pack into a
   preallocated output; transfer = host-to-device copy, 0 on the CPU). Their sum is close to the
   end-to-end time per image when the backend runs op by op; a backend that fuses or batches work
-  shows up as a gap (both numbers are reported);
+  shows up as a gap (both numbers are reported): the torch backend on the CPU resizes inside
+  the rows kernel end to end (``resize_normalize_patchify``), its stages time the two unfused;
 - **decode floor**: decode only, with every JPEG decoder the dependencies ship, on one thread;
   the fastest one's per-image time is the floor;
 - **transformers** (``compare_hf``): its PIL-backend and torchvision-backend processors of the
@@ -282,7 +283,9 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
     be = backends.get(backend)(pipe, device, dtype)
     k = _stage_split(be.ops)
     decode = (be.ops[0], be.lowerings[0])
-    sizing = list(zip(be.ops[1:k], be.lowerings[1:k]))
+    # A sizing lowering that can hand its resize to the rows kernel (torch's DeferredSizing)
+    # is timed unfused, so the resize stage is the resize; end to end runs fused.
+    sizing = [(op, getattr(fn, "unfused", fn)) for op, fn in zip(be.ops[1:k], be.lowerings[1:k])]
     rest = list(zip(be.ops[k:], be.lowerings[k:]))
     layout = pipe.patchify.layout
     tdtype = getattr(torch, dtype)

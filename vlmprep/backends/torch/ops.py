@@ -65,16 +65,16 @@ class DeferredSizing:
     """The sizing lowering of a CPU pipeline whose sizing op is followed only by normalize and
     patchify: a plan that resizes the whole source into its one tile returns
     ``[fused.Deferred]``, so the kernel resizes while it writes the rows; any other plan runs
-    ``built`` (the shared canvas executor). A class, not a closure, so Processors pickle."""
+    ``unfused`` (the shared canvas executor). A class, not a closure, so Processors pickle."""
 
-    built: Callable
+    unfused: Callable
 
     def __call__(self, op: Any, img: torch.Tensor, ctx: Context) -> list:
         if img.device.type == "cpu" and fused.deferrable(ctx, op.interpolation):
             c = ctx.plan.canvases[0]
             return [fused.Deferred(img.permute(1, 2, 0), c.resize_hw,
                                    c.interpolation or op.interpolation)]
-        return self.built(op, img, ctx)
+        return self.unfused(op, img, ctx)
 
 
 def _normalize(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
