@@ -1,6 +1,7 @@
 // AVX-512 passes of the Pillow-exact resize (resize_avx512.h).
 #include "resize_avx512.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -24,6 +25,8 @@ bool resize_avx512_usable() {
 
 namespace {
 
+constexpr int kMaxPairs = 16;  // windows of up to 32 taps (a downscale by ~8)
+
 inline int16_t hi_part(int32_t w) { return int16_t(w >> 11); }
 inline int16_t lo_part(int32_t w) { return int16_t(w & 2047); }
 
@@ -38,29 +41,40 @@ constexpr uint64_t kPairMask = 0x5555555555555555ull;
 
 // Rows [y, y + kRows) of groups [0, groups): each group's table entries are loaded once for
 // all kRows rows (the table is ~50 B per output pixel, too big for L1: reloading it per row
-// was the pass's bottleneck).
-template <int kPairs, int kRows>
+// was the pass's bottleneck). kTwo: the windows span up to 128 bytes (two loads, two-source
+// permutes), for downscales by up to ~8.
+template <int kPairs, int kRows, bool kTwo>
 VLMPREP_AVX512 inline void horizontal512_rows(const Horizontal512& h, const uint8_t* src,
                                               int64_t src_stride, uint8_t* dst,
                                               int64_t dst_stride) {
   const __m512i round = _mm512_set1_epi32(1 << (kPrecisionBits - 1)), zero = _mm512_setzero_si512();
   const int groups = h.groups;
   const uint8_t* t = h.table.data();
+  // Up to 8 pairs the group's table stays in registers across its rows (24 of the 32).
+  constexpr int kHeld = kPairs <= 8 ? kPairs : 1;
   for (int g = 0; g < groups; ++g, t += kPairs * 3 * 64) {
-    __m512i ctl[kPairs], whi[kPairs], wlo[kPairs];
-    for (int j = 0; j < kPairs; ++j) {
-      ctl[j] = _mm512_loadu_si512(t + j * 192);
-      whi[j] = _mm512_loadu_si512(t + j * 192 + 64);
-      wlo[j] = _mm512_loadu_si512(t + j * 192 + 128);
-    }
+    __m512i ctl[kHeld], whi[kHeld], wlo[kHeld];
+    if constexpr (kPairs <= 8)
+      for (int j = 0; j < kPairs; ++j) {
+        ctl[j] = _mm512_loadu_si512(t + j * 192);
+        whi[j] = _mm512_loadu_si512(t + j * 192 + 64);
+        wlo[j] = _mm512_loadu_si512(t + j * 192 + 128);
+      }
     const int64_t base = int64_t(h.bases[g]) * 3;
     for (int r = 0; r < kRows; ++r) {
-      const __m512i win = _mm512_loadu_si512(src + r * src_stride + base);
+      const uint8_t* in = src + r * src_stride + base;
+      const __m512i win = _mm512_loadu_si512(in);
+      const __m512i win2 = kTwo ? _mm512_loadu_si512(in + 64) : win;
       __m512i acc_hi = zero, acc_lo = round;
       for (int j = 0; j < kPairs; ++j) {
-        const __m512i px = _mm512_maskz_permutexvar_epi8(kPairMask, ctl[j], win);
-        acc_hi = _mm512_dpwssd_epi32(acc_hi, px, whi[j]);
-        acc_lo = _mm512_dpwssd_epi32(acc_lo, px, wlo[j]);
+        const bool held = kPairs <= 8;
+        const __m512i c = held ? ctl[held ? j : 0] : _mm512_loadu_si512(t + j * 192);
+        const __m512i wh = held ? whi[held ? j : 0] : _mm512_loadu_si512(t + j * 192 + 64);
+        const __m512i wl = held ? wlo[held ? j : 0] : _mm512_loadu_si512(t + j * 192 + 128);
+        const __m512i px = kTwo ? _mm512_maskz_permutex2var_epi8(kPairMask, win, c, win2)
+                                : _mm512_maskz_permutexvar_epi8(kPairMask, c, win);
+        acc_hi = _mm512_dpwssd_epi32(acc_hi, px, wh);
+        acc_lo = _mm512_dpwssd_epi32(acc_lo, px, wl);
       }
       const __m512i v = _mm512_max_epi32(sum(acc_hi, acc_lo), zero);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + r * dst_stride + g * 16), _mm512_cvtusepi32_epi8(v));
@@ -68,15 +82,16 @@ VLMPREP_AVX512 inline void horizontal512_rows(const Horizontal512& h, const uint
   }
 }
 
-template <int kPairs>
+template <int kPairs, bool kTwo>
 VLMPREP_AVX512 void horizontal512_k(const Horizontal512& h, const uint8_t* src, int64_t src_stride,
                                     uint8_t* dst, int64_t dst_stride, int rows) {
   constexpr int kBlock = 4;
   int y = 0;
   for (; y + kBlock <= rows; y += kBlock)
-    horizontal512_rows<kPairs, kBlock>(h, src + y * src_stride, src_stride, dst + y * dst_stride, dst_stride);
+    horizontal512_rows<kPairs, kBlock, kTwo>(h, src + y * src_stride, src_stride, dst + y * dst_stride,
+                                             dst_stride);
   for (; y < rows; ++y)
-    horizontal512_rows<kPairs, 1>(h, src + y * src_stride, src_stride, dst + y * dst_stride, dst_stride);
+    horizontal512_rows<kPairs, 1, kTwo>(h, src + y * src_stride, src_stride, dst + y * dst_stride, dst_stride);
 }
 
 }  // namespace
@@ -84,17 +99,23 @@ VLMPREP_AVX512 void horizontal512_k(const Horizontal512& h, const uint8_t* src, 
 bool horizontal512_plan(const Coeffs& c, int in_w, int out_w, Horizontal512* h) {
   const int K = c.ksize;
   const int pairs = (K + 1) / 2;
-  // Groups of 16 output bytes (int32 lane l: byte 16g + l, pixel (16g + l) / 3) while their
-  // pixels' windows fit one 64-byte load inside the source row and the 16-byte store stays
-  // inside the output row.
-  int groups = 0;
-  for (;; ++groups) {
-    const int x0 = 16 * groups / 3, x1 = (16 * groups + 15) / 3;
-    if (16 * groups + 16 > 3 * out_w) break;
-    const int b0 = c.bounds[x0 * 2], b1 = c.bounds[x1 * 2];
-    if ((b1 - b0 + K) * 3 > 64 || int64_t(b0) * 3 + 64 > int64_t(in_w) * 3) break;
+  if (pairs > kMaxPairs) return false;
+  // The widest group window decides one or two 64-byte loads per group.
+  int span = 0;
+  for (int g = 0; 16 * g + 16 <= 3 * out_w; ++g) {
+    const int x0 = 16 * g / 3, x1 = (16 * g + 15) / 3;
+    span = std::max(span, (c.bounds[x1 * 2] - c.bounds[x0 * 2] + K) * 3);
   }
-  if (16 * groups < 3 * out_w / 2) return false;  // the windows are too wide (a large downscale)
+  if (span > 128) return false;  // a downscale by more than ~8: the AVX2 pass
+  const int load = span > 64 ? 128 : 64;
+  // Groups of 16 output bytes (int32 lane l: byte 16g + l, pixel (16g + l) / 3) while their
+  // loads stay inside the source row and the 16-byte store inside the output row.
+  int groups = 0;
+  while (16 * groups + 16 <= 3 * out_w &&
+         int64_t(c.bounds[(16 * groups / 3) * 2]) * 3 + load <= int64_t(in_w) * 3)
+    ++groups;
+  if (16 * groups < 3 * out_w / 2) return false;  // most of the row would be the scalar border
+  h->two_loads = load == 128;
   h->pairs = pairs;
   h->groups = groups;
   h->simd_end = 16 * groups / 3;  // a pixel cut by the last group is redone whole by the caller
@@ -124,21 +145,23 @@ bool horizontal512_plan(const Coeffs& c, int in_w, int out_w, Horizontal512* h) 
   return true;
 }
 
+template <int kPairs>
+void horizontal512_dispatch(const Horizontal512& h, const uint8_t* src, int64_t src_stride, uint8_t* dst,
+                            int64_t dst_stride, int rows) {
+  if constexpr (kPairs > kMaxPairs) {
+    return;  // never planned (horizontal512_plan refuses)
+  } else if (h.pairs != kPairs) {
+    return horizontal512_dispatch<kPairs + 1>(h, src, src_stride, dst, dst_stride, rows);
+  } else if (h.two_loads) {
+    return horizontal512_k<kPairs, true>(h, src, src_stride, dst, dst_stride, rows);
+  } else {
+    return horizontal512_k<kPairs, false>(h, src, src_stride, dst, dst_stride, rows);
+  }
+}
+
 void horizontal512(const Horizontal512& h, const uint8_t* src, int64_t src_stride, uint8_t* dst,
                    int64_t dst_stride, int rows) {
-  switch (h.pairs) {  // the pair loop unrolled for the common window sizes
-    case 1: return horizontal512_k<1>(h, src, src_stride, dst, dst_stride, rows);
-    case 2: return horizontal512_k<2>(h, src, src_stride, dst, dst_stride, rows);
-    case 3: return horizontal512_k<3>(h, src, src_stride, dst, dst_stride, rows);
-    case 4: return horizontal512_k<4>(h, src, src_stride, dst, dst_stride, rows);
-    case 5: return horizontal512_k<5>(h, src, src_stride, dst, dst_stride, rows);
-    case 6: return horizontal512_k<6>(h, src, src_stride, dst, dst_stride, rows);
-    case 7: return horizontal512_k<7>(h, src, src_stride, dst, dst_stride, rows);
-    case 8: return horizontal512_k<8>(h, src, src_stride, dst, dst_stride, rows);
-    case 9: return horizontal512_k<9>(h, src, src_stride, dst, dst_stride, rows);
-    case 10: return horizontal512_k<10>(h, src, src_stride, dst, dst_stride, rows);
-    default: return horizontal512_k<11>(h, src, src_stride, dst, dst_stride, rows);  // K <= 21
-  }
+  horizontal512_dispatch<1>(h, src, src_stride, dst, dst_stride, rows);  // pair loop unrolled
 }
 
 VLMPREP_AVX512 void vertical512(const uint8_t* src, int64_t src_stride, uint8_t* dst,

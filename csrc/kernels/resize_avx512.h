@@ -21,6 +21,7 @@ bool resize_avx512_usable();
 // per byte), each group one 64-byte source load and, per pair of taps, a byte permutation and
 // two dpwssd. Pixels from simd_end on are the caller's.
 struct Horizontal512 {
+  bool two_loads = false;  // windows of up to 128 bytes: two loads and two-source permutes
   int pairs = 0;
   int groups = 0;
   int simd_end = 0;
@@ -29,7 +30,7 @@ struct Horizontal512 {
 };
 
 // Plans the pass over widened weights (every output exactly c.ksize taps). False when the
-// groups' windows do not fit 64 bytes (downscales by about 3 and more): use another path.
+// groups' windows do not fit 128 bytes (downscales by about 8 and more): use another path.
 bool horizontal512_plan(const Coeffs& c, int in_w, int out_w, Horizontal512* h);
 
 // Output bytes [0, 16 * h.groups) of `rows` rows; the caller does pixels h.simd_end on.
