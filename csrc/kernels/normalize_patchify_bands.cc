@@ -30,7 +30,8 @@ bool BandPath::usable(const NormalizePatchifyParams& p) {
   if (isa && (std::strcmp(isa, "avx2") == 0 || std::strcmp(isa, "scalar") == 0)) return false;
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
-  return has && (p.layout == Layout::kMergeGrouped || p.layout == Layout::kRaster) && p.patch <= 16;
+  return has && (p.layout == Layout::kTiles ||
+                 ((p.layout == Layout::kMergeGrouped || p.layout == Layout::kRaster) && p.patch <= 16));
 }
 
 BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {
@@ -54,10 +55,6 @@ int order(int q, int nb) {
   return q;
 }
 
-// The pixel (of a 4P-pixel chunk) whose value goes to output slot position s: slot k = s / 16
-// holds patch k's P pixels; slot positions past P take pixel 0 (never stored).
-int slot_pixel(int s, int P) { return s % 16 < P ? (s / 16) * P + s % 16 : 0; }
-
 // One table byte plane looked up for 64 indices: entries 0..127 and 128..255 by two permutes,
 // chosen by the index's top bit.
 VLMPREP_VBMI inline __m512i lookup(const uint8_t* plane, __m512i idx) {
@@ -71,60 +68,90 @@ inline __mmask64 first_bytes(int k) {
   return k >= 64 ? ~__mmask64(0) : k <= 0 ? __mmask64(0) : (__mmask64(1) << k) - 1;
 }
 
-// Band row y -> its P-value segments in the three patch-major planes.
+// Gather controls of one 64-value step: for channel c, position q takes source byte
+// 3 * pixel + c, from the first two 64-byte loads (index < 128: one permute) or the third (a
+// masked second permute); `pixel(s)` is the pixel whose value ends at output position s.
+struct Gather {
+  alignas(64) uint8_t lo_idx[3][64];
+  alignas(64) uint8_t hi_idx[3][64];
+  uint64_t hi_mask[3] = {0, 0, 0};
+
+  template <typename F>
+  Gather(int nb, F pixel) {
+    for (int c = 0; c < 3; ++c)
+      for (int q = 0; q < 64; ++q) {
+        const int b = 3 * pixel(order(q, nb)) + c;
+        lo_idx[c][q] = uint8_t(b & 127);
+        hi_idx[c][q] = uint8_t(b & 63);
+        if (b >= 128) hi_mask[c] |= uint64_t(1) << q;
+      }
+  }
+};
+
+// Channel c of up to 64 pixels (a, b, d: their 192 interleaved bytes) through the table:
+// out[k] holds output values 64k / kBytes ... in order (kBytes vectors).
+template <int kBytes>
+VLMPREP_VBMI inline void convert(const Gather& g, int c, __m512i a, __m512i b, __m512i d,
+                                 const uint8_t* table, __m512i* out) {
+  __m512i idx = _mm512_permutex2var_epi8(a, _mm512_load_si512(g.lo_idx[c]), b);
+  idx = _mm512_mask_permutexvar_epi8(idx, g.hi_mask[c], _mm512_load_si512(g.hi_idx[c]), d);
+  if constexpr (kBytes == 1) {
+    out[0] = idx;
+  } else if constexpr (kBytes == 2) {
+    const uint8_t* t = table + size_t(c) * 2 * 256;
+    const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
+    out[0] = _mm512_unpacklo_epi8(r0, r1);
+    out[1] = _mm512_unpackhi_epi8(r0, r1);
+  } else {
+    const uint8_t* t = table + size_t(c) * 4 * 256;
+    const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
+    const __m512i r2 = lookup(t + 512, idx), r3 = lookup(t + 768, idx);
+    const __m512i x01l = _mm512_unpacklo_epi8(r0, r1), x01h = _mm512_unpackhi_epi8(r0, r1);
+    const __m512i x23l = _mm512_unpacklo_epi8(r2, r3), x23h = _mm512_unpackhi_epi8(r2, r3);
+    out[0] = _mm512_unpacklo_epi16(x01l, x23l);
+    out[1] = _mm512_unpackhi_epi16(x01l, x23l);
+    out[2] = _mm512_unpacklo_epi16(x01h, x23h);
+    out[3] = _mm512_unpackhi_epi16(x01h, x23h);
+  }
+}
+
+// Loads the 3 * n bytes of n <= 64 pixels (zeros past them).
+VLMPREP_VBMI inline void load_pixels(const uint8_t* s, int n, __m512i* a, __m512i* b, __m512i* d) {
+  const int bytes = 3 * n;
+  *a = _mm512_maskz_loadu_epi8(first_bytes(bytes), s);
+  *b = _mm512_maskz_loadu_epi8(first_bytes(bytes - 64), s + 64);
+  *d = _mm512_maskz_loadu_epi8(first_bytes(bytes - 128), s + 128);
+}
+
+// Band row y -> its P-value segments in the three patch-major planes, 4 patches at a time:
+// each patch's P values land in one 16-value slot, stored with one masked store.
 template <int kBytes>
 VLMPREP_VBMI void row_to_planes(const uint8_t* src, int width, int P, int y, const uint8_t* table,
                                 uint8_t* planes, int64_t plane_stride) {
-  // Gather controls: for channel c, position q takes source byte 3 * pixel + c, from the first
-  // two 64-byte loads (index < 128: one permute) or the third (a masked second permute).
-  alignas(64) uint8_t lo_idx[3][64], hi_idx[3][64];
-  uint64_t hi_mask[3] = {0, 0, 0};
-  for (int c = 0; c < 3; ++c)
-    for (int q = 0; q < 64; ++q) {
-      const int b = 3 * slot_pixel(order(q, kBytes), P) + c;
-      lo_idx[c][q] = uint8_t(b & 127);
-      hi_idx[c][q] = uint8_t(b & 63);
-      if (b >= 128) hi_mask[c] |= uint64_t(1) << q;
-    }
+  const Gather g(kBytes, [P](int s) { return s % 16 < P ? (s / 16) * P + s % 16 : 0; });
   const int cols = width / P;
-  const int64_t seg = int64_t(P) * kBytes;  // bytes of one patch line
-  const int64_t patch_bytes = seg * P;
+  const int64_t patch_bytes = int64_t(P) * P * kBytes;
   uint8_t* row_base = planes + (int64_t(y / P) * cols * P * P + int64_t(y % P) * P) * kBytes;
   for (int pc0 = 0; pc0 < cols; pc0 += 4) {
-    const int bytes = 3 * P * (cols - pc0 < 4 ? cols - pc0 : 4);
-    const uint8_t* s = src + int64_t(pc0) * P * 3;
-    const __m512i a = _mm512_maskz_loadu_epi8(first_bytes(bytes), s);
-    const __m512i b = _mm512_maskz_loadu_epi8(first_bytes(bytes - 64), s + 64);
-    const __m512i d = _mm512_maskz_loadu_epi8(first_bytes(bytes - 128), s + 128);
     const int n = cols - pc0 < 4 ? cols - pc0 : 4;  // patches in this chunk
+    __m512i a, b, d;
+    load_pixels(src + int64_t(pc0) * P * 3, n * P, &a, &b, &d);
     for (int c = 0; c < 3; ++c) {
-      __m512i idx = _mm512_permutex2var_epi8(a, _mm512_load_si512(lo_idx[c]), b);
-      idx = _mm512_mask_permutexvar_epi8(idx, hi_mask[c], _mm512_load_si512(hi_idx[c]), d);
+      __m512i v[kBytes];
+      convert<kBytes>(g, c, a, b, d, table, v);
       uint8_t* out = row_base + c * plane_stride + int64_t(pc0) * patch_bytes;  // patch pc0, line y % P
+      const __mmask16 m = __mmask16((1u << P) - 1);
       if constexpr (kBytes == 1) {
-        const __m128i lane[4] = {_mm512_extracti32x4_epi32(idx, 0), _mm512_extracti32x4_epi32(idx, 1),
-                                 _mm512_extracti32x4_epi32(idx, 2), _mm512_extracti32x4_epi32(idx, 3)};
-        const __mmask16 m = __mmask16((1u << P) - 1);
+        const __m128i lane[4] = {_mm512_extracti32x4_epi32(v[0], 0), _mm512_extracti32x4_epi32(v[0], 1),
+                                 _mm512_extracti32x4_epi32(v[0], 2), _mm512_extracti32x4_epi32(v[0], 3)};
         for (int k = 0; k < n; ++k) _mm_mask_storeu_epi8(out + k * patch_bytes, m, lane[k]);
       } else if constexpr (kBytes == 2) {
-        const uint8_t* t = table + size_t(c) * 2 * 256;
-        const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
-        const __m512i z[2] = {_mm512_unpacklo_epi8(r0, r1), _mm512_unpackhi_epi8(r0, r1)};
-        const __mmask16 m = __mmask16((1u << P) - 1);
         for (int k = 0; k < n; ++k) {
-          const __m256i half = (k & 1) ? _mm512_extracti64x4_epi64(z[k / 2], 1) : _mm512_castsi512_si256(z[k / 2]);
+          const __m256i half = (k & 1) ? _mm512_extracti64x4_epi64(v[k / 2], 1) : _mm512_castsi512_si256(v[k / 2]);
           _mm256_mask_storeu_epi16(out + k * patch_bytes, m, half);
         }
       } else {
-        const uint8_t* t = table + size_t(c) * 4 * 256;
-        const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
-        const __m512i r2 = lookup(t + 512, idx), r3 = lookup(t + 768, idx);
-        const __m512i x01l = _mm512_unpacklo_epi8(r0, r1), x01h = _mm512_unpackhi_epi8(r0, r1);
-        const __m512i x23l = _mm512_unpacklo_epi8(r2, r3), x23h = _mm512_unpackhi_epi8(r2, r3);
-        const __m512i f[4] = {_mm512_unpacklo_epi16(x01l, x23l), _mm512_unpackhi_epi16(x01l, x23l),
-                              _mm512_unpacklo_epi16(x01h, x23h), _mm512_unpackhi_epi16(x01h, x23h)};
-        const __mmask16 m = __mmask16((1u << P) - 1);
-        for (int k = 0; k < n; ++k) _mm512_mask_storeu_epi32(out + k * patch_bytes, m, f[k]);
+        for (int k = 0; k < n; ++k) _mm512_mask_storeu_epi32(out + k * patch_bytes, m, v[k]);
       }
     }
   }
@@ -154,6 +181,27 @@ class LineStream {
     if (n > 0) {
       acc_ = _mm512_maskz_loadu_epi8(first_bytes(int(n)), src);
       fill_ = int(n);
+    }
+  }
+
+  // Appends the first n <= 64 bytes of a register: a byte shift across lanes (one permute)
+  // joins them to the pending line, another keeps the rest for the next.
+  VLMPREP_VBMI void put_vec(__m512i v, int n) {
+    const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48,
+                                         47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32,
+                                         31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                         15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    if (fill_ == 0 && n == 64) return emit(v);
+    const int k = n < 64 - fill_ ? n : 64 - fill_;  // bytes that go to the pending line
+    acc_ = _mm512_mask_permutexvar_epi8(acc_, first_bytes(fill_ + k) & ~first_bytes(fill_),
+                                        _mm512_sub_epi8(iota, _mm512_set1_epi8(char(fill_))), v);
+    const int shift = k;
+    fill_ += k;
+    if (fill_ < 64) return;
+    emit(acc_);
+    if (n > shift) {
+      acc_ = _mm512_permutexvar_epi8(_mm512_add_epi8(iota, _mm512_set1_epi8(char(shift))), v);
+      fill_ = n - shift;
     }
   }
 
@@ -208,9 +256,43 @@ VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const uint8_t* tabl
   out.finish();
 }
 
+// One tile of the tiles layout: source line y -> line y of the tile's three CHW planes, 64
+// pixels at a time straight from registers into one LineStream per plane.
+template <int kBytes>
+VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const uint8_t* table, const NPSample& s,
+                           bool stream) {
+  const Gather g(kBytes, [](int v) { return v; });
+  const int64_t plane = int64_t(s.height) * s.width * kBytes;
+  uint8_t* base = static_cast<uint8_t*>(p.out) + s.out_offset * kBytes;
+  LineStream out[3] = {LineStream(base, stream), LineStream(base + plane, stream),
+                       LineStream(base + 2 * plane, stream)};
+  for (int y = 0; y < s.height; ++y) {
+    const uint8_t* src = s.src + int64_t(y) * s.row_stride;
+    for (int x = 0; x < s.width; x += 64) {
+      const int n = s.width - x < 64 ? s.width - x : 64;
+      __m512i a, b, d;
+      load_pixels(src + int64_t(x) * 3, n, &a, &b, &d);
+      for (int c = 0; c < 3; ++c) {
+        __m512i v[kBytes];
+        convert<kBytes>(g, c, a, b, d, table, v);
+        for (int k = 0, left = n * kBytes; k < kBytes && left > 0; ++k, left -= 64)
+          out[c].put_vec(v[k], left < 64 ? left : 64);
+      }
+    }
+  }
+  for (auto& o : out) o.finish();
+}
+
 }  // namespace
 
 void BandPath::run(const NPSample& s, bool stream) {
+  if (p.layout == Layout::kTiles) {
+    switch (dtype_size(p.dtype)) {
+      case 4: return run_tile<4>(p, table.data(), s, stream);
+      case 2: return run_tile<2>(p, table.data(), s, stream);
+      default: return run_tile<1>(p, table.data(), s, stream);
+    }
+  }
   switch (dtype_size(p.dtype)) {
     case 4: return run_band<4>(p, table.data(), planes, s, stream);
     case 2: return run_band<2>(p, table.data(), planes, s, stream);

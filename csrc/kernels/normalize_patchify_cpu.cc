@@ -203,8 +203,28 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
   }
 }
 
+// The tiles layout on the band path: one unit per tile, split across threads.
+void run_tiles(const NormalizePatchifyParams& p, int num_threads) {
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < p.num_samples; ++i) bytes += int64_t(p.samples[i].height) * p.samples[i].width * 3;
+  const bool stream = normalize_patchify_streams(bytes * dtype_size(p.dtype));
+  auto work = [&](int i0, int i1) {
+    BandPath path(p);
+    for (int i = i0; i < i1; ++i) path.run(p.samples[i], stream);
+  };
+  const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
+  const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, p.num_samples})));
+  if (n == 1) return work(0, p.num_samples);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work, p.num_samples * t / n, p.num_samples * (t + 1) / n);
+  work(0, p.num_samples / n);
+  for (auto& th : pool) th.join();
+}
+
 void normalize_patchify_cpu(const NormalizePatchifyParams& p, int num_threads) {
-  if (BandPath::usable(p)) return run_bands(p, num_threads);
+  if (BandPath::usable(p)) {
+    return p.layout == Layout::kTiles ? run_tiles(p, num_threads) : run_bands(p, num_threads);
+  }
   switch (p.dtype) {
     case DType::kFloat32: return run<float, true>(p, num_threads);
     case DType::kBFloat16: return run<uint16_t, true>(p, num_threads);  // bf16 bit patterns

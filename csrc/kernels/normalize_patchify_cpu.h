@@ -23,15 +23,17 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
 
 namespace vlmprep {
 
-// The band path (normalize_patchify_bands.cc): a band's pixels first become one plane per
-// channel of the output type (64 table lookups at a time with AVX-512 VBMI byte permutes),
-// then each output row is copied together from 14- or 16-value segments of the planes.
-// For merge_grouped and raster, when the CPU has AVX-512 VBMI (and VLMPREP_CPU_ISA allows).
+// The band path (normalize_patchify_bands.cc), when the CPU has AVX-512 VBMI (and
+// VLMPREP_CPU_ISA allows): table lookups 64 values at a time with byte permutes, output lines
+// written whole from registers. merge_grouped / raster (patch <= 16): a band's pixels first
+// become patch-major planes, then each row is copied together from them. tiles: each source
+// line goes straight to its three CHW plane lines.
 struct BandPath {
   // Whether the path applies to p (decided once per image).
   static bool usable(const NormalizePatchifyParams& p);
   explicit BandPath(const NormalizePatchifyParams& p);  // p.lut as byte planes
-  // Every output row of band sample s, as normalize_patchify_sample_cpu writes them.
+  // Every output row of band sample s (a whole tile for the tiles layout), as
+  // normalize_patchify_sample_cpu writes them.
   void run(const NPSample& s, bool stream);
 
   const NormalizePatchifyParams& p;

@@ -138,3 +138,24 @@ def test_opcheck(kernels):
     torch.library.opcheck(torch.ops.vlmprep.normalize_patchify.default,
                           ([img], torch.randn(3, 256), out, [0], "merge_grouped", 14, 2, 2, 1))
     torch.library.opcheck(torch.ops.vlmprep.resize.default, (img, 30, 40, "bicubic", 1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_large_tiles_streamed(kernels, cpu_path, dtype):
+    """Nine 448x448 tiles cut from one canvas (InternVL at 1080p) plus a 333x337 one (planes
+    that start and end mid-line): >= 8 MiB in every dtype, so streamed; equal to the oracle."""
+    rng = np.random.default_rng(SEED)
+    canvas = rng.integers(0, 256, (896, 1792, 3), dtype=np.uint8)
+    imgs = [canvas[r * 448:(r + 1) * 448, c * 448:(c + 1) * 448] for r in range(2) for c in range(4)]
+    imgs += [rng.integers(0, 256, (448, 448, 3), dtype=np.uint8),
+             rng.integers(0, 256, (333, 337, 3), dtype=np.uint8)]
+    table = _table(rng, dtype)
+    want = _oracle(imgs, table, "tiles", 14, 1, 1, dtype)
+    offs = np.cumsum([0] + [3 * i.shape[0] * i.shape[1] for i in imgs])[:-1].tolist()
+    for threads in (1, 2):
+        kernels.set_num_threads(threads)
+        out = torch.full((want.numel(),), POISON[dtype], dtype=dtype)
+        kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], table, out, offs, "tiles", 14)
+        kernels.set_num_threads(None)
+        assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), \
+            f"seed {SEED}, {threads} threads, {cpu_path} path"
