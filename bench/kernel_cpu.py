@@ -1,6 +1,8 @@
 """normalize + patchify + pack of one 1080p Qwen2-VL image on the CPU: before (the backends'
-pure paths) and after (the fused CPU twin), against the bytes-written floor (output bytes /
-memset bandwidth). Buffers rotate over three (as a Processor's outputs do: each call writes a
+pure paths) and after (the fused CPU twin: its band path, AVX-512 VBMI, and its row path,
+``VLMPREP_CPU_ISA=avx2``), against the bytes-written floor (output bytes / memset bandwidth);
+then the resize (1080x1920 -> 1092x1932, Pillow-exact) and the fused op that resizes while it
+writes the rows (``resize_normalize_patchify``, what the torch backend runs end to end). Buffers rotate over three (as a Processor's outputs do: each call writes a
 buffer that is not the one just written), all faulted in already; the "same buffer" rows keep
 writing one buffer, which a large cache holds (480 MiB L3 here), so they flatter both sides.
 Prints a table, writes JSON.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 
@@ -46,6 +49,7 @@ def main() -> int:
     op_n, op_p = pipe.normalize, pipe.patchify
     rng = np.random.default_rng(0)
     img = rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8)  # resized 1080p
+    src = torch.from_numpy(rng.integers(0, 256, (1080, 1920, 3), dtype=np.uint8))  # decoded 1080p
     rows, D = (1092 // 14) * (1932 // 14), 1176
     res = {}
     for dtype in ("float32", "uint8"):
@@ -95,6 +99,19 @@ def main() -> int:
             kernels.normalize_patchify([timg_hwc], table, o.view(-1), [0], "merge_grouped", 14, 2, 2)
         r["twin_1t_fresh_buffer_ms"] = round(best_ms(fresh, 6), 2)
         r["twin_1t_vs_floor"] = round(r["twin_1t_ms"] / floor, 2)
+        os.environ["VLMPREP_CPU_ISA"] = "avx2"  # the row path (no AVX-512 band path)
+        try:
+            r["twin_row_path_1t_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+                [timg_hwc], table, rotating().view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
+            r["resize_avx2_ms"] = round(best_ms(lambda: kernels.resize(src, (1092, 1932), "bicubic")), 2)
+        finally:
+            del os.environ["VLMPREP_CPU_ISA"]
+        r["resize_ms"] = round(best_ms(lambda: kernels.resize(src, (1092, 1932), "bicubic")), 2)
+        r["resize_then_twin_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+            [kernels.resize(src, (1092, 1932), "bicubic")], table, rotating().view(-1), [0],
+            "merge_grouped", 14, 2, 2)), 2)
+        r["fused_resize_normalize_patchify_ms"] = round(best_ms(lambda: kernels.resize_normalize_patchify(
+            src, (1092, 1932), "bicubic", table, rotating().view(-1), 0, "merge_grouped", 14, 2, 2)), 2)
         kernels.set_num_threads(None)
         res[dtype] = r
     print(f"{'':22s}" + "".join(f"{d:>12s}" for d in res))

@@ -34,15 +34,6 @@ bool BandPath::usable(const NormalizePatchifyParams& p) {
                  ((p.layout == Layout::kMergeGrouped || p.layout == Layout::kRaster) && p.patch <= 16));
 }
 
-BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {
-  const int nb = dtype_size(p.dtype);
-  if (p.dtype == DType::kUInt8) return;
-  table.resize(size_t(3) * nb * 256);
-  const uint8_t* lut = static_cast<const uint8_t*>(p.lut);
-  for (int c = 0; c < 3; ++c)
-    for (int v = 0; v < 256; ++v)
-      for (int b = 0; b < nb; ++b) table[(size_t(c) * nb + b) * 256 + v] = lut[(size_t(c) * 256 + v) * nb + b];
-}
 
 namespace {
 
@@ -71,13 +62,15 @@ inline __mmask64 first_bytes(int k) {
 // Gather controls of one 64-value step: for channel c, position q takes source byte
 // 3 * pixel + c, from the first two 64-byte loads (index < 128: one permute) or the third (a
 // masked second permute); `pixel(s)` is the pixel whose value ends at output position s.
-struct Gather {
+}  // namespace
+
+struct BandGather {
   alignas(64) uint8_t lo_idx[3][64];
   alignas(64) uint8_t hi_idx[3][64];
   uint64_t hi_mask[3] = {0, 0, 0};
 
   template <typename F>
-  Gather(int nb, F pixel) {
+  BandGather(int nb, F pixel) {
     for (int c = 0; c < 3; ++c)
       for (int q = 0; q < 64; ++q) {
         const int b = 3 * pixel(order(q, nb)) + c;
@@ -88,10 +81,12 @@ struct Gather {
   }
 };
 
+namespace {
+
 // Channel c of up to 64 pixels (a, b, d: their 192 interleaved bytes) through the table:
 // out[k] holds output values 64k / kBytes ... in order (kBytes vectors).
 template <int kBytes>
-VLMPREP_VBMI inline void convert(const Gather& g, int c, __m512i a, __m512i b, __m512i d,
+VLMPREP_VBMI inline void convert(const BandGather& g, int c, __m512i a, __m512i b, __m512i d,
                                  const uint8_t* table, __m512i* out) {
   __m512i idx = _mm512_permutex2var_epi8(a, _mm512_load_si512(g.lo_idx[c]), b);
   idx = _mm512_mask_permutexvar_epi8(idx, g.hi_mask[c], _mm512_load_si512(g.hi_idx[c]), d);
@@ -126,9 +121,8 @@ VLMPREP_VBMI inline void load_pixels(const uint8_t* s, int n, __m512i* a, __m512
 // Band row y -> its P-value segments in the three patch-major planes, 4 patches at a time:
 // each patch's P values land in one 16-value slot, stored with one masked store.
 template <int kBytes>
-VLMPREP_VBMI void row_to_planes(const uint8_t* src, int width, int P, int y, const uint8_t* table,
-                                uint8_t* planes, int64_t plane_stride) {
-  const Gather g(kBytes, [P](int s) { return s % 16 < P ? (s / 16) * P + s % 16 : 0; });
+VLMPREP_VBMI void row_to_planes(const BandGather& g, const uint8_t* src, int width, int P, int y,
+                                const uint8_t* table, uint8_t* planes, int64_t plane_stride) {
   const int cols = width / P;
   const int64_t patch_bytes = int64_t(P) * P * kBytes;
   uint8_t* row_base = planes + (int64_t(y / P) * cols * P * P + int64_t(y % P) * P) * kBytes;
@@ -233,13 +227,13 @@ class LineStream {
 };
 
 template <int kBytes>
-VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const uint8_t* table, std::vector<uint8_t>& planes,
-                           const NPSample& s, bool stream) {
+VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const BandGather& g, const uint8_t* table,
+                           std::vector<uint8_t>& planes, const NPSample& s, bool stream) {
   const int P = p.patch;
   const int64_t plane_stride = int64_t(s.height) * s.width * kBytes;
   if (planes.size() < size_t(3 * plane_stride)) planes.resize(size_t(3 * plane_stride));
   for (int y = 0; y < s.height; ++y)
-    row_to_planes<kBytes>(s.src + int64_t(y) * s.row_stride, s.width, P, y, table, planes.data(),
+    row_to_planes<kBytes>(g, s.src + int64_t(y) * s.row_stride, s.width, P, y, table, planes.data(),
                           plane_stride);
   const int T = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
   const int cols = s.width / P;
@@ -259,9 +253,8 @@ VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const uint8_t* tabl
 // One tile of the tiles layout: source line y -> line y of the tile's three CHW planes, 64
 // pixels at a time straight from registers into one LineStream per plane.
 template <int kBytes>
-VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const uint8_t* table, const NPSample& s,
-                           bool stream) {
-  const Gather g(kBytes, [](int v) { return v; });
+VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const BandGather& g, const uint8_t* table,
+                           const NPSample& s, bool stream) {
   const int64_t plane = int64_t(s.height) * s.width * kBytes;
   uint8_t* base = static_cast<uint8_t*>(p.out) + s.out_offset * kBytes;
   LineStream out[3] = {LineStream(base, stream), LineStream(base + plane, stream),
@@ -285,25 +278,45 @@ VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const uint8_t* tabl
 
 }  // namespace
 
+BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {
+  const int nb = dtype_size(p.dtype), P = p.patch;
+  // Patch layouts: slot k of a 64-value step holds patch k's P pixels (see row_to_planes);
+  // tiles: pixels in order.
+  if (p.layout == Layout::kTiles)
+    gather.reset(new BandGather(nb, [](int v) { return v; }));
+  else
+    gather.reset(new BandGather(nb, [P](int s) { return s % 16 < P ? (s / 16) * P + s % 16 : 0; }));
+  if (p.dtype == DType::kUInt8) return;
+  table.resize(size_t(3) * nb * 256);
+  const uint8_t* lut = static_cast<const uint8_t*>(p.lut);
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v)
+      for (int b = 0; b < nb; ++b) table[(size_t(c) * nb + b) * 256 + v] = lut[(size_t(c) * 256 + v) * nb + b];
+}
+
+BandPath::~BandPath() = default;
+
 void BandPath::run(const NPSample& s, bool stream) {
   if (p.layout == Layout::kTiles) {
     switch (dtype_size(p.dtype)) {
-      case 4: return run_tile<4>(p, table.data(), s, stream);
-      case 2: return run_tile<2>(p, table.data(), s, stream);
-      default: return run_tile<1>(p, table.data(), s, stream);
+      case 4: return run_tile<4>(p, *gather, table.data(), s, stream);
+      case 2: return run_tile<2>(p, *gather, table.data(), s, stream);
+      default: return run_tile<1>(p, *gather, table.data(), s, stream);
     }
   }
   switch (dtype_size(p.dtype)) {
-    case 4: return run_band<4>(p, table.data(), planes, s, stream);
-    case 2: return run_band<2>(p, table.data(), planes, s, stream);
-    default: return run_band<1>(p, table.data(), planes, s, stream);
+    case 4: return run_band<4>(p, *gather, table.data(), planes, s, stream);
+    case 2: return run_band<2>(p, *gather, table.data(), planes, s, stream);
+    default: return run_band<1>(p, *gather, table.data(), planes, s, stream);
   }
 }
 
 #else  // not x86-64: never usable
 
 bool BandPath::usable(const NormalizePatchifyParams&) { return false; }
+struct BandGather {};
 BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {}
+BandPath::~BandPath() = default;
 void BandPath::run(const NPSample&, bool) {}
 
 #endif

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "vlmprep/normalize_patchify.h"
@@ -28,17 +29,21 @@ namespace vlmprep {
 // written whole from registers. merge_grouped / raster (patch <= 16): a band's pixels first
 // become patch-major planes, then each row is copied together from them. tiles: each source
 // line goes straight to its three CHW plane lines.
+struct BandGather;  // the byte-permute controls of the layout (normalize_patchify_bands.cc)
+
 struct BandPath {
   // Whether the path applies to p (decided once per image).
   static bool usable(const NormalizePatchifyParams& p);
-  explicit BandPath(const NormalizePatchifyParams& p);  // p.lut as byte planes
+  explicit BandPath(const NormalizePatchifyParams& p);  // p.lut as byte planes, the controls
+  ~BandPath();
   // Every output row of band sample s (a whole tile for the tiles layout), as
   // normalize_patchify_sample_cpu writes them.
   void run(const NPSample& s, bool stream);
 
   const NormalizePatchifyParams& p;
   std::vector<uint8_t> table;   // [c][byte of the value][256]: the table's byte planes
-  std::vector<uint8_t> planes;  // [c][y][x] values of the output type, rows padded to 64
+  std::vector<uint8_t> planes;  // [c][patch row][patch column][py][px] values of the output type
+  std::unique_ptr<BandGather> gather;
 };
 
 }  // namespace vlmprep
