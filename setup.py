@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -61,6 +62,20 @@ def _archs() -> list[str]:
     return out
 
 
+def _libjpeg(cxx: str) -> tuple[bool, str]:
+    """Whether libjpeg-turbo's headers and library link here (the CPU JPEG fast path), and why
+    not. VLMPREP_NO_LIBJPEG=1 leaves it out."""
+    if os.environ.get("VLMPREP_NO_LIBJPEG"):
+        return False, "VLMPREP_NO_LIBJPEG is set"
+    probe = "#include <cstdio>\n#include <jpeglib.h>\nint main() { jpeg_error_mgr e; jpeg_std_error(&e); }\n"
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([cxx, "-x", "c++", "-", "-ljpeg", "-o", os.path.join(d, "probe")],
+                           input=probe, capture_output=True, text=True)
+    if r.returncode != 0:
+        return False, "jpeglib.h or libjpeg not found (install libjpeg-turbo's dev package)"
+    return True, ""
+
+
 def _torch_extension():
     """The torch extension, or None (with the reason printed) when it cannot be built here."""
     if os.environ.get("VLMPREP_NO_BUILD"):
@@ -85,18 +100,29 @@ def _torch_extension():
     cflags = ["-O3", "-g0", "-std=c++20", "-fvisibility=hidden"]  # torch 2.14 headers need C++20
     cfg = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx": cxx,
            "python": sys.version.split()[0]}
+    jpeg, why_not = _libjpeg(cxx)
+    cfg["libjpeg"] = jpeg
+    macros, libs = [], []
+    if jpeg:
+        sources.append("csrc/kernels/jpeg_rows.cc")
+        macros.append(("VLMPREP_WITH_LIBJPEG", "1"))
+        libs.append("jpeg")
+    else:
+        cfg["libjpeg_reason"] = why_not
+        _log(f"libjpeg-turbo: {why_not}: the JPEG fast path is not built (decoding stays torchvision's)")
     if nvcc:
         os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(_archs())
         cfg.update(cuda=True, nvcc=nvcc, cuda_archs=os.environ["TORCH_CUDA_ARCH_LIST"])
         ext = ce.CUDAExtension(
             "vlmprep.kernels._vlmprep_torch", sources + ["csrc/kernels/normalize_patchify.cu"],
             include_dirs=[os.path.join(HERE, "csrc", "include")],
-            define_macros=[("VLMPREP_WITH_CUDA", "1")],
+            define_macros=[("VLMPREP_WITH_CUDA", "1")] + macros, libraries=libs,
             extra_compile_args={"cxx": cflags, "nvcc": ["-O3", "-std=c++20"]})
     else:
         cfg.update(cuda=False, nvcc=None, cuda_archs=None)
         ext = ce.CppExtension("vlmprep.kernels._vlmprep_torch", sources,
                               include_dirs=[os.path.join(HERE, "csrc", "include")],
+                              define_macros=macros, libraries=libs,
                               extra_compile_args={"cxx": cflags})
     _log(f"torch extension: torch {cfg['torch']} (CUDA {cfg['torch_cuda']}), C++ {cxx}, "
          f"nvcc {nvcc or 'none: CPU twins only'}, archs {cfg['cuda_archs'] or '-'}")

@@ -344,6 +344,12 @@ ResizeRows::ResizeRows(const ResizeParams& p) : p_(p), w_(new Weights) {
 
 ResizeRows::~ResizeRows() = default;
 
+int ResizeRows::source_rows(int y1) const {
+  if (y1 <= 0) return 0;
+  if (!w_->need_v) return y1;
+  return w_->cv.bounds[(y1 - 1) * 2] + w_->cv.bounds[(y1 - 1) * 2 + 1];
+}
+
 void ResizeRows::rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache) const {
   const Weights& w = *w_;
   const ResizeParams& p = p_;

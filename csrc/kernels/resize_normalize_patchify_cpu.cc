@@ -1,19 +1,70 @@
-// The fused CPU fast path (resize_normalize_patchify.h): ResizeRows produces one band of
-// resized rows into a small buffer, the normalize_patchify twin writes that band's output rows.
+// The fused CPU fast path (resize_normalize_patchify.h, jpeg.h): ResizeRows produces one band
+// of resized rows into a small buffer, the normalize_patchify twin writes that band's output
+// rows. With a JPEG source the decoder fills the source rows as the bands need them.
 #include "vlmprep/resize_normalize_patchify.h"
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "normalize_patchify_cpu.h"
 #include "resize_rows.h"
+#if defined(VLMPREP_WITH_LIBJPEG)
+#include "vlmprep/jpeg.h"
+#endif
 
 namespace vlmprep {
 
-const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
-                                          int num_threads) {
+namespace {
+
+// What every band of one image shares.
+struct Bands {
+  const ResizeRows& rr;
+  const NormalizePatchifyParams& p;
+  NPSample s;            // the whole output sample (src unused)
+  int band = 0;          // image rows per band: one row of merge groups (or of patches)
+  int count = 0;         // bands
+  int64_t band_rows = 0, row_len = 0;
+  bool stream = false, vector_path = false;
+
+  Bands(const ResizeRows& rr_, const NormalizePatchifyParams& p_, const NPSample& s_) : rr(rr_), p(p_), s(s_) {
+    // A band's output rows are contiguous, and it is the unit the layout's row order needs whole.
+    band = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
+    count = s.height / band;
+    band_rows = num_rows(p, band, s.width);
+    row_len = row_length(p, band, s.width);
+    stream = normalize_patchify_streams(num_rows(p, s.height, s.width) * row_len * dtype_size(p.dtype));
+    vector_path = BandPath::usable(p);
+  }
+  // Source rows band b (and all before it) read.
+  int source_rows(int b) const { return rr.source_rows((b + 1) * band); }
+};
+
+// One thread's working state: the resize cache, the band buffer, the band path.
+struct Worker {
+  const Bands& j;
+  ResizeCache cache;
+  std::vector<uint8_t> buf;
+  std::unique_ptr<BandPath> path;
+
+  explicit Worker(const Bands& bands)
+      : j(bands), buf(size_t(bands.band) * 3 * bands.s.width),
+        path(bands.vector_path ? new BandPath(bands.p) : nullptr) {}
+
+  void run(int b) {
+    const int64_t stride = int64_t(3) * j.s.width;
+    j.rr.rows(b * j.band, (b + 1) * j.band, buf.data(), stride, cache);
+    const NPSample part{buf.data(), stride, j.band, j.s.width, j.s.out_offset + b * j.band_rows * j.row_len};
+    if (path) path->run(part, j.stream);
+    else normalize_patchify_sample_cpu(j.p, part, j.stream);
+  }
+};
+
+// Checks the sample against the resize and the layout; nullptr when they agree.
+const char* check(const ResizeParams& r, const NormalizePatchifyParams& p) {
   if (const char* bad = ResizeRows::check(r)) return bad;
   if (p.layout == Layout::kTiles) return "the tiles layout is not fused: resize, then normalize_patchify";
   if (p.num_samples != 1) return "expected exactly one sample";
@@ -22,43 +73,97 @@ const char* resize_normalize_patchify_cpu(const ResizeParams& r, const Normalize
   NPSample whole = s;
   whole.src = nullptr;
   whole.row_stride = int64_t(3) * s.width;
-  if (const char* bad = check_sample(p, whole)) return bad;
+  return check_sample(p, whole);
+}
 
-  // A band is one row of merge groups (merge_grouped) or of patches: its output rows are
-  // contiguous, and it is the unit the layout's row order needs whole.
-  const int band = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
-  const int bands = s.height / band;
-  const int64_t band_rows = num_rows(p, band, s.width);
-  const int64_t row_len = row_length(p, band, s.width);
-  const bool stream = normalize_patchify_streams(num_rows(p, s.height, s.width) * row_len *
-                                                 dtype_size(p.dtype));
+// Threads worth starting for an output of `height` x `width`: below ~256 KiB of resized pixels
+// a thread costs more than it saves.
+int threads_for(int num_threads, int height, int width, int bands) {
+  const int64_t useful = std::max<int64_t>(1, int64_t(height) * width * 3 / (256 << 10));
+  return int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, bands})));
+}
+
+}  // namespace
+
+const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
+                                          int num_threads) {
+  if (const char* bad = check(r, p)) return bad;
   const ResizeRows rr(r);
-  const int64_t stride = int64_t(3) * s.width;
-
-  const bool vector_path = BandPath::usable(p);
+  const Bands j(rr, p, p.samples[0]);
   auto run = [&](int b0, int b1) {
-    ResizeCache cache;
-    std::vector<uint8_t> buf(size_t(band) * stride);
-    std::unique_ptr<BandPath> path(vector_path ? new BandPath(p) : nullptr);
-    for (int b = b0; b < b1; ++b) {
-      rr.rows(b * band, (b + 1) * band, buf.data(), stride, cache);
-      const NPSample part{buf.data(), stride, band, s.width, s.out_offset + b * band_rows * row_len};
-      if (path) path->run(part, stream);
-      else normalize_patchify_sample_cpu(p, part, stream);
-    }
+    Worker w(j);
+    for (int b = b0; b < b1; ++b) w.run(b);
   };
-  // Below ~256 KiB of resized pixels a thread costs more than it saves.
-  const int64_t useful = std::max<int64_t>(1, int64_t(s.height) * stride / (256 << 10));
-  const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, bands})));
+  const int n = threads_for(num_threads, j.s.height, j.s.width, j.count);
   if (n == 1) {
-    run(0, bands);
+    run(0, j.count);
     return nullptr;
   }
   std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(run, bands * t / n, bands * (t + 1) / n);
-  run(0, bands / n);
+  for (int t = 1; t < n; ++t) pool.emplace_back(run, j.count * t / n, j.count * (t + 1) / n);
+  run(0, j.count / n);
   for (auto& th : pool) th.join();
   return nullptr;
 }
+
+#if defined(VLMPREP_WITH_LIBJPEG)
+
+const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
+                                                 const ResizeParams& r_in, const NormalizePatchifyParams& p,
+                                                 int num_threads) {
+  ResizeParams r = r_in;
+  r.in_h = src_h;
+  r.in_w = src_w;
+  r.src_stride = int64_t(3) * src_w;
+  // The decoded image: a per-thread buffer kept across calls (no fresh pages to fault in).
+  thread_local std::vector<uint8_t> decoded;
+  if (decoded.size() < size_t(src_h) * r.src_stride) decoded.resize(size_t(src_h) * r.src_stride);
+  r.src = decoded.data();
+  if (const char* bad = check(r, p)) return bad;
+  JpegRows jr;
+  if (const char* bad = jr.open(data, size)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  const ResizeRows rr(r);
+  const Bands j(rr, p, p.samples[0]);
+  const int n = threads_for(num_threads, j.s.height, j.s.width, j.count);
+  if (n == 1) {  // decode just ahead of each band (no faster than decoding first: ~the sum)
+    Worker w(j);
+    for (int b = 0; b < j.count; ++b) {
+      if (const char* bad = jr.read_until(j.source_rows(b), decoded.data(), r.src_stride)) return bad;
+      w.run(b);
+    }
+    return jr.read_until(src_h, decoded.data(), r.src_stride);  // the rest: reports damage there
+  }
+  // This thread decodes (publishing how many rows are done) while the others take the bands
+  // whose rows are there; then it takes bands too.
+  std::atomic<int> ready{0}, next{0};
+  std::atomic<bool> failed{false};
+  auto take_bands = [&] {
+    Worker w(j);
+    for (int b = next.fetch_add(1); b < j.count; b = next.fetch_add(1)) {
+      const int need = j.source_rows(b);
+      for (int have = ready.load(std::memory_order_acquire); have < need;
+           have = ready.load(std::memory_order_acquire))
+        ready.wait(have, std::memory_order_acquire);
+      if (failed.load()) return;
+      w.run(b);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(take_bands);
+  const char* bad = nullptr;
+  for (int done = 0; done < src_h && !bad;) {
+    bad = jr.read_until(std::min(done + 32, src_h), decoded.data(), r.src_stride);
+    done = jr.rows_done();
+    if (bad) failed.store(true);
+    ready.store(bad ? INT_MAX : done, std::memory_order_release);
+    ready.notify_all();
+  }
+  if (!bad) take_bands();
+  for (auto& th : pool) th.join();
+  return bad;
+}
+
+#endif
 
 }  // namespace vlmprep

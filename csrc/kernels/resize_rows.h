@@ -30,6 +30,10 @@ class ResizeRows {
   explicit ResizeRows(const ResizeParams& p);
   ~ResizeRows();
 
+  // Source rows [0, n) that output rows [0, y1) read (for a producer that fills the source
+  // row by row, as a streaming decoder does).
+  int source_rows(int y1) const;
+
   // Output rows [y0, y1) into dst (rows dst_stride bytes apart). Any order is correct; calls
   // in increasing y0 with one cache reuse the source rows that neighbouring bands share.
   void rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache) const;

@@ -16,6 +16,9 @@
 #include "vlmprep/normalize_patchify.h"
 #include "vlmprep/resize.h"
 #include "vlmprep/resize_normalize_patchify.h"
+#if defined(VLMPREP_WITH_LIBJPEG)
+#include "vlmprep/jpeg.h"
+#endif
 
 namespace {
 
@@ -184,6 +187,61 @@ void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t 
               "): ", bad ? bad : "");
 }
 
+// The JPEG bytes of a decode op: a contiguous 1-D uint8 CPU tensor.
+void check_jpeg_input(const char* op, const at::Tensor& data, int64_t src_h, int64_t src_w) {
+  TORCH_CHECK(data.is_cpu() && data.scalar_type() == at::kByte && data.dim() == 1 && data.is_contiguous(),
+              op, ": data: expected the file's bytes as a contiguous 1-D uint8 CPU tensor, got ",
+              data.sizes(), " ", data.scalar_type(), " on ", data.device());
+  TORCH_CHECK(src_h >= 1 && src_w >= 1, op, ": expected the probed size, got ", src_h, "x", src_w);
+#if !defined(VLMPREP_WITH_LIBJPEG)
+  TORCH_CHECK(false, op, ": vlmprep's extension was built without libjpeg-turbo's headers "
+              "(jpeglib.h); install libjpeg-turbo's dev package and rebuild, or decode first");
+#endif
+}
+
+// data: a JPEG file's bytes, src_h x src_w (probed) -> the rows of its (height, width) resize in
+// `layout` from element `offset` of out. When the fast path cannot (damaged or unusual data:
+// decode with Pillow instead; out is then partly written) it raises "...: declined: <why>".
+void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int64_t src_w,
+                                             int64_t height, int64_t width, std::string filter,
+                                             const std::optional<at::Tensor>& lut, at::Tensor out,
+                                             int64_t offset, std::string layout, int64_t patch,
+                                             int64_t merge, int64_t temporal, int64_t num_threads) {
+  const char* op = "decode_resize_normalize_patchify";
+  check_jpeg_input(op, data, src_h, src_w);
+  TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
+  TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device());
+  vlmprep::NormalizePatchifyParams p = layout_params(op, out, layout, patch, merge, temporal);
+  TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, got tiles");
+  p.lut = lut_pointer(op, lut, out);
+  vlmprep::NPSample s{nullptr, 3 * width, int32_t(height), int32_t(width), offset};
+  const int64_t n = vlmprep::num_rows(p, s.height, s.width) * vlmprep::row_length(p, s.height, s.width);
+  TORCH_CHECK(offset >= 0 && offset + n <= out.numel(), op, ": the ", height, "x", width,
+              " image needs out elements [", offset, ", ", offset + n, "), out has ", out.numel(),
+              "; size out from the plan");
+  p.num_samples = 1;
+  p.samples = &s;
+  p.out = out.data_ptr();
+#if defined(VLMPREP_WITH_LIBJPEG)
+  const vlmprep::ResizeParams r{nullptr, 0, 0, 0, nullptr, int32_t(height), int32_t(width), parse_filter(filter)};
+  const char* bad = vlmprep::decode_resize_normalize_patchify_cpu(
+      data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h), int(src_w), r, p, int(num_threads));
+  TORCH_CHECK(bad == nullptr, op, ": declined: ", bad ? bad : "");
+#endif
+}
+
+// data: a JPEG file's bytes, src_h x src_w (probed) -> (src_h, src_w, 3) uint8 RGB, Pillow's pixels.
+at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w) {
+  check_jpeg_input("decode_jpeg", data, src_h, src_w);
+  at::Tensor out = at::empty({src_h, src_w, 3}, data.options());
+#if defined(VLMPREP_WITH_LIBJPEG)
+  const char* bad = vlmprep::decode_jpeg_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h),
+                                             int(src_w), out.data_ptr<uint8_t>(), 3 * src_w);
+  TORCH_CHECK(bad == nullptr, "decode_jpeg: ", bad ? bad : "", "; decode it with Pillow to see the error");
+#endif
+  return out;
+}
+
 // image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact.
 at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string filter,
                   int64_t num_threads) {
@@ -206,12 +264,18 @@ TORCH_LIBRARY(vlmprep, m) {
   m.def("resize_normalize_patchify(Tensor image, int height, int width, str filter, Tensor? lut, "
         "Tensor(a!) out, int offset, str layout, int patch, int merge, int temporal, "
         "int num_threads=1) -> ()");
+  m.def("decode_resize_normalize_patchify(Tensor data, int src_h, int src_w, int height, int width, "
+        "str filter, Tensor? lut, Tensor(a!) out, int offset, str layout, int patch, int merge, "
+        "int temporal, int num_threads=1) -> ()");
+  m.def("decode_jpeg(Tensor data, int src_h, int src_w) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
   m.impl("normalize_patchify", &normalize_patchify);
   m.impl("resize", &resize);
   m.impl("resize_normalize_patchify", &resize_normalize_patchify);
+  m.impl("decode_resize_normalize_patchify", &decode_resize_normalize_patchify);
+  m.impl("decode_jpeg", &decode_jpeg);
 }
 
 #ifdef VLMPREP_WITH_CUDA

@@ -81,3 +81,54 @@ def test_tiles_layout_presets_keep_the_canvas_executor(kernels):
     finally:
         fused.write_rows = write_rows
     assert seen and "Deferred" not in seen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("preset", ["qwen2-vl", "pixtral", "siglip2-naflex"])
+def test_deferred_jpeg_decode_changes_no_bit(kernels, monkeypatch, preset, dtype):
+    """With two threads for an image, an 8-bit JPEG's decode is left to the kernel as well
+    (fused.Encoded): one call per image, equal bit for bit to the one-thread path (torchvision
+    decode, then resize_normalize_patchify). Other inputs (PNG, arrays) are decoded first."""
+    if not vk.jpeg_available():
+        pytest.skip("built without libjpeg-turbo's headers")
+    seen = []
+    write_rows = fused.write_rows
+
+    def spy(tiles, *a):
+        d = tiles[0]
+        seen.append(type(d.image).__name__ if isinstance(d, fused.Deferred) else type(d).__name__)
+        return write_rows(tiles, *a)
+    monkeypatch.setattr(fused, "write_rows", spy)
+    proc = vlmprep.Processor(preset, dtype=dtype)
+    for img in IMAGES:
+        vk.set_num_threads(2)
+        try:
+            got = proc([img])
+        finally:
+            vk.set_num_threads(None)
+        with vk.local_threads(1):
+            want = proc([img])
+        assert got.seqlens == want.seqlens
+        assert torch.equal(got.pixel_values.view(torch.uint8), want.pixel_values.view(torch.uint8))
+    # per image: (2 threads, 1 thread); only the JPEG bytes (IMAGES[0]) go undecoded
+    assert seen == ["Encoded", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor"]
+
+
+def test_damaged_jpeg_on_the_deferred_path_is_the_same_error(kernels):
+    """Data the kernel declines is decoded by the decode lowering's own path, which reports it:
+    a truncated JPEG fails that image only, with the message of the one-thread path."""
+    if not vk.jpeg_available():
+        pytest.skip("built without libjpeg-turbo's headers")
+    cut = IMAGES[0][: len(IMAGES[0]) * 2 // 3]
+    proc = vlmprep.Processor("qwen2-vl", errors="skip")
+    vk.set_num_threads(2)
+    try:
+        b2 = proc([cut])
+        good = proc([IMAGES[0]])
+    finally:
+        vk.set_num_threads(None)
+    with vk.local_threads(1):
+        b1 = proc([cut])
+    assert list(b2.errors) == [0] and str(b2.errors[0]) == str(b1.errors[0])
+    assert "truncated or corrupt" in str(b2.errors[0])
+    assert good.errors == {} and good.pixel_values.shape[0] > 0

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     import torch
 
+    from ..io.inputs import Source
     from .base import Context
 
-__all__ = ["Normalized", "Deferred", "usable", "deferrable", "hwc_tiles", "table", "write_rows",
-           "RESIZE_LAYOUTS"]
+__all__ = ["Normalized", "Deferred", "Encoded", "usable", "deferrable", "jpeg_deferrable", "hwc_tiles",
+           "table", "write_rows", "RESIZE_LAYOUTS"]
 
 #: Layouts whose rows the kernel can write while it resizes (a band of patch rows at a time).
 RESIZE_LAYOUTS = ("merge_grouped", "raster", "naflex")
@@ -41,17 +42,31 @@ class Normalized:
 
 
 @dataclass
+class Encoded:
+    """An 8-bit JPEG whose decode is left to the kernel that also resizes and writes the rows
+    (``kernels.decode_resize_normalize_patchify``).
+
+    Fields:
+        source: the input (its bytes are read at the kernel call; Pillow decodes it when the
+            kernel declines, and reports damaged data as the decode lowering would).
+    """
+
+    source: "Source"
+
+
+@dataclass
 class Deferred:
     """A resize left to the kernel that writes the rows (``kernels.resize_normalize_patchify``):
     the same bytes as resizing first, without the resized image in memory.
 
     Fields:
-        image: uint8 ``(H, W, 3)`` source (pixel stride 3), on the CPU.
+        image: uint8 ``(H, W, 3)`` source (pixel stride 3) on the CPU, or ``Encoded`` (the kernel
+            decodes it too).
         hw: the resized ``(h, w)``.
         interpolation: one of ``kernels.RESIZE_FILTERS``.
     """
 
-    image: "torch.Tensor"
+    image: "torch.Tensor | Encoded"
     hw: tuple[int, int]
     interpolation: str
 
@@ -71,6 +86,20 @@ def deferrable(ctx: "Context", interpolation: str) -> bool:
         return False
     return ((c.interpolation or interpolation) in kernels.RESIZE_FILTERS
             and list(plan.tiles) == [(0, 0, *c.resize_hw)])
+
+
+def jpeg_deferrable(ctx: "Context", interpolation: str) -> bool:
+    """Whether the decode can be left to the kernel as well: the plan is ``deferrable``, the
+    input is an 8-bit RGB / gray JPEG with no EXIF rotation, the kernels were built with
+    libjpeg-turbo, and this image gets two threads or more (the kernel then decodes on one while
+    the others resize and write the bands already decoded; on one thread it is no faster than
+    decoding first)."""
+    from .. import kernels
+    h = ctx.source.header
+    return (ctx.source.kind == "encoded" and h is not None and h.format == "jpeg"
+            and h.bit_depth == 8 and h.mode_hint in ("RGB", "L") and h.orientation == 1
+            and kernels.get_num_threads() >= 2 and kernels.jpeg_available()
+            and deferrable(ctx, interpolation))
 
 
 def hwc_tiles(imgs: list) -> list:
@@ -126,13 +155,25 @@ def _hwc(x: Any) -> "torch.Tensor":
 def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: Any) -> None:
     """Every tile's rows into ``ctx.dest`` in ``op.layout`` (one kernel call per image; a
     ``Deferred`` tile is resized by the kernel as it writes)."""
+    import numpy as np
+    import torch
+
     from .. import kernels
     from ..plan.grid import row_length
     if len(tiles) == 1 and isinstance(tiles[0], Deferred):
         d = tiles[0]
-        kernels.resize_normalize_patchify(_hwc(d.image), d.hw, d.interpolation, table_,
-                                          ctx.dest.view(-1), 0, op.layout, op.patch_size,
-                                          op.merge_size, op.temporal_patch_size)
+        args = (d.hw, d.interpolation, table_, ctx.dest.view(-1), 0, op.layout, op.patch_size,
+                op.merge_size, op.temporal_patch_size)
+        image = d.image
+        if isinstance(image, Encoded):
+            from ..io import decode as _io
+            src = image.source
+            if kernels.decode_resize_normalize_patchify(_io.read_bytes(src), src.hw, *args) == "":
+                return
+            # Declined (damaged or unusual data): the decode lowering's path, whose decoders
+            # report what is wrong; the rows are written again below.
+            image = torch.from_numpy(np.require(_io.decode(src, fast=True), requirements="W"))
+        kernels.resize_normalize_patchify(_hwc(image), *args)
         return
     imgs = [_hwc(t) for t in tiles]
     if ctx.dest.device.type != "cpu":

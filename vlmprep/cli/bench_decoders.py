@@ -21,6 +21,7 @@ DECODERS = {
     "opencv": "cv2.imdecode(..., IMREAD_COLOR_RGB)",
     "torchvision": "torchvision.io.decode_image(..., mode=RGB) on the CPU",
     "dali_cpu": "nvidia.dali fn.decoders.image(device='cpu'), batch 1, one thread",
+    "vlmprep": "vlmprep.kernels.decode_jpeg (libjpeg-turbo, the JPEG fast path's decoder; JPEG only)",
     "torchvision_cuda": "torchvision.io.decode_jpeg(..., device='cuda') (nvJPEG), synchronized",
     "dali_mixed": "nvidia.dali fn.decoders.image(device='mixed') (nvJPEG), batch 1",
 }
@@ -134,11 +135,25 @@ def _torchvision_cuda(device: str) -> Callable[[bytes], Callable[[], Any]]:
     return prep
 
 
+def _vlmprep() -> Callable[[bytes], Callable[[], Any]]:
+    """The decoder inside ``decode_resize_normalize_patchify`` (built with libjpeg-turbo)."""
+    from .. import kernels
+    from ..io.probe import probe
+    if not kernels.jpeg_available():
+        raise ImportError(name="vlmprep JPEG fast path (built without libjpeg-turbo)")
+
+    def prep(data: bytes):
+        h = probe(data)  # the stored size: this decoder applies no EXIF orientation
+        return lambda: kernels.decode_jpeg(data, (h.height, h.width))
+    return prep
+
+
 def _dali_mixed(device: str) -> Callable[[bytes], Callable[[], Any]]:
     return _dali("mixed", int(device.partition(":")[2] or 0))
 
 
-_MAKERS = {"pil": _pil, "opencv": _opencv, "torchvision": _torchvision, "dali_cpu": _dali_cpu}
+_MAKERS = {"pil": _pil, "opencv": _opencv, "torchvision": _torchvision, "dali_cpu": _dali_cpu,
+           "vlmprep": _vlmprep}
 #: GPU decoders, tried when the benchmark runs on a CUDA device (decode to device memory)
 _GPU_MAKERS = {"torchvision_cuda": _torchvision_cuda, "dali_mixed": _dali_mixed}
 

@@ -282,7 +282,7 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
 
     be = backends.get(backend)(pipe, device, dtype)
     k = _stage_split(be.ops)
-    decode = (be.ops[0], be.lowerings[0])
+    decode = (be.ops[0], getattr(be.lowerings[0], "unfused", be.lowerings[0]))
     # A sizing lowering that can hand its resize to the rows kernel (torch's DeferredSizing)
     # is timed unfused, so the resize stage is the resize; end to end runs fused.
     sizing = [(op, getattr(fn, "unfused", fn)) for op, fn in zip(be.ops[1:k], be.lowerings[1:k])]

@@ -12,6 +12,10 @@ Ops (torch tensors; shapes first):
     resize_normalize_patchify(image, (h, w), interpolation, lut, out, offset, layout, patch,
         merge, temporal): resize then normalize_patchify for one image in one pass (CPU; patch
         layouts), the same bytes, without the resized image in memory.
+    decode_resize_normalize_patchify(data, src_hw, (h, w), ...): the same from a JPEG's bytes,
+        decoding (libjpeg-turbo, Pillow's pixels) just ahead of the bands; returns "" or why
+        the fast path declined (then decode with Pillow). ``jpeg_available()`` says if built.
+    decode_jpeg(data, src_hw) -> ``(H, W, 3)`` uint8: that decoder alone.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
-           "resize", "resize_normalize_patchify", "RESIZE_FILTERS", "get_num_threads", "set_num_threads", "local_threads"]
+           "resize", "resize_normalize_patchify", "decode_resize_normalize_patchify", "decode_jpeg",
+           "jpeg_available", "RESIZE_FILTERS", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")
@@ -88,3 +93,44 @@ def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interp
     torch.ops.vlmprep.resize_normalize_patchify(image, int(hw[0]), int(hw[1]), interpolation, lut,
                                                 out, int(offset), layout, int(patch), int(merge),
                                                 int(temporal), get_num_threads())
+
+
+def jpeg_available() -> bool:
+    """True when the ops are loaded and were built with libjpeg-turbo (the JPEG fast path)."""
+    return available() and bool(build_info().get("torch_ext", {}).get("libjpeg"))
+
+
+def _bytes_tensor(data: bytes | bytearray | memoryview) -> "torch.Tensor":
+    import torch
+    return torch.frombuffer(data if isinstance(data, bytearray) else bytearray(data), dtype=torch.uint8)
+
+
+def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: tuple[int, int],
+                                     interpolation: str, lut: "torch.Tensor | None",
+                                     out: "torch.Tensor", offset: int, layout: str, patch: int,
+                                     merge: int = 1, temporal: int = 1) -> str:
+    """An 8-bit JPEG's bytes (``src_hw`` as probed) -> its rows in ``layout`` written into
+    ``out`` from element ``offset``: Pillow's decode, then ``resize_normalize_patchify``'s
+    bytes. Returns "" when done, else why the fast path declined (damaged or unusual data;
+    ``out`` is then partly written: decode with Pillow and redo it)."""
+    import torch
+    _require()
+    try:
+        torch.ops.vlmprep.decode_resize_normalize_patchify(
+            _bytes_tensor(data), int(src_hw[0]), int(src_hw[1]), int(hw[0]), int(hw[1]),
+            interpolation, lut, out, int(offset), layout, int(patch), int(merge), int(temporal),
+            get_num_threads())
+    except RuntimeError as e:  # the op raises "...: declined: <why>" for data it leaves to Pillow
+        msg = str(e).split("\n")[0]
+        if ": declined: " not in msg:
+            raise
+        return msg.split(": declined: ", 1)[1]
+    return ""
+
+
+def decode_jpeg(data: bytes, src_hw: tuple[int, int]) -> "torch.Tensor":
+    """An 8-bit JPEG's bytes (``src_hw`` as probed) -> uint8 ``(H, W, 3)`` RGB, Pillow's pixels
+    (libjpeg-turbo, islow IDCT, fancy upsampling). Raises RuntimeError on damaged data."""
+    import torch
+    _require()
+    return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), int(src_hw[0]), int(src_hw[1]))

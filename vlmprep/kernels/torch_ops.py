@@ -22,3 +22,14 @@ def _resize_fake(image, height, width, filter, num_threads=1):
 def _resize_normalize_patchify_fake(image, height, width, filter, lut, out, offset, layout, patch,
                                     merge, temporal, num_threads=1):
     return None  # writes into `out` only
+
+
+@torch.library.register_fake("vlmprep::decode_resize_normalize_patchify")
+def _decode_resize_normalize_patchify_fake(data, src_h, src_w, height, width, filter, lut, out,
+                                           offset, layout, patch, merge, temporal, num_threads=1):
+    return None  # writes into `out` only
+
+
+@torch.library.register_fake("vlmprep::decode_jpeg")
+def _decode_jpeg_fake(data, src_h, src_w):
+    return data.new_empty((src_h, src_w, 3))

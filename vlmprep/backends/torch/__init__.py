@@ -19,8 +19,12 @@ class Backend(_Base):
         super().__init__(pipeline, device, dtype)
         names = [op.name for op in self.ops]
         # decode, one sizing op, then only normalize / patchify: on the CPU the compiled kernel
-        # can resize while it writes the rows (ops.DeferredSizing decides per plan).
+        # can resize while it writes the rows (ops.DeferredSizing decides per plan), and decode
+        # a JPEG while it does (ops.DeferredDecode, per image).
         if (device.startswith("cpu") and len(names) >= 3 and OP_TYPES[names[1]].sizing
                 and names[2:] in (["normalize", "patchify"], ["patchify"])
                 and pipeline.patchify.layout in fused.RESIZE_LAYOUTS):
             self.lowerings[1] = _ops.DeferredSizing(self.lowerings[1])
+            if names[0] == "decode":
+                self.lowerings[0] = _ops.DeferredDecode(
+                    self.lowerings[0], getattr(self.ops[1], "interpolation", None) or "bicubic")

@@ -69,7 +69,10 @@ class DeferredSizing:
 
     unfused: Callable
 
-    def __call__(self, op: Any, img: torch.Tensor, ctx: Context) -> list:
+    def __call__(self, op: Any, img: "torch.Tensor | fused.Encoded", ctx: Context) -> list:
+        if isinstance(img, fused.Encoded):  # DeferredDecode left the decode to the kernel too
+            c = ctx.plan.canvases[0]
+            return [fused.Deferred(img, c.resize_hw, c.interpolation or op.interpolation)]
         if img.device.type == "cpu" and fused.deferrable(ctx, op.interpolation):
             c = ctx.plan.canvases[0]
             return [fused.Deferred(img.permute(1, 2, 0), c.resize_hw,
@@ -129,3 +132,19 @@ def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
     x = img.reshape(C, gh // m, m, p, gw // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
     x = x.unsqueeze(5).expand(*x.shape[:5], T, p, p)
     ctx.dest.view(x.shape).copy_(x)
+
+
+@dataclass(frozen=True)
+class DeferredDecode:
+    """The decode lowering in front of ``DeferredSizing``: an 8-bit JPEG whose image gets two
+    or more threads (``fused.jpeg_deferrable``) is returned undecoded (``fused.Encoded``), so
+    one kernel call decodes it on one thread while the others resize and write the bands
+    already decoded; anything else is decoded by ``unfused``."""
+
+    unfused: Callable
+    interpolation: str
+
+    def __call__(self, op: Any, src, ctx: Context):
+        if fused.jpeg_deferrable(ctx, self.interpolation):
+            return fused.Encoded(src)
+        return self.unfused(op, src, ctx)

@@ -1,0 +1,104 @@
+// JpegRows (jpeg.h): libjpeg-turbo's scanline decoder with errors as return values.
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+#include <jpeglib.h>
+
+#include "vlmprep/jpeg.h"
+
+namespace vlmprep {
+
+namespace {
+
+// libjpeg reports fatal errors through error_exit (which must not return) and warnings through
+// emit_message(-1): the first longjmps back to the caller, the second is counted.
+struct ErrorMgr {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  int warnings = 0;
+  char message[JMSG_LENGTH_MAX] = {0};
+};
+
+void on_error(j_common_ptr cinfo) {
+  ErrorMgr* e = reinterpret_cast<ErrorMgr*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  ErrorMgr* e = reinterpret_cast<ErrorMgr*>(cinfo->err);
+  if (level < 0 && e->warnings++ == 0) (*cinfo->err->format_message)(cinfo, e->message);
+}
+
+}  // namespace
+
+struct JpegRows::State {
+  jpeg_decompress_struct cinfo;
+  ErrorMgr err;
+  bool created = false, started = false;
+  int done = 0;  // rows decoded
+};
+
+JpegRows::JpegRows() : s_(new State) {}
+
+JpegRows::~JpegRows() {
+  if (s_->created) jpeg_destroy_decompress(&s_->cinfo);
+}
+
+const char* JpegRows::open(const uint8_t* data, size_t n) {
+  State& s = *s_;
+  s.cinfo.err = jpeg_std_error(&s.err.pub);
+  s.err.pub.error_exit = on_error;
+  s.err.pub.emit_message = on_message;
+  if (setjmp(s.err.jump)) return s.err.message;
+  jpeg_create_decompress(&s.cinfo);
+  s.created = true;
+  jpeg_mem_src(&s.cinfo, data, static_cast<unsigned long>(n));
+  jpeg_read_header(&s.cinfo, TRUE);
+  if (s.cinfo.jpeg_color_space != JCS_YCbCr && s.cinfo.jpeg_color_space != JCS_GRAYSCALE &&
+      s.cinfo.jpeg_color_space != JCS_RGB)
+    return "not a YCbCr, RGB or grayscale JPEG";
+  s.cinfo.out_color_space = JCS_RGB;  // defaults otherwise: islow IDCT, fancy upsampling (Pillow's)
+  jpeg_start_decompress(&s.cinfo);
+  s.started = true;
+  if (s.err.warnings) return s.err.message;
+  return nullptr;
+}
+
+int JpegRows::height() const { return int(s_->cinfo.output_height); }
+int JpegRows::width() const { return int(s_->cinfo.output_width); }
+int JpegRows::rows_done() const { return s_->done; }
+
+const char* JpegRows::read_until(int until, uint8_t* dst, int64_t stride) {
+  State& s = *s_;
+  if (!s.created) return "the decoder was not opened";
+  if (until > height()) until = height();
+  if (s.done >= until) return nullptr;
+  if (setjmp(s.err.jump)) return s.err.message;
+  while (s.done < until) {
+    JSAMPROW rows[16];
+    const int want = until - s.done < 16 ? until - s.done : 16;
+    for (int k = 0; k < want; ++k) rows[k] = dst + (int64_t(s.done) + k) * stride;
+    const int got = int(jpeg_read_scanlines(&s.cinfo, rows, JDIMENSION(want)));
+    if (got == 0) return "the decoder stopped early";
+    s.done += got;
+    if (s.err.warnings) return s.err.message;
+  }
+  if (s.done == height()) {
+    jpeg_finish_decompress(&s.cinfo);  // reads to the end: reports truncated or trailing damage
+    s.started = false;
+    if (s.err.warnings) return s.err.message;
+  }
+  return nullptr;
+}
+
+const char* decode_jpeg_cpu(const uint8_t* data, size_t n, int src_h, int src_w, uint8_t* dst,
+                            int64_t stride) {
+  JpegRows jr;
+  if (const char* bad = jr.open(data, n)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  return jr.read_until(src_h, dst, stride);
+}
+
+}  // namespace vlmprep
