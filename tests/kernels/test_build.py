@@ -25,6 +25,8 @@ def test_everything_buildable_here_was_built():
     assert kernels.why_unavailable() is None
     if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
         assert info["torch_ext"]["cuda"], "nvcc is here but the CUDA kernel was not compiled"
+    if os.path.exists("/usr/include/jpeglib.h") and not os.environ.get("VLMPREP_NO_LIBJPEG"):
+        assert info["torch_ext"]["libjpeg"], info["torch_ext"].get("libjpeg_reason")
     try:
         import nvidia.dali  # noqa: F401
     except ImportError:

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         t = k["torch_ext"]
         print(f"kernels: torch ops built for torch {t.get('torch')} (CUDA {t.get('torch_cuda')}), "
               f"CUDA kernels {'for ' + str(t.get('cuda_archs')) if t.get('cuda') else 'not built (no nvcc)'}; "
+              f"JPEG fast path {'built (libjpeg-turbo)' if t.get('libjpeg') else 'not built: ' + str(t.get('libjpeg_reason'))}; "
               f"DALI plugin {'loaded' if k['dali_plugin_loaded'] else 'not built: ' + str(k['dali_plugin'].get('reason'))}")
     else:
         print(f"kernels: not available: {k['reason']}")
