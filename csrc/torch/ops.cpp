@@ -157,6 +157,27 @@ void check_resize_input(const char* op, const at::Tensor& image, int64_t height,
   TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
 }
 
+// The parameters of the fused ops: one (height, width) sample whose rows go to out from element
+// `offset` in a patch layout; `s` (the caller's, pointed to by the result) describes it.
+vlmprep::NormalizePatchifyParams one_sample_params(const char* op, int64_t height, int64_t width,
+                                                   const std::optional<at::Tensor>& lut, at::Tensor& out,
+                                                   int64_t offset, const std::string& layout, int64_t patch,
+                                                   int64_t merge, int64_t temporal, vlmprep::NPSample* s) {
+  vlmprep::NormalizePatchifyParams p = layout_params(op, out, layout, patch, merge, temporal);
+  TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, "
+              "got tiles; resize, then call normalize_patchify");
+  p.lut = lut_pointer(op, lut, out);
+  *s = vlmprep::NPSample{nullptr, 3 * width, int32_t(height), int32_t(width), offset};
+  const int64_t n = vlmprep::num_rows(p, s->height, s->width) * vlmprep::row_length(p, s->height, s->width);
+  TORCH_CHECK(offset >= 0 && offset + n <= out.numel(), op, ": the ", height, "x", width,
+              " image needs out elements [", offset, ", ", offset + n, "), out has ", out.numel(),
+              "; size out from the plan");
+  p.num_samples = 1;
+  p.samples = s;
+  p.out = out.data_ptr();
+  return p;
+}
+
 // image: (h, w, 3) uint8 CPU -> the rows of its (height, width) resize in `layout`, written
 // to out from element `offset`: the bytes of resize then normalize_patchify, band by band.
 void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t width,
@@ -167,18 +188,9 @@ void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t 
   check_resize_input(op, image, height, width);
   TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device(),
               "; on a GPU, resize there and call normalize_patchify");
-  vlmprep::NormalizePatchifyParams p = layout_params(op, out, layout, patch, merge, temporal);
-  TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, "
-              "got tiles; resize, then call normalize_patchify");
-  p.lut = lut_pointer(op, lut, out);
-  vlmprep::NPSample s{nullptr, 3 * width, int32_t(height), int32_t(width), offset};
-  const int64_t n = vlmprep::num_rows(p, s.height, s.width) * vlmprep::row_length(p, s.height, s.width);
-  TORCH_CHECK(offset >= 0 && offset + n <= out.numel(), op, ": the ", height, "x", width,
-              " image needs out elements [", offset, ", ", offset + n, "), out has ", out.numel(),
-              "; size out from the plan");
-  p.num_samples = 1;
-  p.samples = &s;
-  p.out = out.data_ptr();
+  vlmprep::NPSample s{};
+  const vlmprep::NormalizePatchifyParams p =
+      one_sample_params(op, height, width, lut, out, offset, layout, patch, merge, temporal, &s);
   const vlmprep::ResizeParams r{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                                 int32_t(image.size(1)), nullptr, int32_t(height), int32_t(width),
                                 parse_filter(filter)};
@@ -211,17 +223,9 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
   check_jpeg_input(op, data, src_h, src_w);
   TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
   TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device());
-  vlmprep::NormalizePatchifyParams p = layout_params(op, out, layout, patch, merge, temporal);
-  TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, got tiles");
-  p.lut = lut_pointer(op, lut, out);
-  vlmprep::NPSample s{nullptr, 3 * width, int32_t(height), int32_t(width), offset};
-  const int64_t n = vlmprep::num_rows(p, s.height, s.width) * vlmprep::row_length(p, s.height, s.width);
-  TORCH_CHECK(offset >= 0 && offset + n <= out.numel(), op, ": the ", height, "x", width,
-              " image needs out elements [", offset, ", ", offset + n, "), out has ", out.numel(),
-              "; size out from the plan");
-  p.num_samples = 1;
-  p.samples = &s;
-  p.out = out.data_ptr();
+  vlmprep::NPSample s{};
+  const vlmprep::NormalizePatchifyParams p =
+      one_sample_params(op, height, width, lut, out, offset, layout, patch, merge, temporal, &s);
 #if defined(VLMPREP_WITH_LIBJPEG)
   const vlmprep::ResizeParams r{nullptr, 0, 0, 0, nullptr, int32_t(height), int32_t(width), parse_filter(filter)};
   const char* bad = vlmprep::decode_resize_normalize_patchify_cpu(
