@@ -115,9 +115,15 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   r.in_h = src_h;
   r.in_w = src_w;
   r.src_stride = int64_t(3) * src_w;
-  // The decoded image: a per-thread buffer kept across calls (no fresh pages to fault in).
+  // The decoded image: a per-thread buffer kept across calls (no fresh pages to fault in), up to
+  // 64 MiB (a 4K image is 25 MB); a larger one is freed when the call ends.
   thread_local std::vector<uint8_t> decoded;
   if (decoded.size() < size_t(src_h) * r.src_stride) decoded.resize(size_t(src_h) * r.src_stride);
+  struct Trim {
+    ~Trim() {
+      if (decoded.size() > (size_t(64) << 20)) std::vector<uint8_t>().swap(decoded);
+    }
+  } trim;
   r.src = decoded.data();
   if (const char* bad = check(r, p)) return bad;
   JpegRows jr;
