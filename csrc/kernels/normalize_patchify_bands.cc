@@ -11,13 +11,11 @@
 // band's rows (contiguous in the output) as whole 64-byte lines, each one unaligned load (two
 // where it joins two runs) and one non-temporal store: no staging copy, no regular stores
 // between the streamed ones (they would wait behind them in the store buffer).
-#include <cstdlib>
-#include <cstring>
-
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "cpu_isa.h"
 #include "normalize_patchify_cpu.h"
 
 namespace vlmprep {
@@ -26,8 +24,7 @@ namespace vlmprep {
 #define VLMPREP_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
 
 bool BandPath::usable(const NormalizePatchifyParams& p) {
-  const char* isa = std::getenv("VLMPREP_CPU_ISA");
-  if (isa && (std::strcmp(isa, "avx2") == 0 || std::strcmp(isa, "scalar") == 0)) return false;
+  if (!cpu_isa_allows_avx512()) return false;
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
   return has && (p.layout == Layout::kTiles ||

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
+#include "cpu_isa.h"
+#include "cpu_threads.h"
 #include "resize_avx512.h"
 #include "resize_rows.h"
 #include "resize_weights.h"
@@ -241,11 +241,7 @@ std::vector<int32_t> pair_weights(const Coeffs& c, int out_w) {
 #endif
 
 #if defined(__x86_64__)
-// AVX2 is there and VLMPREP_CPU_ISA does not say "scalar" (tests of the plain C++ path).
-bool avx2_usable() {
-  const char* isa = std::getenv("VLMPREP_CPU_ISA");
-  return __builtin_cpu_supports("avx2") && !(isa && std::strcmp(isa, "scalar") == 0);
-}
+bool avx2_usable() { return __builtin_cpu_supports("avx2") && cpu_isa_allows_avx2(); }
 #endif
 
 // Horizontal pass rows [y0, y1); `widened`: c has exactly ksize taps per output (see widen).
@@ -398,30 +394,16 @@ void ResizeRows::rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCa
   w.vpass(cache.buf.data(), row, dst, dst_stride, p.out_w, y0, y1, lo);
 }
 
-namespace {
-
-template <typename F>
-void parallel_rows(int rows, int64_t bytes, int num_threads, F&& f) {
-  const int64_t useful = std::max<int64_t>(1, bytes / (256 << 10));
-  const int n = int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, rows})));
-  if (n == 1) return f(0, rows);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(f, int(int64_t(rows) * t / n), int(int64_t(rows) * (t + 1) / n));
-  f(0, rows / n);
-  for (auto& th : pool) th.join();
-}
-
-}  // namespace
 
 const char* resize_cpu(const ResizeParams& p, int num_threads) {
   if (const char* bad = ResizeRows::check(p)) return bad;
   const ResizeRows rr(p);
   const int64_t out_stride = int64_t(3) * p.out_w;
   constexpr int kBand = 32;  // output rows per step: their source rows stay in cache
-  parallel_rows(p.out_h, int64_t(p.out_h) * out_stride, num_threads, [&](int a, int b) {
+  parallel_ranges(p.out_h, int64_t(p.out_h) * out_stride, num_threads, [&](int64_t a, int64_t b) {
     ResizeCache cache;
-    for (int y = a; y < b; y += kBand)
-      rr.rows(y, std::min(y + kBand, b), p.dst + int64_t(y) * out_stride, out_stride, cache);
+    for (int y = int(a); y < b; y += kBand)
+      rr.rows(y, int(std::min<int64_t>(y + kBand, b)), p.dst + int64_t(y) * out_stride, out_stride, cache);
   });
   return nullptr;
 }

@@ -1,6 +1,8 @@
 // AVX-512 passes of the Pillow-exact resize (resize_avx512.h).
 #include "resize_avx512.h"
 
+#include "cpu_isa.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +17,7 @@ namespace vlmprep {
 #define VLMPREP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vnni")))
 
 bool resize_avx512_usable() {
-  const char* isa = std::getenv("VLMPREP_CPU_ISA");
-  if (isa && (std::strcmp(isa, "avx2") == 0 || std::strcmp(isa, "scalar") == 0)) return false;
+  if (!cpu_isa_allows_avx512()) return false;
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
                           __builtin_cpu_supports("avx512vnni");

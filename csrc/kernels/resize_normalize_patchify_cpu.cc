@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_threads.h"
 #include "normalize_patchify_cpu.h"
 #include "resize_rows.h"
 #if defined(VLMPREP_WITH_LIBJPEG)
@@ -41,6 +42,7 @@ struct Bands {
   }
   // Source rows band b (and all before it) read.
   int source_rows(int b) const { return rr.source_rows((b + 1) * band); }
+  int64_t resized_bytes() const { return int64_t(s.height) * s.width * 3; }
 };
 
 // One thread's working state: the resize cache, the band buffer, the band path.
@@ -76,13 +78,6 @@ const char* check(const ResizeParams& r, const NormalizePatchifyParams& p) {
   return check_sample(p, whole);
 }
 
-// Threads worth starting for an output of `height` x `width`: below ~256 KiB of resized pixels
-// a thread costs more than it saves.
-int threads_for(int num_threads, int height, int width, int bands) {
-  const int64_t useful = std::max<int64_t>(1, int64_t(height) * width * 3 / (256 << 10));
-  return int(std::max<int64_t>(1, std::min<int64_t>({num_threads, useful, bands})));
-}
-
 }  // namespace
 
 const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
@@ -90,19 +85,10 @@ const char* resize_normalize_patchify_cpu(const ResizeParams& r, const Normalize
   if (const char* bad = check(r, p)) return bad;
   const ResizeRows rr(r);
   const Bands j(rr, p, p.samples[0]);
-  auto run = [&](int b0, int b1) {
+  parallel_ranges(j.count, j.resized_bytes(), num_threads, [&](int64_t b0, int64_t b1) {
     Worker w(j);
-    for (int b = b0; b < b1; ++b) w.run(b);
-  };
-  const int n = threads_for(num_threads, j.s.height, j.s.width, j.count);
-  if (n == 1) {
-    run(0, j.count);
-    return nullptr;
-  }
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(run, j.count * t / n, j.count * (t + 1) / n);
-  run(0, j.count / n);
-  for (auto& th : pool) th.join();
+    for (int64_t b = b0; b < b1; ++b) w.run(int(b));
+  });
   return nullptr;
 }
 
@@ -131,7 +117,7 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
   const ResizeRows rr(r);
   const Bands j(rr, p, p.samples[0]);
-  const int n = threads_for(num_threads, j.s.height, j.s.width, j.count);
+  const int n = threads_for(j.count, j.resized_bytes(), num_threads);
   if (n == 1) {  // decode just ahead of each band (no faster than decoding first: ~the sum)
     Worker w(j);
     for (int b = 0; b < j.count; ++b) {

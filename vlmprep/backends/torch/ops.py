@@ -70,14 +70,13 @@ class DeferredSizing:
     unfused: Callable
 
     def __call__(self, op: Any, img: "torch.Tensor | fused.Encoded", ctx: Context) -> list:
-        if isinstance(img, fused.Encoded):  # DeferredDecode left the decode to the kernel too
-            c = ctx.plan.canvases[0]
-            return [fused.Deferred(img, c.resize_hw, c.interpolation or op.interpolation)]
-        if img.device.type == "cpu" and fused.deferrable(ctx, op.interpolation):
-            c = ctx.plan.canvases[0]
-            return [fused.Deferred(img.permute(1, 2, 0), c.resize_hw,
-                                   c.interpolation or op.interpolation)]
-        return self.unfused(op, img, ctx)
+        # An Encoded image: DeferredDecode found the plan deferrable and left the decode too.
+        encoded = isinstance(img, fused.Encoded)
+        if not encoded and not (img.device.type == "cpu" and fused.deferrable(ctx, op.interpolation)):
+            return self.unfused(op, img, ctx)
+        c = ctx.plan.canvases[0]
+        return [fused.Deferred(img if encoded else img.permute(1, 2, 0), c.resize_hw,
+                               c.interpolation or op.interpolation)]
 
 
 def _normalize(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
