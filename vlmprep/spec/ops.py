@@ -23,6 +23,9 @@ PIL_RESAMPLE = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3}
 
 #: Pillow's decompression-bomb *error* threshold (2 x MAX_IMAGE_PIXELS).
 DEFAULT_MAX_SOURCE_PIXELS = 178_956_970
+#: Largest encoded input (file or bytes) read: 256 MiB holds any legitimate image under the pixel
+#: limit, and bounds what a hostile or sparse file can make a decoder read and scan.
+DEFAULT_MAX_SOURCE_BYTES = 256 << 20
 
 
 def _fail(op: str, what: str, expected: str, got: Any, fix: str) -> None:
@@ -92,14 +95,17 @@ class decode(Op):
     EXIF orientation is applied to encoded inputs (bytes, paths), transparency is
     composited on white, 16-bit samples become round(v / 257), animations give
     their first frame. Sources above ``max_source_pixels`` are rejected from the
-    header, before any pixel is decoded.
+    header, before any pixel is decoded; encoded inputs above ``max_source_bytes`` are
+    rejected before they are read (a path: from its size on disk).
     """
 
     name: ClassVar[str] = "decode"
     max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS
+    max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
 
     def __post_init__(self) -> None:
         _check_int(self.name, "max_source_pixels", self.max_source_pixels)
+        _check_int(self.name, "max_source_bytes", self.max_source_bytes)
 
 
 @dataclass(frozen=True)
