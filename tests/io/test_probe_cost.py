@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+import zlib
 
 import pytest
 import skimage.data
@@ -131,3 +132,70 @@ def test_path_reads_only_a_prefix(files, name, monkeypatch):
     assert (r.width, r.height, r.orientation) == expected
     assert len(opened) == 1 and opened[0].closed
     assert opened[0].bytes_read < BUDGET, f"{name}: read {opened[0].bytes_read} bytes"
+
+
+# --------------------------------------------------------------------------
+# Work per probe is bounded in total, not only per segment (issue 13, defects 5 and 9)
+
+
+def _png_with_text_chunks(n: int, inflated: int) -> bytes:
+    """A 4x4 PNG whose header carries ``n`` zTXt XMP chunks, each inflating to ``inflated``."""
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (9, 8, 7)).save(buf, "PNG")
+    png = buf.getvalue()
+    body = b"XML:com.adobe.xmp\x00\x00" + zlib.compress(b" " * inflated, 9)
+    chunk = struct.pack(">L", len(body)) + b"zTXt" + body + struct.pack(">L", zlib.crc32(b"zTXt" + body))
+    return png[:33] + chunk * n + png[33:]
+
+
+def test_png_text_inflation_has_a_total_budget(monkeypatch):
+    """1,000 zTXt chunks of 1 MiB each inflated 1 GiB in one probe before the total budget."""
+    inflated = []
+    real = zlib.decompressobj
+
+    class Counting:
+        def __init__(self, *a):
+            self._d = real(*a)
+
+        def decompress(self, data, max_length=0):
+            out = self._d.decompress(data, max_length)
+            inflated.append(len(out))
+            return out
+
+    monkeypatch.setattr(probe_module.zlib, "decompressobj", Counting)
+    data = _png_with_text_chunks(1000, 1 << 20)
+    assert len(data) < 1_100_000
+    r = probe(data)
+    assert (r.width, r.height) == (4, 4)  # Pillow refuses it (over 64 MiB of text in all)
+    assert sum(inflated) <= probe_module._MAX_TEXT_TOTAL
+    assert sum(inflated) >= 1 << 20  # the first chunks are still read (an XMP orientation counts)
+
+
+def _jpeg_with_segments(n: int, junk: bytes = b"") -> bytes:
+    """A 24x16 JPEG with ``n`` empty COM segments (each after ``junk``) before its frame header."""
+    buf = io.BytesIO()
+    Image.new("RGB", (24, 16), (200, 10, 10)).save(buf, "JPEG")
+    data = buf.getvalue()
+    sof = data.index(b"\xff\xc0")
+    return data[:sof] + (junk + b"\xff\xfe\x00\x02") * n + data[sof:]
+
+
+def test_jpeg_with_more_than_1024_segments_before_the_frame_is_probed_like_pillow():
+    """Defect 9: a segment count of 1,024 called this valid file corrupt."""
+    data = _jpeg_with_segments(3000)
+    with Image.open(io.BytesIO(data)) as im:
+        im.load()
+        assert im.size == (24, 16)
+    r = probe(data)
+    assert (r.width, r.height) == (24, 16)
+
+
+def test_jpeg_junk_has_a_total_budget_not_one_per_gap():
+    """Junk between segments counts against one budget per file, as each byte of it costs a decoder
+    a Python step in Pillow; a file past it is refused before a decoder is handed it."""
+    from vlmprep.errors import ImageError
+    ok = _jpeg_with_segments(4, b"\x00" * 1000)
+    assert probe(ok).width == 24
+    bad = _jpeg_with_segments(40, b"\x00" * 4000)  # 160 KB junk in all, 4 KB per gap
+    with pytest.raises(ImageError, match="frame header"):
+        probe(bad)

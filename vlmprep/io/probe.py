@@ -46,10 +46,18 @@ from vlmprep.errors import ImageError, describe_source
 __all__ = ["ProbeResult", "probe"]
 
 _BLOCK = 8192  # read granularity for files; one block holds a typical header
-_MAX_SEGMENTS = 1024  # JPEG segments / PNG or WebP chunks walked before giving up
-_MAX_JUNK = 65536  # bytes of non-marker junk skipped between JPEG segments
+_MAX_SEGMENTS = 1024  # PNG or WebP chunks walked before giving up
+# JPEG headers are walked to the frame header (probe) or first scan (jpeg_frame) within a work
+# budget, not a segment count that rejects valid files: segments cost one step each, and all the
+# junk between them together at most _MAX_JUNK bytes (Pillow skips junk one byte at a time, so
+# this also bounds what a decoder given the file spends before the image data).
+_MAX_JPEG_SEGMENTS = 65536
+_MAX_JUNK = 65536  # bytes of non-marker junk skipped between JPEG segments, in all
 _MAX_GIF_STEPS = 10000  # GIF extension sub-blocks walked before the first frame
 _MAX_TEXT = 1 << 20  # metadata texts (XMP, EXIF in PNG text chunks) beyond this are ignored
+# All PNG text chunks of one probe together: bytes read plus bytes inflated (Pillow allows 64 MiB
+# in all; the probe only needs the orientation, and without a total 1,000 chunks inflate 1 GiB).
+_MAX_TEXT_TOTAL = 4 << 20
 _MAX_TIFF_VALUES = 64  # values read per TIFF tag; we only need a handful
 
 _TRUNCATED = "the file is truncated or corrupt; re-download it or re-encode it"
@@ -479,25 +487,79 @@ _MARKER_RE = re.compile(rb"\xff+([^\x00\xff])")
 _XMP_APP1 = b"http://ns.adobe.com/xap/1.0/\x00"
 
 
-def _next_marker(d, pos: int) -> tuple[int | None, int]:
-    """First marker at or after ``pos`` as ``(marker, offset after it)``.
+def _next_marker(d, pos: int, budget: int = _MAX_JUNK) -> tuple[int | None, int, int]:
+    """First marker at or after ``pos`` as ``(marker, offset after it, bytes skipped)``.
 
     Like Pillow, junk bytes, 0xFF fill bytes and escaped 0xFF00 are skipped
-    (at most ``_MAX_JUNK`` bytes).  ``(None, pos)`` when no marker is found.
+    (at most ``budget`` bytes).  ``(None, pos, skipped)`` when no marker is found.
     """
     w = d.at(pos, 2)
     if len(w) == 2 and w[0] == 0xFF and w[1] not in (0x00, 0xFF):
-        return w[1], pos + 2  # the common case: a marker right where expected
-    end = pos + _MAX_JUNK
+        return w[1], pos + 2, 0  # the common case: a marker right where expected
+    start = pos
+    end = pos + budget
     while pos < end:
-        buf = d.at(pos, 4096)
+        buf = d.at(pos, min(4096, end - pos + 2))
         match = _MARKER_RE.search(buf)
-        if match:
-            return match[1][0], pos + match.end()
+        if match and pos + match.start() < end:
+            skipped = pos + match.end() - 2 - start
+            return match[1][0], pos + match.end(), skipped
         if len(buf) < 4096:
             break
         pos += len(buf) - 1  # keep a trailing 0xFF: it may start the next marker
-    return None, pos
+    return None, pos, min(pos, end) - start
+
+
+def jpeg_frame(data: bytes) -> tuple[int, int, int, list[tuple[int, int]], int]:
+    """The frame of a JPEG, walked as Pillow walks it to the first scan, within the probe's
+    bounds (segments and junk): ``(SOF marker, height, width, [(h, v) sampling per component],
+    offset just after the first SOS segment)``.
+
+    For the decoders: a file whose first scan is not reached within the bounds is refused before
+    any decoder scans it (Pillow skips junk a byte at a time in Python). Raises ImageError.
+    """
+    d = _Bytes(data)
+    pos, junk, sof = 2, 0, None
+    for _ in range(_MAX_JPEG_SEGMENTS):
+        marker, pos, skipped = _next_marker(d, pos, _MAX_JUNK - junk)
+        junk += skipped
+        if marker is None:
+            found = (f"{junk:,} bytes of junk" if junk >= _MAX_JUNK else
+                     f"the data ends at byte {d.size:,}")
+            raise ImageError(
+                f"expected the JPEG image data (SOS marker) after the headers; {found} before it; "
+                f"{_TRUNCATED}")
+        if marker in _STANDALONE:
+            continue
+        if marker < 0xC0:
+            raise ImageError(f"expected a JPEG marker at byte {pos - 2:,}; found the invalid marker "
+                             f"0xFF{marker:02X}; {_CORRUPT}")
+        raw_len = d.at(pos, 2)
+        length = (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
+        if 0 <= length < 2 and marker not in _SOF_MARKERS and marker != 0xDA:
+            pos += 2  # as the probe: nothing read, resync at the next marker
+            continue
+        if length < 2 or pos + length > d.size:
+            raise ImageError(
+                f"expected a complete JPEG segment 0xFF{marker:02X} at byte {pos - 2:,}; its length "
+                f"field {'is cut off' if length < 0 else f'declares {length} bytes'} and "
+                f"{d.size - pos:,} remain; {_TRUNCATED}")
+        if marker == 0xDA:
+            if sof is None:
+                raise ImageError(f"expected a JPEG frame header (SOF marker) before the image data "
+                                 f"(SOS) at byte {pos - 2:,}; {_CORRUPT}")
+            return (*sof, pos + length)
+        if marker in _SOF_MARKERS and sof is None:
+            f = d.at(pos + 2, length - 2)
+            n = f[5] if len(f) > 5 else 0
+            if len(f) < 6 + 3 * n:
+                raise ImageError(f"expected a JPEG frame header of {8 + 3 * n} bytes; its length field "
+                                 f"says {length}; {_CORRUPT}")
+            height, width = struct.unpack_from(">HH", f, 1)
+            sof = (marker, height, width, [(f[7 + 3 * i] >> 4, f[7 + 3 * i] & 15) for i in range(n)])
+        pos += length
+    raise ImageError(f"expected the JPEG image data (SOS marker) within {_MAX_JPEG_SEGMENTS:,} "
+                     f"segments; none found; {_CORRUPT}")
 
 
 def _jpeg(d) -> ProbeResult:
@@ -507,8 +569,10 @@ def _jpeg(d) -> ProbeResult:
     exif = None
     xmp = None  # (offset, length) of the last XMP APP1, read only if EXIF lacks orientation
     adobe_transform = None
-    for _ in range(_MAX_SEGMENTS):
-        marker, pos = _next_marker(d, pos)
+    junk = 0
+    for _ in range(_MAX_JPEG_SEGMENTS):
+        marker, pos, skipped = _next_marker(d, pos, _MAX_JUNK - junk)
+        junk += skipped
         if marker is None:
             if sof is None:
                 raise ImageError(
@@ -567,7 +631,7 @@ def _jpeg(d) -> ProbeResult:
         pos += length
     if sof is None:
         raise ImageError(
-            f"expected a JPEG frame header (SOF marker) within {_MAX_SEGMENTS} segments; none found; "
+            f"expected a JPEG frame header (SOF marker) within {_MAX_JPEG_SEGMENTS:,} segments; none found; "
             f"{_CORRUPT}"
         )
     marker, precision, height, width, ncomp = sof
@@ -624,6 +688,7 @@ def _png(d) -> ProbeResult:
     frame_before_idat = False
     exif = None  # (data, start, end, prefixes to strip) of the EXIF Pillow would use
     text: dict[bytes, bytes] = {}  # last value per keyword in _PNG_TEXT_KEYS
+    budget = _MAX_TEXT_TOTAL  # text bytes still to read and inflate in this probe
     pos = 8 + 12 + length
     for _ in range(_MAX_SEGMENTS):
         head = d.at(pos, 8)
@@ -649,7 +714,9 @@ def _png(d) -> ProbeResult:
         elif ctype == b"eXIf":
             exif = (d, body, end, 1)
         elif ctype in (b"tEXt", b"zTXt", b"iTXt"):
-            entry = _png_text(d, ctype, body, length)
+            entry = _png_text(d, ctype, body, length, budget)
+            if entry is not None:
+                budget -= length + len(entry[1])
             if entry is not None and entry[0] == b"exif":
                 exif = (_Bytes(entry[1]), 0, len(entry[1]), 2)
             elif entry is not None:
@@ -676,16 +743,18 @@ def _png(d) -> ProbeResult:
     )
 
 
-def _png_text(d, ctype: bytes, body: int, length: int) -> tuple[bytes, bytes] | None:
+def _png_text(d, ctype: bytes, body: int, length: int, budget: int) -> tuple[bytes, bytes] | None:
     """``(keyword, text)`` of a tEXt/zTXt/iTXt chunk keyed in ``_PNG_TEXT_KEYS``, else None.
 
     Other keywords are not read past their first bytes.  Chunks over ``_MAX_TEXT``
-    and undecodable ones are ignored; inflated text is cut at ``_MAX_TEXT``.
+    and undecodable ones are ignored; inflated text is cut at ``_MAX_TEXT``.  ``budget``: bytes
+    this chunk may still read plus inflate (the probe's total); a chunk past it is ignored
+    (a hostile file; Pillow itself refuses text over 64 MiB in all).
     """
     key, sep, _ = d.at(body, 22).partition(b"\x00")
     if not sep or key not in _PNG_TEXT_KEYS or (key == b"exif" and ctype != b"tEXt"):
         return None
-    if length > _MAX_TEXT:
+    if length > min(_MAX_TEXT, budget):
         return None
     rest = d.at(body, length)[len(key) + 1:]
     compressed = False
@@ -700,7 +769,7 @@ def _png_text(d, ctype: bytes, body: int, length: int) -> tuple[bytes, bytes] | 
         compressed, rest = bool(rest[0]), parts[2]
     if compressed:
         try:
-            rest = zlib.decompressobj().decompress(rest, _MAX_TEXT)
+            rest = zlib.decompressobj().decompress(rest, max(min(_MAX_TEXT, budget - length), 1))
         except zlib.error:
             return None
     return key, rest
