@@ -22,6 +22,8 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .errors import ImageError
+
 if TYPE_CHECKING:
     from .pack import PackedBatch
     from .processor import Processor
@@ -45,10 +47,23 @@ def _config_fingerprint(proc: "Processor") -> bytes:
                       sort_keys=True).encode()
 
 
-def _feed_content(h: "hashlib._Hash", item: Any) -> bool:
+def _feed_content(h: "hashlib._Hash", item: Any, max_bytes: int, max_elems: int) -> bool:
     """Feed a type tag and the item's content into ``h``; False when the item is not hashable
-    (unknown type, unreadable file): the caller then processes it uncached."""
+    (unknown type, a path that is not a readable regular file, an encoded input above
+    ``max_bytes``, an array of more than ``max_elems`` elements, which the Processor rejects
+    from its shape): the caller then processes it uncached, and the Processor reports it.
+
+    Reads at most ``max_bytes`` of a file and never opens anything but a regular file (a
+    FIFO or ``/dev/zero`` would block or never end); hashes arrays row by row (a broadcast
+    view with 0 strides is never made contiguous whole).
+    """
+    from .io.inputs import _is_ndarray, _is_torch_tensor, open_image_file
     if isinstance(item, (bytes, bytearray, memoryview)):
+        n = item.nbytes if isinstance(item, memoryview) else len(item)
+        if n > max_bytes:
+            return False
+        if isinstance(item, memoryview) and not item.c_contiguous:
+            item = item.tobytes()
         # Encoded bytes and a file with the same bytes decode identically: one tag for both.
         h.update(b"encoded\0")
         h.update(item)
@@ -56,20 +71,19 @@ def _feed_content(h: "hashlib._Hash", item: Any) -> bool:
     if isinstance(item, (str, os.PathLike)):
         # The content, not path + mtime: a rewritten file with the same mtime must miss.
         try:
-            with open(item, "rb") as f:
-                h.update(b"encoded\0")
-                while chunk := f.read(_CHUNK):
-                    h.update(chunk)
-        except OSError:
-            return False  # the Processor reports a missing file with a proper ImageError
-        return True
+            f = open_image_file(item, max_bytes)
+        except ImageError:
+            return False  # the Processor reports what is there with a proper ImageError
+        with f:
+            h.update(b"encoded\0")
+            left = max_bytes + 1
+            while left > 0 and (chunk := f.read(min(_CHUNK, left))):
+                h.update(chunk)
+                left -= len(chunk)
+        return left > 0  # a file that grew past the limit while read: not hashed
     mod = type(item).__module__ or ""
-    name = type(item).__name__
     if mod.startswith("PIL"):
-        try:
-            data = item.tobytes()
-        except Exception:  # noqa: BLE001 (a broken lazy file: let the Processor report it)
-            return False
+        data = item.tobytes()
         h.update(f"pil\0{item.mode}\0{item.size}\0".encode())
         # Conversion to RGB reads the palette and tRNS transparency, not only the raw bands.
         if item.mode in ("P", "PA"):
@@ -77,24 +91,26 @@ def _feed_content(h: "hashlib._Hash", item: Any) -> bool:
         h.update(repr(item.info.get("transparency")).encode())
         h.update(data)
         return True
-    if name == "ndarray":
+    if _is_ndarray(item):
         import numpy as np
-        if item.dtype.hasobject:
+        a = np.asarray(item)
+        if a.dtype.hasobject or a.ndim < 1 or a.size > max_elems:
             return False
-        a = np.ascontiguousarray(item)
         h.update(f"array\0{a.shape}\0{a.dtype.str}\0".encode())
-        h.update(a.data)
+        for row in a:  # one row contiguous at a time: memory bounded by a row
+            h.update(np.ascontiguousarray(row).data)
         return True
-    if mod.startswith("torch") and name in ("Tensor", "Parameter"):
+    if _is_torch_tensor(item):
         import torch
         t = item.detach()
-        if t.is_complex() or t.layout != torch.strided:
+        if t.is_complex() or t.layout != torch.strided or t.is_meta or t.numel() > max_elems:
             return False
-        # CUDA tensors are copied to the host to hash them (a D2H copy of the input only).
-        t = t.contiguous().cpu()
         h.update(f"tensor\0{tuple(t.shape)}\0{t.dtype}\0".encode())
-        if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        # Row by row (a CUDA tensor's row is copied to the host: the input only).
+        for row in (t if t.dim() else t.reshape(1)):
+            r = row.contiguous().cpu().reshape(-1)
+            if r.numel():
+                h.update(r.view(torch.uint8).numpy().data)
         return True
     return False
 
@@ -133,14 +149,20 @@ class OutputCache:
         """A hex blake2b digest of ``item``'s content and ``proc``'s resolved configuration.
 
         ``item`` is one image as ``Processor`` accepts it. Files are read in full (hashing the
-        content is the price of never serving a stale output). Returns None for an item it
-        cannot hash (unknown type, unreadable path): process it uncached.
+        content is the price of never serving a stale output), up to the pipeline's
+        ``decode.max_source_bytes``; only regular files are opened. Never raises: returns None
+        for an item it cannot hash (unknown type, a path that is not a readable regular file,
+        an input over the byte limit, a broken buffer): process it uncached.
         """
         h = hashlib.blake2b(digest_size=20)
         h.update(_config_fingerprint(proc))
         h.update(b"\0item\0")
-        if not _feed_content(h, item):
-            return None
+        dec = proc.pipeline["decode"]
+        try:
+            if not _feed_content(h, item, dec.max_source_bytes, 3 * dec.max_source_pixels):
+                return None
+        except Exception:  # noqa: BLE001 (a released buffer, a closed PIL file, a meta tensor:
+            return None    # the Processor reports the item with a proper ImageError)
         return h.hexdigest()
 
     # -- lookups --------------------------------------------------------------------------------

@@ -51,13 +51,31 @@ def _rebuild(reason, index, source):
 
 
 def describe_source(x: object) -> str:
-    """A short, log-safe description of an input item (never its content)."""
-    if isinstance(x, (bytes, bytearray, memoryview)):
+    """A short, log-safe description of an input item (never its content).
+
+    Never raises: it describes hostile items too (a released memoryview, a closed PIL image,
+    an object whose ``shape`` property raises), since it runs while reporting their error.
+    """
+    try:
+        return _describe(x)
+    except Exception:  # noqa: BLE001 (the description must not replace the real error)
+        t = type(x)
+        mod = (t.__module__ or "").split(".")[0]
+        return t.__name__ if mod in ("", "builtins") else f"{mod}.{t.__name__}"
+
+
+def _describe(x: object) -> str:
+    if isinstance(x, memoryview):
+        return f"memoryview[{x.nbytes}]"  # len() counts items, not bytes, for other formats
+    if isinstance(x, (bytes, bytearray)):
         return f"{type(x).__name__}[{len(x)}]"
     name = type(x).__name__
     mod = type(x).__module__ or ""
     if isinstance(x, str) or name.endswith("Path"):
         s = str(x)
+        if s.startswith("data:"):  # a data URI holds the content: never log it
+            return s[:40] + "..." if len(s) > 40 else s
+        s = s.replace("\0", "\\0")  # a NUL would cut or corrupt the log line
         return s if len(s) <= 120 else "..." + s[-117:]
     shape = getattr(x, "shape", None)
     if shape is not None:

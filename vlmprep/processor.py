@@ -92,12 +92,18 @@ class Processor:
 
     # -- planning -------------------------------------------------------------------------------
     def _resolve(self, items: list) -> tuple[list, list[ImagePlan]]:
+        """Probe (headers, shapes) and plan every item once -> (sources, plans).
+
+        Never raises for a per-item cause: a bad item has ``None`` as its source and its
+        ImageError in its plan. ``_execute`` runs the result without probing again.
+        """
         from .io.inputs import resolve
+        max_bytes = self.pipeline["decode"].max_source_bytes
         sources: list = []
         sizes: list = []
         for i, item in enumerate(items):
             try:
-                src = resolve(item)
+                src = resolve(item, max_bytes)
             except ImageError as e:
                 sources.append(None)
                 sizes.append(e.at(index=i, source=describe_source(item)))
@@ -128,11 +134,18 @@ class Processor:
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, images: Sequence[Any]):
         """Process ``images`` -> PackedBatch (see API.md for every field)."""
+        return self._execute(*self._resolve(_as_list(images)))
+
+    def _execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
+        """``_resolve``'s output -> PackedBatch, without probing again (the Batcher plans a
+        request when it arrives and runs it later through this).
+
+        ``plans[k].index`` must be ``k``.
+        """
         import torch
 
         from . import pack
         from .plan.grid import row_length
-        sources, plans = self._resolve(_as_list(images))
         self._first_error(plans)  # raise before any decode: no partial state
         layout = self.pipeline.patchify.layout
         total = sum(p.rows(layout) for p in plans if p.error is None)

@@ -120,8 +120,7 @@ class Recorder:
     def __getattr__(self, name):  # plan, device, ...: the real processor's
         return getattr(self.inner, name)
 
-    def __call__(self, images):
-        images = list(images)
+    def _hold(self, images):
         first = not self.calls
         self.calls.append(images)
         self.started.set()
@@ -129,7 +128,17 @@ class Recorder:
             assert self.gate.wait(20), "test gate never opened"
         if first and self.fail_first:
             raise RuntimeError("injected worker failure")
+
+    def __call__(self, images):
+        images = list(images)
+        self._hold(images)
         return self.inner(images)
+
+    def _execute(self, sources, plans):
+        # The batcher's worker runs the sources and plans made at submit (no second probe);
+        # an item that failed to resolve has no Source: recorded as None.
+        self._hold([s.item if s is not None else None for s in sources])
+        return self.inner._execute(sources, plans)
 
 
 def record(b: Batcher, **kw) -> Recorder:
@@ -321,7 +330,8 @@ def test_cancellation_withdraws_queued_and_drops_running(rng):
     cancel = {2, 5, 7}
 
     async def main():
-        b = Batcher(proc, max_delay_ms=1, max_batch_images=4)
+        # a and b are planned on threads: 200 ms lets both join batch 1 whatever the timing.
+        b = Batcher(proc, max_delay_ms=200, max_batch_images=4)
         rec = record(b, gate=True)
         ta, tb = asyncio.create_task(b.submit(ra)), asyncio.create_task(b.submit(rb))
         await until(rec.started.is_set)           # batch 1 (a, b) is running, held at the gate

@@ -1,6 +1,7 @@
 """What every backend shares: run a plan op by op, one lowering per op, errors per image."""
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 
     from ..io.inputs import Source
     from ..plan import ImagePlan
+
+log = logging.getLogger("vlmprep.backends")
 
 __all__ = ["Context", "Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings",
            "register_sizing"]
@@ -81,10 +84,33 @@ class Backend:
         return errors
 
     def _one(self, ctx: Context) -> ImageError | None:
+        """Run one image; any failure of it is that image's ImageError.
+
+        Only ImageError leaves for a per-image cause: a decoder's or kernel's unexpected
+        exception (a closed PIL file, a tensor a lowering cannot read, a library bug) becomes
+        an ImageError naming it (logged with its traceback, so a real bug stays visible), and
+        so does MemoryError: the failed image's allocations are freed as it unwinds, so the
+        other images of the batch still run. KeyboardInterrupt, SystemExit and other
+        BaseExceptions that are not Exceptions propagate: they stop the call, not an image.
+        """
         try:
             self.run_image(ctx)
         except ImageError as e:
             return e
+        except MemoryError as e:
+            err = ImageError("expected an image that fits in memory, got MemoryError while "
+                             "processing it; lower max_source_pixels / max_pixels or process "
+                             "fewer images at once")
+            err.__cause__ = e
+            return err
+        except Exception as e:  # noqa: BLE001 (one image's failure must not fail the batch)
+            log.warning("vlmprep: image %s failed with an unexpected %s", ctx.plan.index,
+                        type(e).__name__, exc_info=True)
+            err = ImageError(f"expected an image the {self.name} backend can process, got "
+                             f"{type(e).__name__} while processing it ({_short(e)}); pass it "
+                             f"as encoded bytes or a contiguous uint8 array, or report this")
+            err.__cause__ = e
+            return err
         return None
 
     def _map(self, jobs: list[Context]) -> list[ImageError | None]:
@@ -104,6 +130,11 @@ class Backend:
         value: Any = ctx.source
         for op, fn in zip(self.ops, self.lowerings):
             value = fn(op, value, ctx)
+
+
+def _short(e: BaseException, n: int = 200) -> str:
+    s = " ".join(str(e).split())
+    return s if len(s) <= n else s[:n - 3] + "..."
 
 
 _POOLS: dict[int, Any] = {}

@@ -3,22 +3,35 @@
 An input item is one image: encoded bytes, a path, a PIL image, an HWC uint8 RGB
 numpy array or a CHW uint8 RGB torch tensor. ``resolve`` looks only at headers
 and shapes; pixels are read by ``vlmprep.io.decode``.
+
+Paths are untrusted too: a path is stat'ed before anything opens it, only a regular file
+is ever opened (a FIFO, ``/dev/zero`` or a socket would block or never end), it is opened
+non-blocking (a FIFO swapped in after the stat cannot block ``open``), and its size is
+checked against ``max_source_bytes`` before a byte is read. ``open_image_file`` and
+``read_image_file`` are the only ways vlmprep opens an image path.
 """
 from __future__ import annotations
 
+import errno
 import os
+import re
+import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .probe import ProbeResult
 
 from ..errors import ImageError, describe_source
+from ..spec.ops import DEFAULT_MAX_SOURCE_BYTES
 
-__all__ = ["Source", "resolve"]
+__all__ = ["Source", "resolve", "open_image_file", "read_image_file", "stat_image_file"]
 
 _ENCODED = (bytes, bytearray, memoryview)
+# A URL scheme ("http://", "s3://", "file://") or a data URI: not a local path.
+_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|data:)")
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
 
 
 @dataclass(frozen=True)
@@ -28,7 +41,9 @@ class Source:
     Fields:
         kind: ``"encoded"`` (bytes or path), ``"pil"``, ``"array"`` (HWC uint8 numpy) or
             ``"tensor"`` (CHW uint8 torch).
-        item: the item as given (a path is kept as a path; bytes are read at decode).
+        item: the item as given (a path is kept as a path; bytes are read at decode), except
+            that a memoryview becomes a flat byte view (or a copy when not contiguous) and
+            an ndarray subclass (``np.memmap``, ...) a plain ndarray view of the same memory.
         hw: ``(H, W)`` the decoded image will have (after EXIF orientation for encoded inputs).
         header: the probe result for encoded inputs, else None.
         desc: short description for error messages.
@@ -41,51 +56,260 @@ class Source:
     desc: str
 
 
+def _derives(x: Any, module: str, name: str) -> bool:
+    # By class name along the MRO, so that subclasses (np.memmap, nn.Parameter) are accepted
+    # and a caller without numpy or torch never imports them here.
+    return any(c.__name__ == name and (c.__module__ or "") == module for c in type(x).__mro__)
+
+
 def _is_torch_tensor(x: Any) -> bool:
-    # Checked by module name so that a caller without torch never imports it here.
-    return type(x).__module__.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter")
+    return _derives(x, "torch", "Tensor")
 
 
-def resolve(item: Any) -> Source:
-    """Validate one input item from its header or shape -> Source; raises ImageError."""
+def _is_ndarray(x: Any) -> bool:
+    return _derives(x, "numpy", "ndarray")
+
+
+def resolve(item: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Source:
+    """Validate one input item from its header or shape -> Source; raises ImageError only.
+
+    ``max_bytes``: the largest encoded input (bytes, or a file's size on disk) accepted
+    (``decode.max_source_bytes``). Any other exception met while inspecting a hostile item
+    (a released buffer, a property that raises) becomes an ImageError naming it.
+    """
     desc = describe_source(item)
-    if isinstance(item, _ENCODED) or isinstance(item, (str, os.PathLike)):
-        if isinstance(item, (str, os.PathLike)):
-            p = Path(item)
-            if not p.is_file():
-                what = "a directory" if p.is_dir() else "nothing"
-                raise ImageError(f"expected an image file at this path, found {what}; check the "
-                                 f"path (relative paths resolve from {os.getcwd()})", source=desc)
+    try:
+        return _resolve(item, desc, max_bytes)
+    except ImageError as e:
+        # Named as given (probe names what it read: a flat copy of a view, a file object).
+        raise ImageError(e.reason, index=e.index, source=desc) from (e.__cause__ or e)
+    except (RecursionError, MemoryError) as e:
+        raise ImageError(f"expected an image item, got one whose inspection failed "
+                         f"({type(e).__name__}); pass bytes, a path or an array", source=desc) from e
+    except Exception as e:  # noqa: BLE001 (a per-item cause: never fail the batch)
+        raise ImageError(f"expected a readable image item, got {type(e).__name__} while "
+                         f"inspecting it ({e}); pass bytes, a path, a PIL image or an array",
+                         source=desc) from e
+
+
+def _resolve(item: Any, desc: str, max_bytes: int) -> Source:
+    if isinstance(item, _ENCODED):
+        buf = _flat_buffer(item, max_bytes)
         from .probe import probe
-        hdr = probe(item)
+        hdr = probe(buf)
+        return Source("encoded", buf, hdr.size_hw, hdr, desc)
+    if isinstance(item, (str, os.PathLike)):
+        path = os.fspath(item)
+        if isinstance(path, str) and _URL.match(path):
+            raise ImageError(_url_reason(path))
+        from .probe import probe
+        with open_image_file(path, max_bytes) as f:
+            hdr = probe(f)
         return Source("encoded", item, hdr.size_hw, hdr, desc)
     mod = type(item).__module__ or ""
-    if mod.startswith("PIL"):
+    if mod.startswith("PIL") and hasattr(item, "getbands"):
+        _check_pil(item)
         w, h = item.size
-        return Source("pil", item, (h, w), None, desc)
-    if type(item).__name__ == "ndarray":
-        _check_array(item, desc, layout="HWC", channel_axis=2)
-        return Source("array", item, (int(item.shape[0]), int(item.shape[1])), None, desc)
+        return Source("pil", item, (int(h), int(w)), None, desc)
+    if _is_ndarray(item):
+        import numpy as np
+        a = item if type(item) is np.ndarray else np.asarray(item).view(np.ndarray)
+        _check_array(a, layout="HWC", channel_axis=2)
+        return Source("array", a, (int(a.shape[0]), int(a.shape[1])), None, desc)
     if _is_torch_tensor(item):
-        _check_array(item, desc, layout="CHW", channel_axis=0)
+        _check_tensor(item)
+        _check_array(item, layout="CHW", channel_axis=0)
         return Source("tensor", item, (int(item.shape[1]), int(item.shape[2])), None, desc)
     raise ImageError(f"expected bytes, a path, a PIL.Image, an HWC uint8 numpy array or a CHW "
-                     f"uint8 torch.Tensor, got {type(item).__module__}.{type(item).__name__}; "
-                     f"pass one image per list item", source=desc)
+                     f"uint8 torch.Tensor, got {mod}.{type(item).__name__}; "
+                     f"pass one image per list item")
 
 
-def _check_array(a: Any, desc: str, layout: str, channel_axis: int) -> None:
+# -- encoded bytes ------------------------------------------------------------------------------
+def _too_big(n: int, max_bytes: int, what: str) -> ImageError:
+    return ImageError(f"expected an encoded image of at most {max_bytes:,} bytes "
+                      f"(decode.max_source_bytes), got {what} of {n:,} bytes; pass a smaller "
+                      f"image, or raise max_source_bytes= if the source is trusted")
+
+
+def _flat_buffer(item: Any, max_bytes: int) -> "bytes | bytearray | memoryview":
+    """bytes-like -> a flat byte buffer of at most ``max_bytes`` bytes (bytes and bytearray,
+    subclasses included, as given)."""
+    if not isinstance(item, memoryview):
+        if len(item) > max_bytes:
+            raise _too_big(len(item), max_bytes, "bytes")
+        return item
+    try:
+        n = item.nbytes
+    except ValueError as e:  # released
+        raise ImageError(f"expected a readable byte buffer, got a released memoryview ({e}); "
+                         f"keep the buffer alive until the call returns, or pass bytes") from e
+    if n > max_bytes:
+        raise _too_big(n, max_bytes, "a memoryview")
+    if item.c_contiguous:
+        # Any format and shape: the same memory seen as n bytes (len() would count items).
+        return item if item.format == "B" and item.ndim == 1 else item.cast("B")
+    # A strided view (e.g. mv[::2]): probe and decoders need one run of bytes: copy it (<= n).
+    return item.tobytes()
+
+
+# -- paths --------------------------------------------------------------------------------------
+def _url_reason(path: str) -> str:
+    what = "a data URI" if path.startswith("data:") else f"a URL ({path.split('://', 1)[0]}://)"
+    fix = ("decode it first (base64.b64decode of the part after the comma) and pass the bytes"
+           if path.startswith("data:") else
+           "fetch it first (e.g. requests.get(url).content) and pass the bytes, or pass a local "
+           "path; vlmprep never downloads")
+    return f"expected bytes or a local file path, got {what}; {fix}"
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def _missing(path: Any, e: OSError | ValueError) -> ImageError:
+    """What stat/open found instead of a file, as an ImageError."""
+    cwd = ""
+    try:
+        if not os.path.isabs(path):
+            cwd = f" (relative paths resolve from {os.getcwd()})"
+    except (ValueError, OSError, TypeError):
+        pass
+    if isinstance(e, ValueError):
+        found, fix = "a path containing a NUL character", "remove the \\0 from the path"
+    elif e.errno == errno.ENOENT:
+        found, fix = "nothing", f"check the path{cwd}"
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                found = f"a broken symbolic link (to {os.readlink(path)!r})"
+                fix = "point the link at an existing file"
+        except (OSError, ValueError):
+            pass
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        found, fix = "a path it may not read (permission denied)", \
+            "give the serving user read access to the file and its folders"
+    elif e.errno == errno.ENAMETOOLONG:
+        found, fix = "a name too long for the file system (over 255 bytes per component)", \
+            "shorten the path"
+    elif e.errno == errno.ENOTDIR:
+        found, fix = "a path through something that is not a directory", f"check the path{cwd}"
+    elif e.errno == errno.ELOOP:
+        found, fix = "a loop of symbolic links", "fix the links"
+    else:
+        found, fix = f"an error ({e.strerror or e})", "check the path and the file system"
+    return ImageError(f"expected an image file at this path, found {found}; {fix}")
+
+
+def stat_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> os.stat_result:
+    """``os.stat`` of an image path, without opening it -> its stat result.
+
+    Raises ImageError naming what is there instead of a regular file (nothing, a directory, a
+    character device, a FIFO, a socket, a broken symlink, permission denied, ...) or when its
+    size is above ``max_bytes``.
+    """
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as e:
+        raise _missing(path, e) from e
+    if not stat.S_ISREG(st.st_mode):
+        fix = ("pass the path of a file inside it" if stat.S_ISDIR(st.st_mode)
+               else "pass a regular file (special files are never read: they may not end)")
+        raise ImageError(f"expected an image file at this path, found {_file_kind(st.st_mode)}; "
+                         f"{fix}")
+    if st.st_size > max_bytes:
+        raise _too_big(st.st_size, max_bytes, "a file")
+    return st
+
+
+def open_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES):
+    """Open a regular file of at most ``max_bytes`` bytes -> unbuffered binary file object.
+
+    Never opens a non-regular file (checked with ``stat`` first), never blocks (opened with
+    ``O_NONBLOCK``; a FIFO swapped in after the stat is caught by ``fstat``). Raises ImageError.
+    """
+    stat_image_file(path, max_bytes)
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except (OSError, ValueError) as e:
+        raise _missing(path, e) from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ImageError(f"expected an image file at this path, found "
+                             f"{_file_kind(st.st_mode)}; pass a regular file")
+        if st.st_size > max_bytes:
+            raise _too_big(st.st_size, max_bytes, "a file")
+        if getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)  # a regular file: back to plain reads
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
+    """The bytes of a regular image file, at most ``max_bytes`` (a file that grew past it
+    after the stat is an ImageError too, found after reading ``max_bytes + 1``)."""
+    with open_image_file(path, max_bytes) as f:
+        try:
+            data = f.read(max_bytes + 1)
+            parts = [data]
+            while data and sum(map(len, parts)) <= max_bytes:  # short reads (network FS)
+                data = f.read(max_bytes + 1 - sum(map(len, parts)))
+                parts.append(data)
+        except OSError as e:
+            raise ImageError(f"expected a readable file, got {type(e).__name__}: {e.strerror}; "
+                             f"check the file and its file system") from e
+    out = b"".join(parts)
+    if len(out) > max_bytes:
+        raise _too_big(len(out), max_bytes, "a file that grew while read, now at least")
+    return out
+
+
+# -- decoded images -----------------------------------------------------------------------------
+def _check_pil(img: Any) -> None:
+    d = getattr(img, "__dict__", {})
+    im = d.get("_im", d.get("im"))  # Pillow >= 11 keeps it in _im behind an `im` property
+    if type(im).__name__ == "DeferredError":  # what Image.close() leaves behind
+        raise ImageError("expected an open PIL image, got one that was closed; keep it open "
+                         "until the call returns, or pass im.copy() made before closing it")
+    w, h = img.size
+    if w < 1 or h < 1:
+        raise ImageError(f"expected an image of at least 1x1 pixels, got a PIL image of size "
+                         f"{w}x{h}")
+
+
+def _check_tensor(t: Any) -> None:
+    import torch
+    if t.layout != torch.strided or getattr(t, "is_nested", False):
+        layout = "nested" if getattr(t, "is_nested", False) else str(t.layout).replace("torch.", "")
+        raise ImageError(f"expected a dense (strided) CHW uint8 tensor, got layout {layout}; "
+                         f"call .to_dense() first")
+    if t.is_meta or t.device.type == "meta":
+        raise ImageError("expected a tensor holding pixels, got a meta tensor (shape only, no "
+                         "data); materialize it (e.g. torch.empty_like(t, device='cpu')) first")
+
+
+def _check_array(a: Any, layout: str, channel_axis: int) -> None:
     shape = tuple(a.shape)
     dtype = str(a.dtype).replace("torch.", "")
     if dtype != "uint8":
         raise ImageError(f"expected a {layout} uint8 RGB array, got dtype {dtype}; convert with "
-                         f"(x * 255).round().clip(0, 255) to uint8 first, or pass the encoded file",
-                         source=desc)
+                         f"(x * 255).round().clip(0, 255) to uint8 first, or pass the encoded file")
     if len(shape) != 3 or shape[channel_axis] != 3:
         raise ImageError(f"expected a {layout} RGB array with 3 channels on axis {channel_axis}, "
                          f"got shape {shape}; stack gray to 3 channels or drop alpha first (or pass "
-                         f"a PIL image, which is converted as transformers does)", source=desc)
+                         f"a PIL image, which is converted as transformers does)")
     h, w = (shape[0], shape[1]) if layout == "HWC" else (shape[1], shape[2])
     if h < 1 or w < 1:
-        raise ImageError(f"expected an image of at least 1x1 pixels, got shape {shape}",
-                         source=desc)
+        raise ImageError(f"expected an image of at least 1x1 pixels, got shape {shape}")

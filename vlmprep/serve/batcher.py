@@ -7,11 +7,12 @@ worker thread over the images of several requests::
     Output batch 1 = A + B (3 images; adding C would make 6 > 4), batch 2 = C
            A gets rows of its 2 images with image_index [0, 1]; B gets its 1 image as index 0
 
-Timeline of a request: ``submit`` plans it from headers on the event loop (token count, limits,
-header errors) -> waits in a FIFO queue -> the scheduler cuts a batch when the queue holds
-``max_batch_images`` images or ``max_batch_tokens`` tokens, or the oldest request has waited
-``max_delay_ms`` -> the worker thread runs the batch and splits it per request -> the future
-resolves on the event loop.
+Timeline of a request: ``submit`` has it probed and planned from headers on a planning thread
+(token count, limits, header errors; the event loop only awaits it) -> waits in a FIFO queue ->
+the scheduler cuts a batch when the queue holds ``max_batch_images`` images or
+``max_batch_tokens`` tokens, or the oldest request has waited ``max_delay_ms`` -> the worker
+thread runs the batch from the probe results and plans made at submit (each item is probed once)
+and splits it per request -> the future resolves on the event loop.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ class RequestTooLarge(ValueError):
 @dataclass(eq=False)
 class _Request:
     items: list
+    sources: list              # per item: its resolved Source (None if it failed to resolve)
+    plans: list                # per item: its ImagePlan (request-local index)
     tokens: int                # planned visual tokens (0 for images with a header error)
     future: asyncio.Future
     t0: float                  # loop.time() at submit: the age that max_delay_ms bounds
@@ -119,6 +122,10 @@ class Batcher:
                                dtype=proc.dtype, errors="skip")
         self._raise = proc.errors == "raise"
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlmprep-serve")
+        # Probing and planning run here, never on the event loop (a hostile header can take
+        # seconds), and not on the worker (a request's plan must not wait behind a batch).
+        self._planner = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vlmprep-plan")
+        self._admitting = 0  # submits between their closed-check and their enqueue
         self._stream = None  # the worker's CUDA stream, made on first use in the worker
         self._queue: deque[_Request] = deque()
         self._queued_images = 0
@@ -164,29 +171,39 @@ class Batcher:
                 f"request: expected at most {self.max_request_images} images "
                 f"(max_request_images), got {len(items)}; split the request or raise "
                 f"max_request_images")
-        # Header-only planning on the loop: ~50 us per encoded image, shapes only for arrays;
-        # it gives the token count that cuts batches before anything queues, and header
-        # errors before any decode (as proc() itself raises them).
-        plan = self._proc.plan(items)
-        tokens = plan.total_tokens
-        if self.max_request_tokens is not None and tokens > self.max_request_tokens:
-            self._metrics.rejected += 1
-            raise RequestTooLarge(
-                f"request: expected at most {self.max_request_tokens} visual tokens "
-                f"(max_request_tokens), got {tokens} for {len(items)} images; split the request, "
-                f"lower max_pixels on the Processor, or raise max_request_tokens")
-        errs = plan.errors
-        if self._raise and errs:
-            self._metrics.failed += 1
-            raise errs[min(errs)]  # planned on this request alone: the index is already local
+        # The scheduler exists before planning starts, so that a close() meanwhile waits for
+        # this request (admitted before close) instead of returning under it.
         self._start(loop)
-        fut = loop.create_future()
-        req = _Request(items, tokens, fut, loop.time())
-        fut.add_done_callback(lambda f, r=req: self._on_done(r))
-        self._queue.append(req)
-        self._queued_images += req.n
-        self._queued_tokens += req.tokens
-        self._poke()
+        t0 = loop.time()
+        self._admitting += 1
+        try:
+            # Probe + plan once, off the loop: the token count cuts batches before anything
+            # queues, header errors come before any decode (as proc() itself raises them), and
+            # the worker later runs these very sources and plans (no second probe).
+            sources, plans = await loop.run_in_executor(self._planner, self._proc._resolve, items)
+            tokens = sum(p.num_tokens for p in plans)
+            if self.max_request_tokens is not None and tokens > self.max_request_tokens:
+                self._metrics.rejected += 1
+                raise RequestTooLarge(
+                    f"request: expected at most {self.max_request_tokens} visual tokens "
+                    f"(max_request_tokens), got {tokens} for {len(items)} images; split the "
+                    f"request, lower max_pixels on the Processor, or raise max_request_tokens")
+            errs = [p.error for p in plans if p.error is not None]
+            if self._raise and errs:
+                self._metrics.failed += 1
+                raise errs[0]  # planned on this request alone: the index is already local
+            fut = loop.create_future()
+            req = _Request(items, sources, plans, tokens, fut, t0)
+            fut.add_done_callback(lambda f, r=req: self._on_done(r))
+            self._queue.append(req)
+            self._queued_images += req.n
+            self._queued_tokens += req.tokens
+        except asyncio.CancelledError:
+            self._metrics.cancelled += 1  # cancelled while planned: never queued
+            raise
+        finally:
+            self._admitting -= 1
+            self._poke()
         return await fut
 
     async def close(self) -> None:
@@ -200,6 +217,7 @@ class Batcher:
             self._poke()
             await self._task
         self._executor.shutdown(wait=False)
+        self._planner.shutdown(wait=False)
 
     async def __aenter__(self) -> "Batcher":
         return self
@@ -288,7 +306,7 @@ class Batcher:
         try:
             while True:
                 if not self._queue:
-                    if self._closing:
+                    if self._closing and not self._admitting:
                         return
                     await self._sleep(None)
                     continue
@@ -363,7 +381,8 @@ class Batcher:
         return key, hit, 0
 
     def _work(self, batch: list[_Request]) -> tuple[list, int, int, int]:
-        """Worker thread: one ``proc`` call over the batch's uncached images, split per request.
+        """Worker thread: one backend run over the batch's uncached images (from the sources and
+        plans made at submit: nothing is probed again), split per request.
 
         Returns (one PackedBatch or exception per request (None if cancelled before the
         start), cache hits, cache misses, cache errors).
@@ -372,26 +391,29 @@ class Batcher:
         live = [r for r in batch if not r.cancelled]
         slots: dict[int, list] = {}       # id(request) -> per image: PackedBatch of one image
         keys: list = []                   # per missed image: its cache key (or None)
-        misses: list = []                 # the images to process
+        sources: list = []                # the images to process: their Sources and plans,
+        plans: list = []                  # renumbered to their place in this batch
         where: list[tuple[list, int]] = []
         hits = cache_errors = 0
         for r in live:
             s = slots[id(r)] = [None] * r.n
             for i, item in enumerate(r.items):
                 key = None
-                if self.cache is not None:
+                # A header error is never cached: no lookup (nor a read of its file).
+                if self.cache is not None and r.plans[i].error is None:
                     key, hit, err = self._cache_lookup(item)
                     cache_errors += err
                     if hit is not None:
                         s[i] = hit
                         hits += 1
                         continue
-                misses.append(item)
+                sources.append(r.sources[i])
+                plans.append(replace(r.plans[i], index=len(plans)))
                 keys.append(key)
                 where.append((s, i))
         with self._stream_ctx():
-            if misses:
-                parts = list(self._proc(misses).split())
+            if plans:
+                parts = list(self._proc._execute(sources, plans).split())
                 for (s, i), key, part in zip(where, keys, parts):
                     s[i] = part
                     if key is not None and not part.errors:
@@ -407,7 +429,7 @@ class Batcher:
                     out.append(e)
             if self._stream is not None:
                 self._handoff(out)
-        return out, hits, len(misses), cache_errors
+        return out, hits, len(plans), cache_errors
 
     def _cache_put(self, key: str, part: "PackedBatch") -> int:
         pv = part.pixel_values
