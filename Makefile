@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test clean fuzz fuzz-short
 
 venv: $(STAMP)
 
@@ -24,6 +24,23 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Fuzzing (fuzz/run.py; docs/reliability.md): atheris harnesses on probe, the whole per-image path
+# and the kernels' entry points, time-bounded; crashes land in fuzz/crashes/ with a replay command.
+# atheris is kept out of requirements/test.txt: only these targets need it.
+FUZZ_SECONDS ?= 900
+FUZZ_STAMP := $(VENV)/.fuzz-installed
+
+$(FUZZ_STAMP): requirements/fuzz.txt $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/fuzz.txt
+	touch $(FUZZ_STAMP)
+
+fuzz: venv $(FUZZ_STAMP)
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+# Under a minute in all (CI): 14 s per harness plus start-up.
+fuzz-short: venv $(FUZZ_STAMP)
+	$(PY) fuzz/run.py --seconds 42
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache vlmprep/kernels/*.so vlmprep/kernels/_build_info.json

@@ -1,0 +1,132 @@
+"""Runs the atheris harnesses for a time budget; saves crashes with a command to reproduce.
+
+    .venv/bin/python fuzz/run.py --seconds 900             # make fuzz (FUZZ_SECONDS)
+    .venv/bin/python fuzz/run.py --seconds 45              # make fuzz-short (CI)
+    .venv/bin/python fuzz/run.py --seconds 60 --only probe
+
+The budget is split evenly over the harnesses (probe, pipeline, kernels). Each runs on its
+growing corpus fuzz/corpus/<name>/ (gitignored) plus the committed seeds fuzz/seeds/<name>/.
+libFuzzer stops at the first crash; the harness is then restarted on the same corpus until its
+time is spent, so one run can find several distinct crashes. Each crash (an uncaught exception
+other than the harness's clean ones, a signal, an input over -timeout seconds or over
+-rss_limit_mb) is written to fuzz/crashes/<name>-crash-<sha1> (or -timeout-, -oom-) with its
+log beside it, and printed with the command that replays it. The figures go to
+fuzz/crashes/last_run.json. Exit status 1 when anything crashed.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+HARNESSES = {
+    # name: (max input length, per-input timeout s)
+    "probe": (65536, 10),
+    "pipeline": (65536, 30),
+    "kernels": (4096, 30),
+}
+RSS_LIMIT_MB = 3072
+
+
+def _stat(out: str, key: str) -> int | None:
+    m = re.findall(rf"stat::{key}:\s*(\d+)", out)
+    return int(m[-1]) if m else None
+
+
+def _cov(out: str) -> int | None:
+    m = re.findall(r"cov: (\d+)", out)
+    return int(m[-1]) if m else None
+
+
+def _summary(out: str) -> str:
+    """One line that names the failure (for de-duplication and the report)."""
+    for pat in (r"=== Uncaught Python exception: ===\n(.+)", r"(AssertionError.*)", r"(==\d+== ERROR: .+)",
+                r"(Fatal Python error: .+)", r"(ALARM: working on the last Unit for \d+ seconds)",
+                r"(out-of-memory \(used: \d+Mb; exceeds: \d+Mb\))", r"(deadly signal)"):
+        m = re.search(pat, out)
+        if m:
+            return m.group(1).strip()[:300]
+    return out.strip().splitlines()[-1][:300] if out.strip() else "?"
+
+
+def run_one(name: str, seconds: float, python: str) -> dict:
+    max_len, timeout = HARNESSES[name]
+    corpus = os.path.join(HERE, "corpus", name)
+    seeds = os.path.join(HERE, "seeds", name)
+    crashes = os.path.join(HERE, "crashes")
+    os.makedirs(corpus, exist_ok=True)
+    os.makedirs(crashes, exist_ok=True)
+    script = os.path.join(HERE, f"fuzz_{name}.py")
+    deadline = time.monotonic() + seconds
+    res = {"harness": name, "seconds": 0.0, "executions": 0, "runs": 0, "crashes": [],
+           "coverage": None, "corpus_files": 0}
+    while True:
+        left = int(deadline - time.monotonic())
+        if left < 3:
+            break
+        before = set(glob.glob(os.path.join(crashes, f"{name}-*")))
+        cmd = [python, script, corpus, seeds, f"-max_total_time={left}", f"-timeout={timeout}",
+               f"-rss_limit_mb={RSS_LIMIT_MB}", f"-max_len={max_len}", "-print_final_stats=1",
+               f"-artifact_prefix={os.path.join(crashes, name)}-"]
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left + 120)
+            out, rc = p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+            rc = "killed (ran past its time budget)"
+        res["seconds"] += time.monotonic() - t0
+        res["runs"] += 1
+        res["executions"] += _stat(out, "number_of_executed_units") or 0
+        res["coverage"] = _cov(out) or res["coverage"]
+        new = sorted(set(glob.glob(os.path.join(crashes, f"{name}-*"))) - before - {
+            f for f in glob.glob(os.path.join(crashes, f"{name}-*.log"))})
+        if rc == 0 and not new:
+            break  # the time is spent
+        summary = _summary(out)
+        for art in new or [None]:
+            log = (art or os.path.join(crashes, f"{name}-run{res['runs']}")) + ".log"
+            with open(log, "w") as f:
+                f.write(out[-20000:])
+            res["crashes"].append({"summary": summary, "artifact": os.path.relpath(art, ROOT) if art else None,
+                                   "log": os.path.relpath(log, ROOT), "exit": rc,
+                                   "reproduce": f".venv/bin/python fuzz/fuzz_{name}.py {os.path.relpath(art, ROOT)}"
+                                   if art else None})
+        if not new:
+            break  # failed without an artifact (e.g. the harness did not start): do not loop
+    res["seconds"] = round(res["seconds"], 1)
+    res["corpus_files"] = len(os.listdir(corpus))
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=900, help="total budget, split over the harnesses")
+    ap.add_argument("--only", default="", help="comma list of harnesses (default: all)")
+    args = ap.parse_args()
+    names = [n for n in HARNESSES if not args.only or n in args.only.split(",")]
+    python = sys.executable
+    results = []
+    for n in names:
+        r = run_one(n, args.seconds / len(names), python)
+        results.append(r)
+        distinct = sorted({c["summary"] for c in r["crashes"]})
+        print(f"fuzz {n}: {r['executions']} executions in {r['seconds']} s, coverage {r['coverage']}, "
+              f"corpus {r['corpus_files']} files, {len(r['crashes'])} crashes ({len(distinct)} distinct)")
+        for c in r["crashes"]:
+            print(f"  CRASH {c['summary']}\n    log: {c['log']}" + (f"\n    reproduce: {c['reproduce']}" if c["reproduce"] else ""))
+    os.makedirs(os.path.join(HERE, "crashes"), exist_ok=True)
+    with open(os.path.join(HERE, "crashes", "last_run.json"), "w") as f:
+        json.dump({"seconds": args.seconds, "results": results}, f, indent=1)
+    return 1 if any(r["crashes"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
