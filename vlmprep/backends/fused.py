@@ -47,11 +47,13 @@ class Encoded:
     (``kernels.decode_resize_normalize_patchify``).
 
     Fields:
-        source: the input (its bytes are read at the kernel call; Pillow decodes it when the
-            kernel declines, and reports damaged data as the decode lowering would).
+        source: the input (its bytes are read at the kernel call; damaged data the kernel
+            declines is an ImageError; Pillow decodes what it declines for other reasons).
+        op: the pipeline's decode op (its limits apply as in the decode lowering).
     """
 
     source: "Source"
+    op: Any = None
 
 
 @dataclass
@@ -168,11 +170,17 @@ def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: A
         if isinstance(image, Encoded):
             from ..io import decode as _io
             src = image.source
-            if kernels.decode_resize_normalize_patchify(_io.read_bytes(src), src.hw, *args) == "":
+            why = kernels.decode_resize_normalize_patchify(_io.encoded_bytes(src, image.op),
+                                                           src.hw, *args)
+            if why == "":
                 return
-            # Declined (damaged or unusual data): the decode lowering's path, whose decoders
-            # report what is wrong; the rows are written again below.
-            image = torch.from_numpy(np.require(_io.decode(src, fast=True), requirements="W"))
+            err = _io.jpeg_declined(why, src)
+            if err is not None:  # libjpeg's error or warning: truncated or corrupt data
+                raise err
+            # Declined for what the file is: the decode lowering's path; the rows are written
+            # again below.
+            image = torch.from_numpy(np.require(_io.decode(src, fast=True, op=image.op),
+                                                requirements="W"))
         kernels.resize_normalize_patchify(_hwc(image), *args)
         return
     imgs = [_hwc(t) for t in tiles]

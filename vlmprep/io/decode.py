@@ -5,38 +5,208 @@
   as Pillow converts them (as transformers' ``convert_to_rgb``);
 - 16-bit samples scaled to 8 bits as ``round(v / 257)`` (Pillow would clip or truncate);
 - truncated or corrupt data is an ImageError, never a silently partial image.
+
+Bounds (issue 13). At most ``max_source_bytes`` encoded bytes are read. Before any decoder sees
+the bytes, ``check_structure`` walks what a decoder would walk in Python before the image data
+(JPEG segments to the first scan, PNG chunks, GIF blocks to the first frame) within fixed work
+budgets, and refuses a JPEG without image data or EOI, or with far too little image data for its
+size. Peak memory is predicted from the header by ``decode_cost`` (checked against
+``max_decode_bytes``): conversions run in strips of rows into the one output array, so a decode
+holds the decoder's image, the output, and a strip.
 """
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ImageError
+from ..spec.ops import DEFAULT_MAX_DECODE_BYTES, DEFAULT_MAX_SOURCE_BYTES
 from .inputs import Source
 
 if TYPE_CHECKING:
     import numpy as np
     from PIL import Image
 
-__all__ = ["decode", "read_bytes", "to_rgb", "orient"]
+    from ..spec import ops
+    from .probe import ProbeResult
+
+__all__ = ["decode", "read_bytes", "encoded_bytes", "to_rgb", "orient", "check_structure", "decode_cost",
+           "check_decode_cost", "jpeg_declined"]
 
 # PIL transpose method per EXIF orientation (same table as PIL.ImageOps.exif_transpose).
 _ORIENT_OPS = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
                6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
+_STRIP = 1 << 18  # pixels converted at a time: a strip's temporaries stay under ~5 MiB
+_HUFFMAN_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7))
+_MAX_GIF_STEPS = 1 << 20  # GIF blocks and sub-blocks before the first frame (Pillow: a step each)
+_PNG_CHUNKS_FIXED, _PNG_BYTES_PER_CHUNK = 65536, 4096  # chunk budget: 65,536 + 1 per 4 KiB
+_TRUNCATED = "the file is truncated or corrupt: re-encode or re-download it"
 
 
-def read_bytes(src: Source) -> bytes:
-    """The encoded bytes of an ``"encoded"`` Source (reads the file for a path)."""
+def read_bytes(src: Source, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
+    """The encoded bytes of an ``"encoded"`` Source (reads the file for a path), at most
+    ``max_bytes`` of them: more is an ImageError (a path reads at most ``max_bytes + 1``)."""
     item = src.item
     if isinstance(item, (bytes, bytearray, memoryview)):
-        return bytes(item)
+        try:
+            n = memoryview(item).nbytes
+        except (ValueError, TypeError) as e:
+            raise ImageError(f"expected a readable byte buffer, got {type(e).__name__}: {e}; pass "
+                             f"bytes", source=src.desc) from e
+        if n > max_bytes:
+            raise _too_big(n, max_bytes, src)
+        return item if isinstance(item, bytes) else bytes(item)
     try:
-        return Path(item).read_bytes()
+        with open(item, "rb") as f:
+            data = f.read(max_bytes + 1)  # bounded even if the file grew since it was probed
     except OSError as e:
         raise ImageError(f"expected a readable file, got {type(e).__name__}: {e.strerror}; check "
                          f"permissions and that the file still exists", source=src.desc) from e
+    if len(data) > max_bytes:
+        raise _too_big(None, max_bytes, src)
+    return data
 
+
+def _too_big(n: int | None, max_bytes: int, src: Source) -> ImageError:
+    got = f"{n:,} bytes" if n is not None else "more"
+    return ImageError(f"expected at most {max_bytes:,} encoded bytes (max_source_bytes), got {got}; "
+                      f"re-encode the image smaller or raise max_source_bytes= if it is trusted",
+                      source=src.desc)
+
+
+# -- structure checks before any decoder -----------------------------------------------------------
+
+def check_structure(data: bytes, hdr: "ProbeResult") -> None:
+    """Refuse, before a decoder sees them, bytes that would make a decoder walk unbounded junk in
+    Python or that cannot hold the image the header declares. Raises ImageError.
+
+    JPEG: segments to the first scan within the probe's bounds; an EOI marker after the scan
+    (a file cut short has none; libjpeg would invent one); and at least 1 bit of Huffman data per
+    8x8 block of every component, halved for margin (no Huffman-coded block takes less: a flat
+    image with optimized tables takes 2 bits; arithmetic coding is not checked).
+    PNG: the chunk count (Pillow reads each chunk in Python). GIF: the blocks before the first
+    frame (Pillow reads junk there a byte at a time).
+    What this cannot see: damage inside the compressed data (bit errors, zeroed bytes, a cut
+    file with an EOI appended). libjpeg reports those as warnings, which the kernels' JPEG
+    decoder turns into errors (``decode``); Pillow and torchvision ignore them.
+    """
+    if hdr.format == "jpeg":
+        _check_jpeg(data, hdr)
+    elif hdr.format == "png":
+        _check_png(data)
+    elif hdr.format == "gif":
+        _check_gif(data)
+
+
+def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
+    from .probe import jpeg_frame
+    marker, h, w, sampling, scan = jpeg_frame(data)
+    eoi = data.rfind(b"\xff\xd9", scan)
+    if eoi < 0:
+        raise ImageError(f"expected a JPEG end marker (EOI) after the image data at byte {scan:,}; "
+                         f"none in the {len(data) - scan:,} bytes after it; {_TRUNCATED}")
+    hmax = max((s[0] for s in sampling), default=0)
+    vmax = max((s[1] for s in sampling), default=0)
+    if marker not in _HUFFMAN_SOF or not hmax or not vmax or not h or not w:
+        return  # arithmetic coding, or a frame libjpeg refuses itself
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // b)
+
+    # libjpeg's component size: ceil(side * factor / max factor), in 8x8 blocks
+    blocks = sum(cdiv(cdiv(w * sh, hmax), 8) * cdiv(cdiv(h * sv, vmax), 8) for sh, sv in sampling)
+    need = blocks // 16
+    if eoi - scan < need:
+        raise ImageError(f"expected at least {need:,} bytes of JPEG image data for {w}x{h} pixels "
+                         f"(WxH; {blocks:,} blocks of 1 bit or more), got {eoi - scan:,}; "
+                         f"{_TRUNCATED}")
+
+
+def _check_png(data: bytes) -> None:
+    import struct
+    budget = _PNG_CHUNKS_FIXED + len(data) // _PNG_BYTES_PER_CHUNK
+    pos, n, size = 8, 0, len(data)
+    while pos + 8 <= size:
+        length, ctype = struct.unpack_from(">L4s", data, pos)
+        n += 1
+        if n > budget:
+            raise ImageError(f"expected at most {budget:,} PNG chunks in {size:,} bytes, got more "
+                             f"(at byte {pos:,}); the file is corrupt or hostile: re-encode it")
+        if ctype == b"IEND":
+            return
+        pos += 12 + length
+
+
+def _check_gif(data: bytes) -> None:
+    size = len(data)
+    if size < 13:
+        return  # the probe saw the screen descriptor; Pillow reports the rest
+    flags = data[10]
+    pos = 13 + (3 << (flags & 7) + 1 if flags & 0x80 else 0)
+    steps = 0
+    while pos < size and steps < _MAX_GIF_STEPS:
+        steps += 1
+        kind = data[pos]
+        if kind in (0x2C, 0x3B):  # ',' image descriptor, ';' trailer
+            return
+        if kind == 0x21:  # '!' extension: label, then sub-blocks ending with a zero length
+            pos += 2
+            while pos < size and steps < _MAX_GIF_STEPS:
+                steps += 1
+                n = data[pos]
+                pos += 1 + n
+                if not n:
+                    break
+        else:
+            pos += 1  # Pillow skips stray bytes one at a time
+    if steps >= _MAX_GIF_STEPS:
+        raise ImageError(f"expected the first GIF frame within {_MAX_GIF_STEPS:,} blocks, got none "
+                         f"(at byte {pos:,}); the file is corrupt or hostile: re-encode it")
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+#: Bytes per pixel Pillow holds for an image of each mode (others: 4).
+_PIL_BPP = {"1": 1, "L": 1, "P": 1, "I;16": 2, "I;16B": 2, "I;16L": 2, "I;16N": 2}
+
+
+def decode_cost(hdr: "ProbeResult") -> int:
+    """Predicted peak bytes of decoding the image ``hdr`` describes, besides its encoded bytes:
+    ``width * height`` x (the decoder's image + the 3-byte output [+ libjpeg's coefficients for
+    progressive JPEGs, + the frame canvases of animations]), or output + oriented copy; a strip's
+    temporaries (~5 MiB) come on top.  Per pixel: 4 (gray, palette, GIF), 7 (RGB, RGBA, CMYK
+    through Pillow), 16 (16-bit RGBA: OpenCV holds two copies), at most 16 for any header.
+    Measured against peak RSS in tests/io/test_decode_bounds.py.
+    """
+    if hdr.bit_depth == 16 and hdr.format in ("png", "tiff"):
+        c = 4 if hdr.channels in (2, 4) else hdr.channels
+        # OpenCV decodes to one uint16 array and swaps the channels into a second; then its
+        # array and the output
+        per_pixel = max(4 * c, 2 * c + 3)
+    else:
+        held = _PIL_BPP.get(hdr.mode_hint, 4)
+        if hdr.format == "jpeg" and hdr.progressive:
+            held += 2 * hdr.channels  # libjpeg keeps every coefficient (int16) of a multi-scan file
+        if hdr.animated:
+            held += 8  # the decoder's RGBA canvases of the animation
+        per_pixel = held + 3
+    per_pixel = max(per_pixel, 6 if hdr.orientation != 1 else 0)  # output + its oriented copy
+    return hdr.width * hdr.height * per_pixel
+
+
+def check_decode_cost(hdr: "ProbeResult | None", max_decode_bytes: int) -> None:
+    """ImageError when ``decode_cost(hdr)`` is above ``max_decode_bytes`` (None: nothing to decode)."""
+    if hdr is None:
+        return
+    cost = decode_cost(hdr)
+    if cost > max_decode_bytes:
+        raise ImageError(
+            f"expected a decode of at most {max_decode_bytes:,} bytes (max_decode_bytes), got "
+            f"{cost:,} predicted for this {hdr.width}x{hdr.height} (WxH) {hdr.format.upper()} "
+            f"({hdr.mode_hint}, {hdr.bit_depth}-bit; rejected from the header, before decoding); "
+            f"downscale the image or raise max_decode_bytes= if it is trusted")
+
+
+# -- pixels ---------------------------------------------------------------------------------------
 
 def orient(img: "Image.Image", orientation: int) -> "Image.Image":
     """Apply EXIF orientation 1..8 to a PIL image (1 and unknown values: unchanged)."""
@@ -45,26 +215,58 @@ def orient(img: "Image.Image", orientation: int) -> "Image.Image":
     return img.transpose(getattr(Image.Transpose, op)) if op else img
 
 
-def to_rgb(img: "Image.Image") -> "np.ndarray":
-    """PIL image of any mode -> uint8 ``(H, W, 3)``, transparency composited on white."""
+def _orient_array(a: "np.ndarray", orientation: int) -> "np.ndarray":
+    """``orient`` for a ``(H, W, C)`` array (the same pixels as Pillow's transposes)."""
+    import numpy as np
+    views = {2: lambda: a[:, ::-1], 3: lambda: a[::-1, ::-1], 4: lambda: a[::-1],
+             5: lambda: a.transpose(1, 0, 2), 6: lambda: np.rot90(a, -1),
+             7: lambda: a[::-1, ::-1].transpose(1, 0, 2), 8: lambda: np.rot90(a, 1)}
+    view = views.get(orientation)
+    return np.ascontiguousarray(view()) if view else a
+
+
+def _rgb_part(part: "Image.Image", alpha: bool) -> "np.ndarray":
+    """A strip of rows -> uint8 ``(h, W, 3)``, transparency composited on white."""
     import numpy as np
     from PIL import Image
-    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
-        # 16-bit gray: Pillow's convert clips at 255 (a white photo); scale instead.
-        a = np.asarray(img).astype(np.uint32)
-        img = Image.fromarray(((a + 128) // 257).clip(0, 255).astype(np.uint8), "L")
-    if "A" in img.getbands() or img.info.get("transparency") is not None:
-        rgba = img.convert("RGBA")
+    if alpha:
+        rgba = part.convert("RGBA")
         white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        img = Image.alpha_composite(white, rgba)
-    out = np.asarray(img.convert("RGB") if img.mode != "RGB" else img)
-    return np.ascontiguousarray(out)
+        part = Image.alpha_composite(white, rgba)
+    return np.asarray(part.convert("RGB") if part.mode != "RGB" else part)
 
 
-def _decode_16bit(data: bytes) -> "Image.Image":
-    """16-bit PNG/TIFF -> 8-bit PIL image of mode L/LA/RGB/RGBA, samples round(v / 257).
+def to_rgb(img: "Image.Image") -> "np.ndarray":
+    """PIL image of any mode -> uint8 ``(H, W, 3)``, transparency composited on white.
 
-    Pillow reads 16-bit RGB by dropping the low byte; OpenCV keeps all 16 bits.
+    Converted a strip of rows at a time into the output (every conversion here is per pixel),
+    so the temporaries are a strip's, not the image's (an RGBA image converted whole held ~5
+    copies of itself).
+    """
+    import numpy as np
+    from PIL import Image
+    w, h = img.size
+    out = np.empty((h, w, 3), np.uint8)
+    wide = img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I")
+    # 16-bit gray: Pillow's convert clips at 255 (a white photo); scale instead.
+    alpha = not wide and ("A" in img.getbands() or img.info.get("transparency") is not None)
+    rows = max(1, _STRIP // max(w, 1))
+    for y in range(0, h, rows):
+        y1 = min(h, y + rows)
+        part = img.crop((0, y, w, y1)) if (y, y1) != (0, h) else img
+        if wide:
+            a = np.asarray(part).astype(np.uint32)
+            part = Image.fromarray(((a + 128) // 257).clip(0, 255).astype(np.uint8), "L")
+        out[y:y1] = _rgb_part(part, alpha)
+    return out
+
+
+def _decode_16bit(data: bytes) -> "np.ndarray":
+    """16-bit PNG/TIFF -> uint8 ``(H, W, 3)`` (no orientation), samples round(v / 257),
+    transparency composited on white.
+
+    Pillow reads 16-bit RGB by dropping the low byte; OpenCV keeps all 16 bits. OpenCV's
+    uint16 array is scaled a strip at a time into the output (no whole-image uint32 copies).
     """
     import cv2
     import numpy as np
@@ -72,14 +274,53 @@ def _decode_16bit(data: bytes) -> "Image.Image":
     a = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)  # no EXIF rotation
     if a is None or a.dtype != np.uint16:
         raise ValueError("OpenCV could not read the 16-bit samples")
-    a8 = ((a.astype(np.uint32) + 128) // 257).astype(np.uint8)
-    if a8.ndim == 2:
-        return Image.fromarray(a8, "L")
-    if a8.shape[2] == 2:
-        return Image.fromarray(a8, "LA")
-    if a8.shape[2] == 3:
-        return Image.fromarray(np.ascontiguousarray(a8[..., ::-1]), "RGB")
-    return Image.fromarray(np.ascontiguousarray(a8[..., [2, 1, 0, 3]]), "RGBA")
+    h, w = a.shape[:2]
+    c = 1 if a.ndim == 2 else a.shape[2]
+    out = np.empty((h, w, 3), np.uint8)
+    rows = max(1, _STRIP // max(w, 1))
+    for y in range(0, h, rows):
+        y1 = min(h, y + rows)
+        s = ((a[y:y1].astype(np.uint32) + 128) // 257).astype(np.uint8)
+        if c == 1:
+            out[y:y1] = s[..., None]
+        elif c == 2:
+            out[y:y1] = _rgb_part(Image.fromarray(np.ascontiguousarray(s), "LA"), True)
+        elif c == 3:
+            out[y:y1] = s[..., ::-1]
+        else:
+            out[y:y1] = _rgb_part(Image.fromarray(np.ascontiguousarray(s[..., [2, 1, 0, 3]]),
+                                                  "RGBA"), True)
+    return out
+
+
+def jpeg_declined(reason: str, src: Source) -> ImageError | None:
+    """The ImageError for a JPEG the kernels' libjpeg decoder declined because of its data (a
+    libjpeg error or warning: truncated, corrupt), or None when it declined for what the file
+    is (colour space, a size other than the probe's): then Pillow decodes it."""
+    if reason.startswith(("not a YCbCr", "the JPEG's size is not")):
+        return None
+    return ImageError(f"expected a complete, valid JPEG file, but libjpeg reports: {reason}; "
+                      f"{_TRUNCATED}", source=src.desc)
+
+
+def _decode_jpeg_kernel(data: bytes, src: Source) -> "np.ndarray | None":
+    """8-bit YCbCr / gray JPEG -> uint8 ``(H, W, 3)`` with the kernels' libjpeg-turbo decoder
+    (Pillow's pixels), which fails on libjpeg's warnings; None when not built or the file is
+    not one it takes (then Pillow decodes it). Raises ImageError for damaged data."""
+    from .. import kernels
+    hdr = src.header
+    if not kernels.jpeg_available():
+        return None
+    try:
+        t = kernels.decode_jpeg(data, (hdr.height, hdr.width))
+    except RuntimeError as e:
+        reason = str(e).split("\n")[0].split("; decode it with Pillow")[0]
+        reason = reason.split(": ", 1)[1] if reason.startswith("decode_jpeg: ") else reason
+        err = jpeg_declined(reason, src)
+        if err is not None:
+            raise err from e
+        return None
+    return _orient_array(t.numpy(), hdr.orientation)
 
 
 def _decode_jpeg_fast(data: bytes) -> "np.ndarray | None":
@@ -102,29 +343,53 @@ def _decode_jpeg_fast(data: bytes) -> "np.ndarray | None":
     return t.permute(1, 2, 0).numpy()  # decode_jpeg's CHW is a view of HWC memory
 
 
-def _decode_encoded(src: Source, fast: bool = False) -> "np.ndarray":
+def encoded_bytes(src: Source, op: "ops.decode | None" = None) -> bytes:
+    """The bytes of an ``"encoded"`` Source, ready for any decoder: its predicted decode within
+    ``op.max_decode_bytes``, at most ``op.max_source_bytes`` read, ``check_structure`` passed.
+    Raises ImageError (with ``src.desc``)."""
+    try:
+        check_decode_cost(src.header, op.max_decode_bytes if op else DEFAULT_MAX_DECODE_BYTES)
+        data = read_bytes(src, op.max_source_bytes if op else DEFAULT_MAX_SOURCE_BYTES)
+        check_structure(data, src.header)
+    except ImageError as e:
+        raise e.at(source=src.desc) from e.__cause__
+    return data
+
+
+def _decode_encoded(src: Source, fast: bool, op: "ops.decode | None") -> "np.ndarray":
     from PIL import Image
     hdr = src.header
     assert hdr is not None
-    data = read_bytes(src)
-    if fast and hdr.format == "jpeg" and hdr.bit_depth == 8 and hdr.channels in (1, 3):
-        out = _decode_jpeg_fast(data)
+    data = encoded_bytes(src, op)
+    if hdr.format == "jpeg" and hdr.bit_depth == 8 and hdr.mode_hint in ("RGB", "L"):
+        out = _decode_jpeg_kernel(data, src)
+        if out is None and fast:
+            out = _decode_jpeg_fast(data)
         if out is not None and out.flags.c_contiguous:
             return out
     if hdr.bit_depth == 16 and hdr.format in ("png", "tiff"):
-        return to_rgb(orient(_decode_16bit(data), hdr.orientation))
-    from PIL import ImageOps
-    img = Image.open(io.BytesIO(data))  # opens at frame 0: an animation gives its first frame
-    img.load()  # raises on truncated data (Image.LOAD_TRUNCATED_IMAGES stays False)
-    ImageOps.exif_transpose(img, in_place=True)  # exactly what transformers' load_image does
-    return to_rgb(img)
+        out = _decode_16bit(data)
+        del data
+        return _orient_array(out, hdr.orientation)
+    with Image.open(io.BytesIO(data)) as img:  # opens at frame 0: an animation gives its first
+        img.load()  # raises on truncated data (Image.LOAD_TRUNCATED_IMAGES stays False)
+        # what transformers' load_image applies (ImageOps.exif_transpose); Pillow has already
+        # applied and removed a TIFF's own orientation while loading
+        orientation = img.getexif().get(0x0112, 1)
+        out = to_rgb(img)
+    del data
+    return _orient_array(out, orientation if isinstance(orientation, int) else 1)
 
 
-def decode(src: Source, fast: bool = False) -> "np.ndarray":
+def decode(src: Source, fast: bool = False, op: "ops.decode | None" = None) -> "np.ndarray":
     """Source -> uint8 ``(H, W, 3)`` RGB, C-contiguous; ``shape[:2] == src.hw``.
 
-    ``fast``: decode 8-bit JPEGs with torchvision (same pixels as Pillow, about twice as fast;
-    Pillow stays the decoder of everything else and the judge of bad data).
+    ``fast``: without the kernels, decode 8-bit JPEGs with torchvision (same pixels as Pillow,
+    about twice as fast). With the kernels' JPEG decoder built, it decodes those JPEGs on every
+    path (Pillow's pixels) and is the judge of their data: libjpeg's warnings are errors.
+    Pillow stays the decoder of everything else. ``op``: the decode op whose limits apply
+    (``max_source_bytes``: encoded bytes read; ``max_decode_bytes``: predicted peak decode
+    memory); None: the defaults.
     Raises ImageError (with the decoder's message as cause) for corrupt or truncated data.
     """
     import numpy as np
@@ -133,9 +398,12 @@ def decode(src: Source, fast: bool = False) -> "np.ndarray":
     if src.kind == "tensor":
         return np.ascontiguousarray(src.item.detach().cpu().permute(1, 2, 0).numpy())
     try:
-        out = to_rgb(src.item) if src.kind == "pil" else _decode_encoded(src, fast)
-    except ImageError:
-        raise
+        if src.kind == "pil":
+            out = to_rgb(src.item)
+        else:
+            out = _decode_encoded(src, fast, op)
+    except ImageError as e:
+        raise e.at(source=src.desc) from e.__cause__
     except MemoryError:
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, struct.error ...

@@ -499,15 +499,16 @@ def _next_marker(d, pos: int, budget: int = _MAX_JUNK) -> tuple[int | None, int,
     start = pos
     end = pos + budget
     while pos < end:
-        buf = d.at(pos, min(4096, end - pos + 2))
+        want = min(4096, end - pos + 2)
+        buf = d.at(pos, want)
         match = _MARKER_RE.search(buf)
         if match and pos + match.start() < end:
             skipped = pos + match.end() - 2 - start
             return match[1][0], pos + match.end(), skipped
-        if len(buf) < 4096:
-            break
+        if len(buf) < want:  # the data ends
+            return None, pos, pos + len(buf) - start
         pos += len(buf) - 1  # keep a trailing 0xFF: it may start the next marker
-    return None, pos, min(pos, end) - start
+    return None, pos, max(budget, 0)  # the junk budget is spent
 
 
 def jpeg_frame(data: bytes) -> tuple[int, int, int, list[tuple[int, int]], int]:

@@ -18,6 +18,8 @@ from . import tiling
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..io.probe import ProbeResult
+
 __all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SIZING_RULES", "sizing_rule", "plan_image",
            "plan_images"]
 
@@ -169,8 +171,12 @@ def _tile(op: tile, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
     return Sizing(canvases, tiles, tile_canvas)
 
 
-def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -> ImagePlan:
+def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
+               header: "ProbeResult | None" = None) -> ImagePlan:
     """Plan one image of ``source_hw = (H, W)`` (oriented); raises ImageError.
+
+    ``header``: the probe result of an encoded source; with it, the decode's predicted peak
+    memory is checked against ``decode.max_decode_bytes`` (before any byte is decoded).
 
     Given qwen2-vl and (1080, 1920) -> resized (1092, 1932), tiles [(0, 0, 1092, 1932)],
     grid [(1, 78, 138)], 10764 patches, 2691 tokens.
@@ -183,6 +189,9 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
         raise ImageError(f"expected at most {dec.max_source_pixels:,} source pixels, got {h}x{w} = "
                          f"{h * w:,} (rejected from the header, before decoding); downscale the "
                          f"image or raise max_source_pixels= if it is trusted")
+    if header is not None:
+        from ..io.decode import check_decode_cost
+        check_decode_cost(header, dec.max_decode_bytes)
     sz = SIZING_RULES[pipeline.sizing.name](pipeline.sizing, (h, w), pipeline)
     pf = pipeline.patchify
     grids = [grid.patch_grid((b[2], b[3]), pf) for b in sz.tiles]
@@ -201,17 +210,18 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0) -
     )
 
 
-def plan_images(pipeline: Pipeline, sizes: Sequence[tuple[int, int] | ImageError]
-                ) -> list[ImagePlan]:
+def plan_images(pipeline: Pipeline, sizes: Sequence[tuple[int, int] | ImageError],
+                headers: "Sequence[ProbeResult | None] | None" = None) -> list[ImagePlan]:
     """Plan a batch; an ImageError in ``sizes`` (a failed probe) or from planning is recorded in
-    that image's ``error`` (the caller decides whether to raise)."""
+    that image's ``error`` (the caller decides whether to raise). ``headers[i]``: image i's probe
+    result when encoded (see ``plan_image``)."""
     out = []
     for i, hw in enumerate(sizes):
         if isinstance(hw, ImageError):
             out.append(ImagePlan(index=i, source_hw=(0, 0), error=hw.at(index=i)))
             continue
         try:
-            out.append(plan_image(pipeline, hw, i))
+            out.append(plan_image(pipeline, hw, i, headers[i] if headers is not None else None))
         except ImageError as e:
             out.append(ImagePlan(index=i, source_hw=tuple(hw), error=e.at(index=i)))
     return out

@@ -26,6 +26,11 @@ DEFAULT_MAX_SOURCE_PIXELS = 178_956_970
 #: Largest encoded input (file or bytes) read: 256 MiB holds any legitimate image under the pixel
 #: limit, and bounds what a hostile or sparse file can make a decoder read and scan.
 DEFAULT_MAX_SOURCE_BYTES = 256 << 20
+#: Predicted peak memory of one image's decode (vlmprep.io.decode.decode_cost, from the header):
+#: 16 bytes per pixel (more than any format/mode needs: 15 for an animation's RGBA canvases or a
+#: progressive CMYK JPEG's coefficients, 11 for 16-bit RGBA) at the pixel limit, so nothing under
+#: max_source_pixels is refused by default. Serving sets less (e.g. 1 << 30).
+DEFAULT_MAX_DECODE_BYTES = 16 * DEFAULT_MAX_SOURCE_PIXELS
 
 
 def _fail(op: str, what: str, expected: str, got: Any, fix: str) -> None:
@@ -96,16 +101,20 @@ class decode(Op):
     composited on white, 16-bit samples become round(v / 257), animations give
     their first frame. Sources above ``max_source_pixels`` are rejected from the
     header, before any pixel is decoded; encoded inputs above ``max_source_bytes`` are
-    rejected before they are read (a path: from its size on disk).
+    rejected before they are read (a path: from its size on disk), and so are images whose
+    decode is predicted from the header (``vlmprep.io.decode.decode_cost``: pixels x bytes per
+    pixel of the decoder's image plus the output) to need more than ``max_decode_bytes``.
     """
 
     name: ClassVar[str] = "decode"
     max_source_pixels: int = DEFAULT_MAX_SOURCE_PIXELS
     max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    max_decode_bytes: int = DEFAULT_MAX_DECODE_BYTES
 
     def __post_init__(self) -> None:
         _check_int(self.name, "max_source_pixels", self.max_source_pixels)
         _check_int(self.name, "max_source_bytes", self.max_source_bytes)
+        _check_int(self.name, "max_decode_bytes", self.max_decode_bytes)
 
 
 @dataclass(frozen=True)

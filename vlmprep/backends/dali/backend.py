@@ -25,6 +25,7 @@ import torch
 from nvidia.dali.tensors import TensorCPU, TensorGPU
 
 from ...errors import ImageError
+from ... import kernels
 from ...io import decode as _io
 from ..base import Backend as _Base
 from . import feeds as F
@@ -143,12 +144,16 @@ class Backend(_Base):
             x = it.src.item.to(f"cuda:{self.device_id}").permute(1, 2, 0)
             it.image = self._wrap(x, it)
             return
-        it.image = self._wrap(_io.decode(it.src), it)
+        it.image = self._wrap(_io.decode(it.src, op=self.pipeline["decode"]), it)
 
     def _decode(self, chunk: list[_Item], errors: dict[int, ImageError]) -> None:
         dali_items = []
+        # On the CPU, 8-bit RGB/gray JPEGs go to vlmprep.io.decode when the kernels' libjpeg
+        # decoder is built: the same pixels, and damaged data is an error there (DALI's CPU
+        # decoder, like Pillow, decodes truncated or corrupt scans with libjpeg's warnings unseen).
+        judge = not self.gpu and kernels.jpeg_available()
         for it in chunk:
-            if F.dali_decodes(it.src):
+            if F.dali_decodes(it.src) and not (judge and it.src.header.format == "jpeg"):
                 dali_items.append(it)
                 continue
             try:
@@ -165,7 +170,9 @@ class Backend(_Base):
         data = []
         for it in items:
             try:
-                data.append(np.frombuffer(_io.read_bytes(it.src), np.uint8))
+                # bounded, and checked as for every decoder (DALI's libjpeg ignores warnings)
+                data.append(np.frombuffer(_io.encoded_bytes(it.src, self.pipeline["decode"]),
+                                          np.uint8))
             except ImageError as e:
                 errors[it.plan.index] = e.at(index=it.plan.index, source=it.src.desc)
         items = [it for it in items if it.plan.index not in errors]

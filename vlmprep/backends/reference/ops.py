@@ -18,7 +18,7 @@ _PIL_FILTER = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3}
 @lowering(B, "decode")
 def decode(op: ops.decode, src, ctx: Context) -> np.ndarray:
     """Source -> uint8 ``(H, W, 3)``."""
-    return _io.decode(src)
+    return _io.decode(src, op=op)
 
 
 def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.ndarray:

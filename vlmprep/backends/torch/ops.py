@@ -25,7 +25,7 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     if src.kind == "tensor":
         return src.item.to(ctx.device)
     # Pillow hands out read-only arrays; torch wants writable memory (copies only then).
-    hwc = torch.from_numpy(np.require(_io.decode(src, fast=True), requirements="W"))
+    hwc = torch.from_numpy(np.require(_io.decode(src, fast=True, op=op), requirements="W"))
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 
@@ -145,5 +145,5 @@ class DeferredDecode:
 
     def __call__(self, op: Any, src, ctx: Context):
         if fused.jpeg_deferrable(ctx, self.interpolation):
-            return fused.Encoded(src)
+            return fused.Encoded(src, op)
         return self.unfused(op, src, ctx)

@@ -1,0 +1,281 @@
+"""Decode cost is bounded by the limits, and damaged data is an ImageError on every backend
+(issue 13, defects 4, 6 and 7).
+
+- max_source_bytes: no more encoded bytes are read; a file grown past it is refused.
+- Junk a decoder would walk in Python (JPEG zero padding, GIF stray bytes, PNG chunk floods) is
+  refused before any decoder is handed the bytes.
+- Truncated and corrupt JPEGs are ImageErrors on reference, torch (plain and fused decode),
+  and dali; what the pure path (VLMPREP_DISABLE_KERNELS=1) still refuses is pinned too.
+- Peak decode memory stays within ``decode_cost`` (the header's prediction) + a constant, in a
+  child process, for the bombs and ordinary files; ``max_decode_bytes`` refuses from the header.
+"""
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import vlmprep
+from imgdata import crop, encode
+from vlmprep import kernels
+from vlmprep.errors import ImageError
+from vlmprep.io import decode as D
+from vlmprep.io.inputs import resolve
+from vlmprep.spec import ops
+
+sys.path.insert(0, os.path.dirname(__file__))
+import decode_mem_cases as M  # noqa: E402
+
+WATCHDOG_S = 30  # a hang, not a speed claim
+
+
+def _jpeg(rgb: np.ndarray, **kw) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "JPEG", **kw)
+    return buf.getvalue()
+
+
+RGB = crop("astronaut", 256, 320)
+GOOD = _jpeg(RGB, quality=90)
+
+
+def _no_decoder(monkeypatch):
+    """Make every decoder fail loudly: the check must refuse the bytes before one runs."""
+    def boom(*a, **k):
+        raise AssertionError("a decoder was handed the bytes")
+    monkeypatch.setattr(Image, "open", boom)
+    for name in ("_decode_jpeg_kernel", "_decode_jpeg_fast", "_decode_16bit"):
+        monkeypatch.setattr(D, name, boom, raising=False)
+
+
+# -- max_source_bytes -----------------------------------------------------------------------------
+
+def test_source_bytes_limit_for_bytes_and_paths(tmp_path):
+    data = encode(crop("chelsea", 60, 80), "png")
+    op = ops.decode(max_source_bytes=len(data) - 1)
+    with pytest.raises(ImageError, match=r"max_source_bytes.*got [\d,]+ bytes"):
+        D.decode(resolve(data), op=op)
+    path = tmp_path / "a.png"
+    path.write_bytes(data)
+    src = resolve(str(path))
+    with pytest.raises(ImageError, match="max_source_bytes"):
+        D.decode(src, op=op)
+    assert D.decode(src, op=ops.decode(max_source_bytes=len(data))).shape == (60, 80, 3)
+    # a file that grows after its probe is read no further than the limit + 1
+    with open(path, "ab") as f:
+        f.write(b"\0" * 4096)
+    with pytest.raises(ImageError, match="got more"):
+        D.decode(src, op=ops.decode(max_source_bytes=len(data) + 100))
+
+
+def test_source_bytes_limit_through_the_processor():
+    data = encode(crop("chelsea", 60, 80), "png")
+    for backend in ("reference", "torch"):
+        b = vlmprep.Processor("qwen2-vl", backend=backend, errors="skip",
+                              max_source_bytes=len(data) - 1)([data, crop("chelsea", 30, 40)])
+        assert list(b.errors) == [0] and "max_source_bytes" in str(b.errors[0])
+
+
+# -- junk a decoder would walk in Python ----------------------------------------------------------
+
+def test_jpeg_header_then_zero_padding_is_refused_before_decoding(monkeypatch):
+    """Defect 4: Pillow skipped 20 MB of zeros a byte at a time (1.8 s; 2 GB: > 300 s)."""
+    head = GOOD[:GOOD.index(b"\xff\xda")]  # every header up to the scan, no scan
+    data = head + bytes(20 << 20)
+    assert resolve(data).hw == (256, 320)  # the probe stops at the frame header
+    _no_decoder(monkeypatch)
+    t = time.perf_counter()
+    with pytest.raises(ImageError, match="junk"):
+        D.decode(resolve(data))
+    assert time.perf_counter() - t < WATCHDOG_S
+
+
+def test_gif_stray_bytes_before_the_frame_are_refused(monkeypatch):
+    gif = encode(crop("chelsea", 20, 30), "gif")
+    frame = gif.index(b",", 13 + 3 * 256)  # the image descriptor after the global palette
+    data = gif[:frame] + b"\x01" * ((1 << 20) + 10) + gif[frame:]  # 1 MiB of stray bytes
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.size == (30, 20)  # Pillow walks it (a Python step per byte)
+    _no_decoder(monkeypatch)
+    with pytest.raises(ImageError, match="first GIF frame"):
+        D.decode(resolve(data))
+
+
+def test_png_chunk_flood_is_refused_and_many_idat_chunks_are_not(monkeypatch):
+    png = encode(crop("chelsea", 40, 50), "png")
+    idat = png.index(b"IDAT") - 4
+    empty = struct.pack(">L", 0) + b"abCd" + struct.pack(">L", zlib.crc32(b"abCd"))
+    flood = png[:idat] + empty * 200_000 + png[idat:]
+    # a valid file with one IDAT chunk per 64 bytes decodes (Pillow's pixels)
+    body = png[idat + 8:idat + 8 + struct.unpack(">L", png[idat:idat + 4])[0]]
+    pieces = [body[k:k + 64] for k in range(0, len(body), 64)]
+    many = png[:idat] + b"".join(struct.pack(">L", len(p)) + b"IDAT" + p
+                                 + struct.pack(">L", zlib.crc32(b"IDAT" + p)) for p in pieces) \
+        + png[png.index(b"IEND") - 4:]
+    assert np.array_equal(D.decode(resolve(many)),
+                          np.asarray(Image.open(io.BytesIO(png)).convert("RGB")))
+    _no_decoder(monkeypatch)
+    with pytest.raises(ImageError, match="PNG chunks"):
+        D.decode(resolve(flood))
+
+
+# -- truncated and corrupt JPEGs ------------------------------------------------------------------
+
+def _damaged() -> dict[str, bytes]:
+    n = len(GOOD)
+    zeroed = bytearray(GOOD)
+    zeroed[n // 2:n - 2] = bytes(n - 2 - n // 2)  # a download that stopped: zeros, EOI kept
+    huge = bytearray(_jpeg(crop("chelsea", 16, 16), quality=50))
+    sof = huge.index(b"\xff\xc0")
+    huge[sof + 5:sof + 9] = struct.pack(">HH", 13000, 13000)  # 632 bytes claiming 13000x13000
+    return {"cut_with_eoi": GOOD[:n // 2] + b"\xff\xd9", "zeroed_scan": bytes(zeroed),
+            "cut": GOOD[:n * 2 // 3], "no_scan": GOOD[:GOOD.index(b"\xff\xda")] + b"\xff\xd9",
+            "claims_13000x13000": bytes(huge)}
+
+
+DAMAGED = _damaged()
+# What the pure path (no kernels) refuses: structure and size; not damage inside the scan.
+PURE_REFUSES = ("cut", "no_scan", "claims_13000x13000")
+
+
+def _backends():
+    out = ["reference", "torch"]
+    try:
+        import nvidia.dali  # noqa: F401
+        out.append("dali")
+    except ImportError:
+        pass
+    return out
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_damaged_jpegs_are_image_errors_on_every_backend(backend):
+    """Defect 6: Pillow (and DALI's and torchvision's libjpeg) decoded these "successfully"."""
+    refused = list(DAMAGED) if kernels.jpeg_available() else list(PURE_REFUSES)
+    names = list(DAMAGED)
+    proc = vlmprep.Processor("qwen2-vl", backend=backend, errors="skip")
+    t = time.perf_counter()
+    b = proc([crop("chelsea", 50, 60)] + [DAMAGED[k] for k in names] + [GOOD])
+    assert time.perf_counter() - t < WATCHDOG_S
+    assert sorted(b.errors) == sorted(1 + names.index(k) for k in refused), b.errors
+    assert all("truncated or corrupt" in str(e) for e in b.errors.values())
+    ref = vlmprep.Processor("qwen2-vl", backend=backend)([crop("chelsea", 50, 60), GOOD])
+    got = b.pixel_values.float()
+    assert got.shape == ref.pixel_values.shape  # the good images' rows, bit-exact below
+    assert np.array_equal(got.numpy(), ref.pixel_values.float().numpy())
+
+
+@pytest.mark.skipif(not kernels.jpeg_available(), reason="the kernels' JPEG decoder is not built")
+def test_damaged_jpegs_on_the_fused_decode_path(monkeypatch):
+    """The torch backend's deferred JPEG decode (two threads or more): a decline for damaged
+    data is the ImageError, not a fall back to Pillow, which accepts it."""
+    calls = []
+    real = kernels.decode_resize_normalize_patchify
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(kernels, "decode_resize_normalize_patchify", spy)
+    proc = vlmprep.Processor("qwen2-vl", backend="torch", errors="skip")
+    kernels.set_num_threads(2)  # the deferred decode needs two threads or more
+    try:
+        b = proc([DAMAGED[k] for k in DAMAGED] + [GOOD])
+        ref = vlmprep.Processor("qwen2-vl", backend="torch")([GOOD])
+    finally:
+        kernels.set_num_threads(None)
+    assert calls  # the fused path ran
+    assert sorted(b.errors) == list(range(len(DAMAGED)))
+    assert np.array_equal(b.pixel_values.float().numpy(), ref.pixel_values.float().numpy())
+
+
+def test_pure_path_refuses_what_it_can_see():
+    """VLMPREP_DISABLE_KERNELS=1: the structural checks alone (truncation without EOI, no scan,
+    far too little data for the size) on reference and torch."""
+    code = ("import sys; sys.path.insert(0, %r); import vlmprep, test_decode_bounds as T\n"
+            "from vlmprep import kernels; assert not kernels.available()\n"
+            "for be in ('reference', 'torch'):\n"
+            "    b = vlmprep.Processor('qwen2-vl', backend=be, errors='skip')("
+            "[T.DAMAGED[k] for k in T.PURE_REFUSES] + [T.GOOD])\n"
+            "    assert sorted(b.errors) == list(range(len(T.PURE_REFUSES))), b.errors\n"
+            "print('ok')\n") % os.path.dirname(__file__)
+    env = dict(os.environ, VLMPREP_DISABLE_KERNELS="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["flat_optimized", "flat_progressive", "flat_gray_444",
+                                  "one_pixel", "wide_strip_q1"])
+def test_tiny_valid_jpegs_are_not_refused(kind):
+    """The size check only refuses what cannot be valid: flat images compress to ~2 bits a block."""
+    flat = np.full((600, 800, 3), (120, 130, 140), np.uint8)
+    data = {"flat_optimized": lambda: _jpeg(flat, optimize=True, quality=50),
+            "flat_progressive": lambda: _jpeg(flat, progressive=True, optimize=True),
+            "flat_gray_444": lambda: _jpeg(flat[..., 0].copy(), quality=10),
+            "one_pixel": lambda: _jpeg(flat[:1, :1].copy()),
+            "wide_strip_q1": lambda: _jpeg(flat[:9, :2000].copy(), quality=1)}[kind]()
+    out = D.decode(resolve(data))
+    with Image.open(io.BytesIO(data)) as im:
+        assert np.array_equal(out, np.asarray(im.convert("RGB")))
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+def test_default_decode_budget_admits_every_header_under_the_pixel_limit():
+    from vlmprep.io.probe import ProbeResult
+    side = int(ops.DEFAULT_MAX_SOURCE_PIXELS ** 0.5)
+    worst = 0
+    for fmt, mode, ch, depth, prog, anim in [
+            ("png", "RGBA", 4, 16, False, False), ("png", "LA", 2, 16, False, True),
+            ("jpeg", "CMYK", 4, 8, True, False), ("webp", "RGBA", 4, 8, False, True),
+            ("gif", "P", 4, 8, False, False), ("tiff", "RGB", 3, 16, False, True)]:
+        for orientation in (1, 6):
+            h = ProbeResult(fmt, side, side, orientation, ch, depth, mode, False, anim, prog)
+            worst = max(worst, D.decode_cost(h))
+    assert worst <= ops.DEFAULT_MAX_DECODE_BYTES
+
+
+def test_max_decode_bytes_refuses_from_the_header():
+    """Defect 7: a 35-byte GIF declaring a 13000x13000 screen decoded 169 M pixels (8.1 s, 1.6 GB)."""
+    bomb = M.gif_screen_bomb(13000)
+    hdr = resolve(bomb).header
+    cost = D.decode_cost(hdr)
+    assert cost == 13000 * 13000 * 4  # palette image (1) + output (3)
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip",
+                             max_decode_bytes=256 << 20)
+    t = time.perf_counter()
+    b = proc([bomb, crop("chelsea", 30, 40)])
+    assert time.perf_counter() - t < WATCHDOG_S
+    assert list(b.errors) == [0]
+    assert "max_decode_bytes" in str(b.errors[0]) and f"{cost:,}" in str(b.errors[0])
+    from vlmprep.plan import plan_image
+    with pytest.raises(ImageError, match="max_decode_bytes"):
+        plan_image(proc.pipeline, resolve(bomb).hw, header=hdr)
+    assert plan_image(proc.pipeline, resolve(bomb).hw).ok  # without a header: nothing to check
+
+
+# case -> side for the child-process meter (outputs of 36-48 MB: the per-pixel terms dominate)
+MEM_CASES = {"gif_screen_bomb": 4000, "png16_rgba": 3000, "jpeg_rgb": 4000, "jpeg_cmyk": 3000,
+             "png_palette_trns": 4000}
+CONSTANT = 16 << 20  # a strip's temporaries and allocator slack
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+@pytest.mark.parametrize("name", list(MEM_CASES))
+def test_peak_decode_memory_within_the_prediction(name):
+    """Defect 7: 16-bit RGBA cost ~39 bytes a pixel (uint32 copies), a transparent palette PNG
+    ~22, a CMYK JPEG ~14; now the header's prediction (4-16 a pixel) bounds the peak."""
+    with tempfile.TemporaryDirectory() as tmp:
+        m = M.measure(name, MEM_CASES[name], tmp)
+    assert m["growth"] <= m["predicted"] + CONSTANT, m
+    assert m["predicted"] <= 16 * m["output"] / 3
