@@ -33,8 +33,13 @@ class NormalizePatchify : public dali::Operator<Backend> {
     DALI_ENFORCE(dtype_ == DALI_UINT8 || lut_.size() == 3 * 256,
                  "vlmprep_normalize_patchify: a FLOAT output needs lut with 3*256 values (the "
                  "per-channel table of normalized values), got " + std::to_string(lut_.size()));
-    DALI_ENFORCE(params_.patch >= 1 && params_.merge >= 1 && params_.temporal >= 1,
-                 "vlmprep_normalize_patchify: patch_size, merge_size, temporal_patch_size must be >= 1");
+    DALI_ENFORCE(params_.patch >= 1 && params_.merge >= 1 && params_.temporal >= 1 &&
+                     params_.patch <= vlmprep::kMaxSide && params_.merge <= vlmprep::kMaxSide &&
+                     params_.temporal <= vlmprep::kMaxSide,
+                 "vlmprep_normalize_patchify: patch_size, merge_size, temporal_patch_size: expected "
+                 "integers in [1, " + std::to_string(vlmprep::kMaxSide) + "], got " +
+                     std::to_string(params_.patch) + ", " + std::to_string(params_.merge) + ", " +
+                     std::to_string(params_.temporal) + "; pass the family's values");
   }
 
  protected:
@@ -49,6 +54,11 @@ class NormalizePatchify : public dali::Operator<Backend> {
       DALI_ENFORCE(sh.size() == 3 && sh[2] == 3,
                    "vlmprep_normalize_patchify: sample " + std::to_string(i) +
                        ": expected an HWC image with 3 channels");
+      // Checked in int64 before the kernels' int32 (a side of 2^32 + 3 must not become 3).
+      DALI_ENFORCE(sh[0] >= 1 && sh[1] >= 1 && sh[0] <= vlmprep::kMaxSide && sh[1] <= vlmprep::kMaxSide,
+                   "vlmprep_normalize_patchify: sample " + std::to_string(i) + ": expected sides in [1, " +
+                       std::to_string(vlmprep::kMaxSide) + "], got " + std::to_string(sh[0]) + "x" +
+                       std::to_string(sh[1]) + "; resize it first");
       vlmprep::NPSample s{nullptr, 3 * sh[1], int32_t(sh[0]), int32_t(sh[1]), 0};
       const char* bad = vlmprep::check_sample(params_, s);
       DALI_ENFORCE(bad == nullptr, "vlmprep_normalize_patchify: sample " + std::to_string(i) +

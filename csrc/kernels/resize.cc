@@ -3,6 +3,7 @@
 // compiler vectorises it (one weight for a whole row); the horizontal pass keeps Pillow's
 // per-pixel sums over 3 channels.
 #include "vlmprep/resize.h"
+#include "vlmprep/limits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -154,7 +155,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256i pair_sums(
     const int n = k_all - k0 < 5 ? k_all - k0 : 5;
     for (int j = 0; j < n; ++j) {
       const __m256i px = _mm256_shuffle_epi8(win, pick[j]);
-      const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (k0 + j) * 8));
+      const __m256i wk = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + size_t(k0 + j) * 8));
       acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, wk));
     }
   }
@@ -169,10 +170,14 @@ void horizontal_avx2_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int
   const int Kd = c.ksize;
   const int span = (Kd + 4) / 5 * 5;  // taps covered by the 16-byte loads
   // Outputs [0, simd_end) go four at a time: every load inside the row, and the 16-byte store
-  // of 4 pixels (12 bytes + 4 that the next step rewrites) too.
+  // of 4 pixels (12 bytes + 4 that the next step rewrites) too. A pixel at source pixel b
+  // loads bytes [3b + 15i, 3b + 15i + 16) for i < span / 5: the last ends at 3 (b + span) + 1,
+  // one byte past its taps, so b + span == in_w would read the byte after the row (and
+  // after the buffer, for the last row). Windows start in order, so output xx + 3's is the last.
   int simd_end = 0;
-  while (simd_end + 3 < out_w && c.bounds[(simd_end + 3) * 2] + span <= in_w &&
-         (simd_end + 4) * 3 + 4 <= out_w * 3)
+  while (simd_end + 3 < out_w &&
+         (int64_t(c.bounds[(simd_end + 3) * 2]) + span) * 3 + 1 <= int64_t(in_w) * 3 &&
+         int64_t(simd_end) * 3 + 16 <= int64_t(out_w) * 3)
     simd_end += 4;
   __m256i pick[5];  // tap j of a 5-tap chunk: bytes 3j, 3j+1, 3j+2 -> int32 lanes 0..2
   for (int j = 0; j < 5; ++j) {
@@ -189,10 +194,10 @@ void horizontal_avx2_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int
     const uint8_t* in = src + int64_t(y) * src_stride;
     uint8_t* out = dst + int64_t(y) * dst_stride;
     for (int xx = 0; xx < simd_end; xx += 4) {
-      const int32_t* w = &kw[size_t(xx / 2) * Kd * 8];
+      const int32_t* w = &kw[size_t(xx / 2) * size_t(Kd) * 8];
       __m256i a = pair_sums<K>(in + c.bounds[xx * 2] * 3, in + c.bounds[xx * 2 + 2] * 3, w, pick, Kd);
       __m256i b = pair_sums<K>(in + c.bounds[xx * 2 + 4] * 3, in + c.bounds[xx * 2 + 6] * 3,
-                               w + Kd * 8, pick, Kd);
+                               w + size_t(Kd) * 8, pick, Kd);
       a = _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(a, kPrecisionBits), zero), top);
       b = _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(b, kPrecisionBits), zero), top);
       // int32 lanes of pixels 0,1 (a) and 2,3 (b) -> 16 bytes in pixel order -> 12 RGB bytes.
@@ -313,6 +318,8 @@ struct ResizeRows::Weights {
 
 const char* ResizeRows::check(const ResizeParams& p) {
   if (p.in_h < 1 || p.in_w < 1 || p.out_h < 1 || p.out_w < 1) return "sizes must be positive";
+  if (p.in_h > kMaxSide || p.in_w > kMaxSide || p.out_h > kMaxSide || p.out_w > kMaxSide)
+    return "a side is over the kernels' limit of 2^28";
   if (p.src_stride < int64_t(3) * p.in_w) return "src_stride is smaller than 3 * in_w";
   return nullptr;
 }

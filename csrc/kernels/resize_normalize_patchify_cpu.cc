@@ -101,6 +101,11 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   r.in_h = src_h;
   r.in_w = src_w;
   r.src_stride = int64_t(3) * src_w;
+  if (const char* bad = check(r, p)) return bad;
+  // The header first: the buffer below is sized by the JPEG's own size, not the caller's word.
+  JpegRows jr;
+  if (const char* bad = jr.open(data, size)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
   // The decoded image: a per-thread buffer kept across calls (no fresh pages to fault in), up to
   // 64 MiB (a 4K image is 25 MB); a larger one is freed when the call ends.
   thread_local std::vector<uint8_t> decoded;
@@ -111,10 +116,6 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
     }
   } trim;
   r.src = decoded.data();
-  if (const char* bad = check(r, p)) return bad;
-  JpegRows jr;
-  if (const char* bad = jr.open(data, size)) return bad;
-  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
   const ResizeRows rr(r);
   const Bands j(rr, p, p.samples[0]);
   const int n = threads_for(j.count, j.resized_bytes(), num_threads);

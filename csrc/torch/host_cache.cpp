@@ -63,7 +63,9 @@ HostCache& cache() {
 
 // (nbytes,) uint8 CPU tensor; contents are undefined (as torch.empty).
 at::Tensor vlmprep_empty_host(int64_t nbytes) {
-  TORCH_CHECK(nbytes >= 0, "empty_host: expected nbytes >= 0, got ", nbytes);
+  // Rounding up to whole 2 MiB blocks must not overflow (no machine has 2^62 bytes anyway).
+  TORCH_CHECK(nbytes >= 0 && nbytes <= (int64_t(1) << 62), "empty_host: expected nbytes in [0, 2^62], got ",
+              nbytes, "; allocate less");
   if (nbytes < kHuge) return at::empty({nbytes}, at::kByte);
   const int64_t size = (nbytes + kHuge - 1) / kHuge * kHuge;
   int64_t block = size;

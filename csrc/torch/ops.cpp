@@ -9,10 +9,13 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
+#include <climits>
 #include <string>
 #include <vector>
 
 #include "host_cache.h"
+#include "vlmprep/limits.h"
 #include "vlmprep/normalize_patchify.h"
 #include "vlmprep/resize.h"
 #include "vlmprep/resize_normalize_patchify.h"
@@ -24,6 +27,33 @@ namespace {
 
 using vlmprep::DType;
 using vlmprep::Layout;
+using vlmprep::kMaxSide;
+
+// Every int argument is checked in int64 before it is narrowed to the kernels' int32: a value
+// like 2**32 + 3 must not become 3.
+int32_t int_arg(const char* op, const char* name, int64_t v, int64_t lo, int64_t hi) {
+  TORCH_CHECK(v >= lo && v <= hi, op, ": ", name, ": expected an integer in [", lo, ", ", hi, "], got ", v,
+              "; pass the value from the plan");
+  return int32_t(v);
+}
+
+// An image side (rows or columns): 1 .. 2^28 (vlmprep/limits.h).
+int32_t side_arg(const char* op, const char* name, int64_t v) {
+  TORCH_CHECK(v >= 1 && v <= kMaxSide, op, ": ", name, ": expected a size in [1, ", kMaxSide, "], got ", v,
+              "; pass the size from the plan (or probe)");
+  return int32_t(v);
+}
+
+// Threads for a call: <= 1 runs inline; more than 1024 is taken as 1024 (no call has that much
+// parallel work, and a huge count must not wrap in the int the kernels take).
+int threads_arg(int64_t n) { return int(std::clamp<int64_t>(n, 1, 1024)); }
+
+// "[offset, offset + n)" without overflowing, for the messages.
+std::string span_text(int64_t offset, int64_t n) {
+  const bool fits = offset >= 0 ? n <= INT64_MAX - offset : true;
+  return "[" + std::to_string(offset) + ", " +
+         (fits ? std::to_string(offset + n) : std::to_string(offset) + " + " + std::to_string(n)) + ")";
+}
 
 Layout parse_layout(const std::string& s) {
   if (s == "merge_grouped") return Layout::kMergeGrouped;
@@ -52,13 +82,13 @@ vlmprep::NormalizePatchifyParams layout_params(const char* op, const at::Tensor&
   vlmprep::NormalizePatchifyParams p{};
   p.layout = parse_layout(layout);
   p.dtype = parse_dtype(out);
-  p.patch = int32_t(patch);
-  p.merge = p.layout == Layout::kMergeGrouped ? int32_t(merge) : 1;
-  p.temporal = p.layout == Layout::kMergeGrouped ? int32_t(temporal) : 1;
+  TORCH_CHECK(patch >= 1 && (p.layout != Layout::kMergeGrouped || (merge >= 1 && temporal >= 1)),
+              op, ": expected patch, merge, temporal >= 1, got ", patch, ", ", merge, ", ", temporal);
+  p.patch = int_arg(op, "patch", patch, 1, kMaxSide);
+  p.merge = p.layout == Layout::kMergeGrouped ? int_arg(op, "merge", merge, 1, kMaxSide) : 1;
+  p.temporal = p.layout == Layout::kMergeGrouped ? int_arg(op, "temporal", temporal, 1, kMaxSide) : 1;
   TORCH_CHECK(out.is_contiguous(), op, ": out: expected a contiguous tensor, got strides ",
               out.strides(), "; pass a contiguous buffer (or a contiguous slice of one)");
-  TORCH_CHECK(patch >= 1 && p.merge >= 1 && p.temporal >= 1,
-              op, ": expected patch, merge, temporal >= 1, got ", patch, ", ", merge, ", ", temporal);
   return p;
 }
 
@@ -97,6 +127,8 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
                 "; pass an HWC image (.contiguous() if needed)");
     TORCH_CHECK(im.device() == out.device(), "normalize_patchify: images[", i, "] is on ", im.device(),
                 ", out on ", out.device(), "; move them to one device");
+    TORCH_CHECK(im.size(0) <= kMaxSide && im.size(1) <= kMaxSide, "normalize_patchify: images[", i,
+                "]: expected sides of at most ", kMaxSide, ", got ", im.sizes(), "; resize it first");
     vlmprep::NPSample& s = samples[i];
     s.src = im.data_ptr<uint8_t>();
     s.row_stride = im.stride(0);
@@ -104,23 +136,28 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
     s.width = int32_t(im.size(1));
     s.out_offset = offsets[i];
     const char* bad = vlmprep::check_sample(p, s);
-    TORCH_CHECK(bad == nullptr, "normalize_patchify: images[", i, "] (", s.height, "x", s.width,
+    TORCH_CHECK(bad == nullptr, "normalize_patchify: images[", i, "] (", im.size(0), "x", im.size(1),
                 ", patch ", patch, ", merge ", p.merge, "): ", bad ? bad : "");
-    const int64_t n = vlmprep::num_rows(p, s.height, s.width) * vlmprep::row_length(p, s.height, s.width);
-    TORCH_CHECK(s.out_offset >= 0 && s.out_offset + n <= out.numel(),
-                "normalize_patchify: images[", i, "] needs out elements [", s.out_offset, ", ",
-                s.out_offset + n, "), out has ", out.numel(), "; size out from the plan");
+    int64_t n = 0;
+    vlmprep::sample_elements(p, s.height, s.width, &n);  // fits: check_sample said so
+    TORCH_CHECK(vlmprep::range_ok(s.out_offset, n, out.numel()),
+                "normalize_patchify: images[", i, "] needs out elements ", span_text(s.out_offset, n),
+                ", out has ", out.numel(), "; size out from the plan");
     max_rows = std::max(max_rows, vlmprep::kernel_rows(p, s.height, s.width));
   }
   p.num_samples = int32_t(samples.size());
   p.out = out.data_ptr();
   if (out.is_cpu()) {
     p.samples = samples.data();
-    vlmprep::normalize_patchify_cpu(p, int(num_threads));
+    vlmprep::normalize_patchify_cpu(p, threads_arg(num_threads));
     return;
   }
 #ifdef VLMPREP_WITH_CUDA
   TORCH_CHECK(out.is_cuda(), "normalize_patchify: expected a CPU or CUDA out, got ", out.device());
+  // The launch grid: x covers the rows 16 at a time (int32 blocks), y one sample each (65535).
+  TORCH_CHECK(samples.size() <= 65535 && (max_rows + 15) / 16 <= INT32_MAX, "normalize_patchify: ",
+              samples.size(), " images with up to ", max_rows, " rows exceed one CUDA launch (at most ",
+              "65535 images of ", int64_t(INT32_MAX) * 16, " rows); split the batch");
   const c10::cuda::CUDAGuard guard(out.device());
   auto st = c10::cuda::getCurrentCUDAStream();
   const int64_t bytes = int64_t(samples.size() * sizeof(vlmprep::NPSample));
@@ -155,6 +192,10 @@ void check_resize_input(const char* op, const at::Tensor& image, int64_t height,
               " ", image.scalar_type(), " on ", image.device(), " strides ", image.strides(),
               "; pass an HWC image (.contiguous() if needed)");
   TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
+  side_arg(op, "height", height);
+  side_arg(op, "width", width);
+  TORCH_CHECK(image.size(0) <= kMaxSide && image.size(1) <= kMaxSide, op, ": image: expected sides of ",
+              "at most ", kMaxSide, ", got ", image.sizes(), "; such an image cannot be decoded by Pillow");
 }
 
 // The parameters of the fused ops: one (height, width) sample whose rows go to out from element
@@ -167,10 +208,15 @@ vlmprep::NormalizePatchifyParams one_sample_params(const char* op, int64_t heigh
   TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, "
               "got tiles; resize, then call normalize_patchify");
   p.lut = lut_pointer(op, lut, out);
-  *s = vlmprep::NPSample{nullptr, 3 * width, int32_t(height), int32_t(width), offset};
-  const int64_t n = vlmprep::num_rows(p, s->height, s->width) * vlmprep::row_length(p, s->height, s->width);
-  TORCH_CHECK(offset >= 0 && offset + n <= out.numel(), op, ": the ", height, "x", width,
-              " image needs out elements [", offset, ", ", offset + n, "), out has ", out.numel(),
+  const int32_t h = side_arg(op, "height", height), w = side_arg(op, "width", width);
+  *s = vlmprep::NPSample{nullptr, int64_t(3) * w, h, w, offset};
+  const char* bad = vlmprep::check_sample(p, *s);
+  TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch ", patch, ", merge ", p.merge, "): ",
+              bad ? bad : "");
+  int64_t n = 0;
+  vlmprep::sample_elements(p, s->height, s->width, &n);  // fits: check_sample said so
+  TORCH_CHECK(vlmprep::range_ok(offset, n, out.numel()), op, ": the ", height, "x", width,
+              " image needs out elements ", span_text(offset, n), ", out has ", out.numel(),
               "; size out from the plan");
   p.num_samples = 1;
   p.samples = s;
@@ -194,7 +240,7 @@ void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t 
   const vlmprep::ResizeParams r{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                                 int32_t(image.size(1)), nullptr, int32_t(height), int32_t(width),
                                 parse_filter(filter)};
-  const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, int(num_threads));
+  const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch ", patch, ", merge ", p.merge,
               "): ", bad ? bad : "");
 }
@@ -205,6 +251,8 @@ void check_jpeg_input(const char* op, const at::Tensor& data, int64_t src_h, int
               op, ": data: expected the file's bytes as a contiguous 1-D uint8 CPU tensor, got ",
               data.sizes(), " ", data.scalar_type(), " on ", data.device());
   TORCH_CHECK(src_h >= 1 && src_w >= 1, op, ": expected the probed size, got ", src_h, "x", src_w);
+  side_arg(op, "src_h", src_h);
+  side_arg(op, "src_w", src_w);
 #if !defined(VLMPREP_WITH_LIBJPEG)
   TORCH_CHECK(false, op, ": vlmprep's extension was built without libjpeg-turbo's headers "
               "(jpeglib.h); install libjpeg-turbo's dev package and rebuild, or decode first");
@@ -229,7 +277,7 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
 #if defined(VLMPREP_WITH_LIBJPEG)
   const vlmprep::ResizeParams r{nullptr, 0, 0, 0, nullptr, int32_t(height), int32_t(width), parse_filter(filter)};
   const char* bad = vlmprep::decode_resize_normalize_patchify_cpu(
-      data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h), int(src_w), r, p, int(num_threads));
+      data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h), int(src_w), r, p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, op, ": declined: ", bad ? bad : "");
 #endif
 }
@@ -237,24 +285,31 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
 // data: a JPEG file's bytes, src_h x src_w (probed) -> (src_h, src_w, 3) uint8 RGB, Pillow's pixels.
 at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w) {
   check_jpeg_input("decode_jpeg", data, src_h, src_w);
-  at::Tensor out = at::empty({src_h, src_w, 3}, data.options());
 #if defined(VLMPREP_WITH_LIBJPEG)
-  const char* bad = vlmprep::decode_jpeg_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h),
-                                             int(src_w), out.data_ptr<uint8_t>(), 3 * src_w);
+  // The header first: the output is allocated for the JPEG's own size, not the caller's word.
+  vlmprep::JpegRows jr;
+  const char* bad = jr.open(data.data_ptr<uint8_t>(), size_t(data.numel()));
+  if (bad == nullptr && (jr.height() != src_h || jr.width() != src_w)) bad = "the JPEG's size is not the probed size";
   TORCH_CHECK(bad == nullptr, "decode_jpeg: ", bad ? bad : "", "; decode it with Pillow to see the error");
-#endif
+  at::Tensor out = at::empty({src_h, src_w, 3}, data.options());
+  bad = jr.read_until(int(src_h), out.data_ptr<uint8_t>(), 3 * src_w);
+  TORCH_CHECK(bad == nullptr, "decode_jpeg: ", bad ? bad : "", "; decode it with Pillow to see the error");
   return out;
+#else
+  return at::Tensor();  // not reached: check_jpeg_input raised
+#endif
 }
 
 // image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact.
 at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string filter,
                   int64_t num_threads) {
   check_resize_input("resize", image, height, width);
+  // Both sides <= 2^28 (checked): height * width * 3 fits int64.
   at::Tensor out = vlmprep_empty_host(height * width * 3).view({height, width, 3});
   vlmprep::ResizeParams p{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                           int32_t(image.size(1)), out.data_ptr<uint8_t>(), int32_t(height),
                           int32_t(width), parse_filter(filter)};
-  const char* bad = vlmprep::resize_cpu(p, int(num_threads));
+  const char* bad = vlmprep::resize_cpu(p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, "resize: ", bad ? bad : "");
   return out;
 }

@@ -19,6 +19,7 @@ Ops (torch tensors; shapes first):
 """
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Sequence
 
 from .loader import build_info, dali_plugin, load, why_unavailable
@@ -29,10 +30,44 @@ if TYPE_CHECKING:
 
 __all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
            "resize", "resize_normalize_patchify", "decode_resize_normalize_patchify", "decode_jpeg",
-           "jpeg_available", "RESIZE_FILTERS", "get_num_threads", "set_num_threads", "local_threads"]
+           "jpeg_available", "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")
+
+#: The largest image side the kernels take (csrc/include/vlmprep/limits.h: kMaxSide).
+MAX_SIDE = 1 << 28
+_INT64_MAX = (1 << 63) - 1
+
+
+def _int(op: str, name: str, v, lo: int, hi: int) -> int:
+    """``v`` as an int in [lo, hi], else a ValueError that says so. Checked here, in Python's
+    unbounded ints, so a value like 2**32 + 3 or 2**70 never reaches the op's int64 / int32."""
+    try:
+        if isinstance(v, bool):
+            raise TypeError
+        i = operator.index(v)  # ints, numpy ints; not floats, not strings
+    except TypeError:
+        raise ValueError(f"{op}: {name}: expected an integer in [{lo}, {hi}], got {type(v).__name__} "
+                         f"{v!r}; pass an int") from None
+    if not lo <= i <= hi:
+        raise ValueError(f"{op}: {name}: expected an integer in [{lo}, {hi}], got {i}; pass the value "
+                         f"from the plan")
+    return i
+
+
+def _hw(op: str, name: str, hw) -> tuple[int, int]:
+    """An (h, w) size: two ints in [1, MAX_SIDE]."""
+    try:
+        h, w = hw
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: {name}: expected (height, width), got {hw!r}; pass a pair of ints") from None
+    return _int(op, f"{name}[0]", h, 1, MAX_SIDE), _int(op, f"{name}[1]", w, 1, MAX_SIDE)
+
+
+def _layout_ints(op: str, patch, merge, temporal) -> tuple[int, int, int]:
+    return (_int(op, "patch", patch, 1, MAX_SIDE), _int(op, "merge", merge, 1, MAX_SIDE),
+            _int(op, "temporal", temporal, 1, MAX_SIDE))
 
 
 def available() -> bool:
@@ -54,9 +89,10 @@ def normalize_patchify(images: Sequence["torch.Tensor"], lut: "torch.Tensor | No
     level v (None for uint8). One call per batch; CPU twin or CUDA kernel by ``out.device``."""
     import torch
     _require()
-    torch.ops.vlmprep.normalize_patchify(list(images), lut, out, [int(o) for o in offsets],
-                                         layout, int(patch), int(merge), int(temporal),
-                                         get_num_threads())
+    op = "normalize_patchify"
+    offsets = [_int(op, f"offsets[{i}]", o, 0, _INT64_MAX) for i, o in enumerate(offsets)]
+    torch.ops.vlmprep.normalize_patchify(list(images), lut, out, offsets, layout,
+                                         *_layout_ints(op, patch, merge, temporal), get_num_threads())
 
 
 def empty(shape: Sequence[int], dtype: "torch.dtype", device: str = "cpu") -> "torch.Tensor":
@@ -66,9 +102,13 @@ def empty(shape: Sequence[int], dtype: "torch.dtype", device: str = "cpu") -> "t
     import math
 
     import torch
+    shape = tuple(_int("empty", f"shape[{i}]", s, 0, _INT64_MAX) for i, s in enumerate(shape))
     if str(device) != "cpu" or load() is not None:
-        return torch.empty(tuple(shape), dtype=dtype, device=device)
+        return torch.empty(shape, dtype=dtype, device=device)
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes > _INT64_MAX:
+        raise ValueError(f"empty: expected at most 2**63 - 1 bytes, got shape {shape} ({nbytes} bytes); "
+                         f"allocate less")
     return torch.ops.vlmprep.empty_host(nbytes).view(dtype).view(tuple(shape))
 
 
@@ -77,8 +117,7 @@ def resize(image: "torch.Tensor", hw: tuple[int, int], interpolation: str) -> "t
     ``Image.resize`` for bilinear / bicubic / lanczos."""
     import torch
     _require()
-    return torch.ops.vlmprep.resize(image, int(hw[0]), int(hw[1]), interpolation,
-                                    get_num_threads())
+    return torch.ops.vlmprep.resize(image, *_hw("resize", "hw", hw), interpolation, get_num_threads())
 
 
 def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interpolation: str,
@@ -90,9 +129,11 @@ def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interp
     whole in memory)."""
     import torch
     _require()
-    torch.ops.vlmprep.resize_normalize_patchify(image, int(hw[0]), int(hw[1]), interpolation, lut,
-                                                out, int(offset), layout, int(patch), int(merge),
-                                                int(temporal), get_num_threads())
+    op = "resize_normalize_patchify"
+    torch.ops.vlmprep.resize_normalize_patchify(image, *_hw(op, "hw", hw), interpolation, lut, out,
+                                                _int(op, "offset", offset, 0, _INT64_MAX), layout,
+                                                *_layout_ints(op, patch, merge, temporal),
+                                                get_num_threads())
 
 
 def jpeg_available() -> bool:
@@ -115,11 +156,11 @@ def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: t
     ``out`` is then partly written: decode with Pillow and redo it)."""
     import torch
     _require()
+    op = "decode_resize_normalize_patchify"
+    args = (*_hw(op, "src_hw", src_hw), *_hw(op, "hw", hw), interpolation, lut, out,
+            _int(op, "offset", offset, 0, _INT64_MAX), layout, *_layout_ints(op, patch, merge, temporal))
     try:
-        torch.ops.vlmprep.decode_resize_normalize_patchify(
-            _bytes_tensor(data), int(src_hw[0]), int(src_hw[1]), int(hw[0]), int(hw[1]),
-            interpolation, lut, out, int(offset), layout, int(patch), int(merge), int(temporal),
-            get_num_threads())
+        torch.ops.vlmprep.decode_resize_normalize_patchify(_bytes_tensor(data), *args, get_num_threads())
     except RuntimeError as e:  # the op raises "...: declined: <why>" for data it leaves to Pillow
         msg = str(e).split("\n")[0]
         if ": declined: " not in msg:
@@ -133,4 +174,4 @@ def decode_jpeg(data: bytes, src_hw: tuple[int, int]) -> "torch.Tensor":
     (libjpeg-turbo, islow IDCT, fancy upsampling). Raises RuntimeError on damaged data."""
     import torch
     _require()
-    return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), int(src_hw[0]), int(src_hw[1]))
+    return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), *_hw("decode_jpeg", "src_hw", src_hw))

@@ -1,4 +1,9 @@
-"""Finding and loading the compiled ops; says what they were built for when they do not load."""
+"""Finding and loading the compiled ops; says what they were built for when they do not load.
+
+``VLMPREP_KERNELS_DIR``: load the torch ops (``_vlmprep_torch*.so`` and its ``_build_info.json``)
+from that folder instead of the package's, e.g. the AddressSanitizer build of ``make sanitize``
+(build/sanitize/vlmprep/kernels), which needs libasan preloaded (the Makefile target does it).
+"""
 from __future__ import annotations
 
 import glob
@@ -9,13 +14,18 @@ import threading
 __all__ = ["load", "why_unavailable", "build_info", "dali_plugin"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _dir() -> str:
+    """Where the torch ops are: VLMPREP_KERNELS_DIR (another build of them) or the package."""
+    return os.environ.get("VLMPREP_KERNELS_DIR") or _HERE
 _lock = threading.Lock()
 _state: dict = {}
 
 
 def build_info() -> dict:
     """What setup.py built (``_build_info.json``), or why nothing was."""
-    path = os.path.join(_HERE, "_build_info.json")
+    path = os.path.join(_dir(), "_build_info.json")
     try:
         with open(path) as f:
             return json.load(f)
@@ -48,7 +58,7 @@ def _load_torch() -> str | None:
     if os.environ.get("VLMPREP_DISABLE_KERNELS"):
         return "disabled by VLMPREP_DISABLE_KERNELS"
     info = build_info()["torch_ext"]
-    libs = sorted(glob.glob(os.path.join(_HERE, "_vlmprep_torch*.so")))
+    libs = sorted(glob.glob(os.path.join(_dir(), "_vlmprep_torch*.so")))
     if not libs or not info.get("built"):
         # A library left from an earlier build is not loaded when the last build failed.
         return f"not built ({info.get('reason', 'no library next to the package')})"

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "vlmprep/limits.h"
+
 #if defined(__CUDACC__)
 #define VLMPREP_HD __host__ __device__ __forceinline__
 #else
@@ -122,14 +124,30 @@ VLMPREP_HD void column_source(const NormalizePatchifyParams& p, int32_t h, int32
   }
 }
 
+// Output elements of one h x w sample (num_rows * row_length), false when they overflow int64
+// (the parameters come from callers: checked, not trusted).
+inline bool sample_elements(const NormalizePatchifyParams& p, int64_t h, int64_t w, int64_t* n) {
+  if (p.layout == Layout::kTiles) return mul_ok(h, w, n) && mul_ok(*n, kChannels, n);
+  if (p.patch < 1 || p.temporal < 1) return false;
+  int64_t rows, len;
+  return mul_ok(h / p.patch, w / p.patch, &rows) && mul_ok(int64_t(p.patch), p.patch, &len) &&
+         mul_ok(len, int64_t(kChannels) * (p.layout == Layout::kMergeGrouped ? p.temporal : 1), &len) &&
+         mul_ok(rows, len, n);
+}
+
 // Checks a sample against the layout; returns nullptr when valid, else a static message.
+// Overflow-safe for any field values (they come from callers).
 inline const char* check_sample(const NormalizePatchifyParams& p, const NPSample& s) {
   if (s.height < 1 || s.width < 1) return "sample has an empty size";
+  if (s.height > kMaxSide || s.width > kMaxSide) return "sample side is over the kernels' limit of 2^28";
   if (s.row_stride < int64_t(3) * s.width) return "row_stride is smaller than 3 * width";
-  if (p.layout == Layout::kTiles) return nullptr;
-  const int32_t q = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
-  if (p.patch < 1 || q < 1 || s.height % q || s.width % q)
-    return "sample sides are not multiples of patch_size * merge_size";
+  if (p.layout != Layout::kTiles) {
+    if (p.patch < 1 || p.merge < 1 || p.temporal < 1) return "patch, merge and temporal must be >= 1";
+    const int64_t q = int64_t(p.patch) * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
+    if (s.height % q || s.width % q) return "sample sides are not multiples of patch_size * merge_size";
+  }
+  int64_t n;
+  if (!sample_elements(p, s.height, s.width, &n)) return "the sample's output size overflows int64";
   return nullptr;
 }
 

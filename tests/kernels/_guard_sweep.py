@@ -1,0 +1,288 @@
+"""Every kernel entry point with its inputs and outputs flush against an unmapped page
+(tests/_support/guarded.py), on every instruction-set path, over the sizes where vector loads
+and stores meet a row's or a buffer's end. Run by test_guard_pages.py in a child process
+(``python -c "from tests.kernels._guard_sweep import main; main('resize')"``): an over-read or
+over-write kills the child with SIGSEGV, and the last "case" line it printed names the call.
+Results are also checked against the oracles (Pillow, tests/kernels/oracle.py), so a path that
+stays in bounds by computing something else fails too. Exit status 1: wrong bytes (listed).
+"""
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import numpy as np
+import torch
+from PIL import Image
+
+from tests._support.guarded import guarded, guarded_copy, guarded_view
+from tests.kernels.oracle import rows
+
+ISAS = ("native", "avx2", "scalar")  # VLMPREP_CPU_ISA, read by the kernels at every call
+FILTERS = ("bilinear", "bicubic", "lanczos")
+PIL_FILTER = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS}
+DTYPES = {"float32": (np.float32, torch.float32), "bfloat16": (np.uint16, torch.bfloat16),
+          "uint8": (np.uint8, torch.uint8)}
+# layout, patch, merge, temporal (the families' and small odd ones: rows of 6 to 96 bytes)
+LAYOUTS = [("merge_grouped", 14, 2, 2), ("merge_grouped", 2, 2, 3), ("merge_grouped", 16, 1, 1),
+           ("raster", 16, 1, 1), ("raster", 3, 1, 1), ("naflex", 16, 1, 1), ("naflex", 5, 1, 1)]
+
+_failures: list[str] = []
+_cases = 0
+
+
+def _isa(isa: str) -> None:
+    if isa == "native":
+        os.environ.pop("VLMPREP_CPU_ISA", None)
+    else:
+        os.environ["VLMPREP_CPU_ISA"] = isa
+
+
+def _case(text: str) -> None:
+    global _cases
+    _cases += 1
+    print("case", text, flush=True)  # the last line before a crash names the call
+
+
+def _expect(ok: bool, text: str) -> None:
+    if not ok:
+        _failures.append(text)
+        print("WRONG", text, flush=True)
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(1234)
+
+
+def _inputs(img: np.ndarray):
+    """The placements of one (h, w, 3) source: flush against the page after it, right after the
+    page before it, and a crop (row stride 3w + 7 bytes) whose last row ends at the page."""
+    yield "end", torch.from_numpy(guarded_copy(img, "end"))
+    yield "start", torch.from_numpy(guarded_copy(img, "start"))
+    h, w, _ = img.shape
+    yield "crop", torch.from_numpy(guarded_view(img, 3 * w + 7, "end"))
+
+
+def _out(n: int, dtype: str, where: str) -> torch.Tensor:
+    """n output elements of dtype, flush against a guard page, poisoned (0xAB bytes)."""
+    np_t, t = DTYPES[dtype]
+    a = guarded((n,), np_t, where)
+    a.view(np.uint8)[...] = 0xAB
+    return torch.from_numpy(a).view(t)
+
+
+def _pil_resize(img: np.ndarray, hw, f: str) -> np.ndarray:
+    return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), PIL_FILTER[f]))
+
+
+def _table(dtype: str):
+    if dtype == "uint8":
+        return None, None
+    t = torch.from_numpy(_rng().standard_normal((3, 256)).astype(np.float32) * 3).to(DTYPES[dtype][1])
+    return t, t.float().numpy()
+
+
+def _want(img: np.ndarray, table_np, layout, P, m, T, dtype) -> torch.Tensor:
+    return torch.from_numpy(rows(img, table_np, layout, P, m, T)).to(DTYPES[dtype][1])
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+# ----------------------------------------------------------------------------------- resize
+
+def _resize_sizes():
+    """(H, W) -> [(h, w)]: 1x1, 1xN, Nx1, 17x9 / 9x17, widths 1..80, widths whose rows are near
+    16/32/64/128/192 bytes, upscales, and downscales by more than 8 (where AVX-512 declines)."""
+    srcs = [(1, 1), (1, 2), (2, 1), (1, 80), (80, 1), (9, 17), (17, 9), (4, 700), (5, 1000), (700, 3)]
+    srcs += [(3, w) for w in range(1, 81)]
+    srcs += [(2, b // 3 + d) for b in (16, 32, 64, 128, 192, 256) for d in (-1, 0, 1, 2)]
+    out = {}
+    for H, W in srcs:
+        outs = {(H, max(1, W // 9)), (H, 2 * W + 1), (max(1, H // 9), W), (H + 3, W), (1, 1),
+                (H, 1), (2 * H, 3 * W), (H, max(1, W - 1))}
+        out[(H, W)] = sorted(outs - {(H, W)})
+    return out
+
+
+def sweep_resize() -> None:
+    from vlmprep import kernels
+    rng = _rng()
+    for k, ((H, W), outs) in enumerate(_resize_sizes().items()):
+        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        for f in FILTERS:
+            wants = {hw: _pil_resize(img, hw, f) for hw in outs}
+            for where, src in _inputs(img):
+                for isa in ISAS:
+                    _isa(isa)
+                    kernels.set_num_threads(1 + k % 2)
+                    for hw in outs:
+                        _case(f"resize {H}x{W} -> {hw[0]}x{hw[1]} {f} input at the {where} {isa}")
+                        got = kernels.resize(src, hw, f).numpy()
+                        _expect(np.array_equal(got, wants[hw]), f"resize {H}x{W} -> {hw} {f} {where} {isa}")
+
+
+# ------------------------------------------------------------------------ normalize_patchify
+
+def _np_sizes(layout, P, m):
+    if layout == "tiles":
+        return [(1, 1), (17, 9), (9, 17), (1, 80), (80, 1)] + [(2, w) for w in range(1, 81, 3)] \
+            + [(3, b // 3 + d) for b in (64, 128, 192) for d in (-1, 0, 1)]
+    q = P * m
+    return [(q * a, q * b) for a in (1, 2, 3) for b in (1, 2, 3, 5)]
+
+
+def sweep_normalize_patchify() -> None:
+    from vlmprep import kernels
+    rng = _rng()
+    k = 0
+    for layout, P, m, T in LAYOUTS + [("tiles", 14, 1, 1)]:
+        for dtype in DTYPES:
+            table, table_np = _table(dtype)
+            for h, w in _np_sizes(layout, P, m):
+                k += 1
+                # Two images: the second is last in the output, so its rows meet the page.
+                imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for _ in range(2)]
+                want = torch.cat([_want(i, table_np, layout, P, m, T, dtype) for i in imgs])
+                n0 = len(rows(imgs[0], None, layout, P, m, T))
+                for where in ("end", "start", "crop"):
+                    srcs = [dict(_inputs(i))[where] for i in imgs]
+                    for isa in ISAS:
+                        _isa(isa)
+                        kernels.set_num_threads(1 + k % 2)
+                        out = _out(want.numel(), dtype, "start" if where == "start" else "end")
+                        _case(f"normalize_patchify {h}x{w} {layout} P{P} m{m} T{T} {dtype} input and "
+                              f"output at the {where} {isa}")
+                        kernels.normalize_patchify(srcs, table, out, [0, n0], layout, P, m, T)
+                        _expect(_same(out, want), f"normalize_patchify {h}x{w} {layout} P{P} m{m} T{T} "
+                                                  f"{dtype} {where} {isa}")
+
+
+# ----------------------------------------------------------------- resize_normalize_patchify
+
+def sweep_resize_normalize_patchify() -> None:
+    from vlmprep import kernels
+    rng = _rng()
+    srcs = [(1, 1), (1, 37), (37, 1), (9, 17), (17, 9), (5, 200), (200, 5), (3, 80), (40, 61)]
+    k = 0
+    for H, W in srcs:
+        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        for j, (layout, P, m, T) in enumerate(LAYOUTS):
+            q = P * m
+            for a, b in ((1, 1), (1, 3), (2, 1), (3, 5)):
+                k += 1
+                hw = (q * a, q * b)
+                if hw == (H, W):
+                    continue
+                f = FILTERS[k % 3]
+                dtype = list(DTYPES)[(k + j) % 3]
+                table, table_np = _table(dtype)
+                want = _want(_pil_resize(img, hw, f), table_np, layout, P, m, T, dtype)
+                for where, src in _inputs(img):
+                    for isa in ISAS:
+                        _isa(isa)
+                        kernels.set_num_threads(1 + k % 2)
+                        out = _out(want.numel(), dtype, "start" if where == "start" else "end")
+                        _case(f"resize_normalize_patchify {H}x{W} -> {hw[0]}x{hw[1]} {f} {layout} P{P} "
+                              f"m{m} T{T} {dtype} input and output at the {where} {isa}")
+                        kernels.resize_normalize_patchify(src, hw, f, table, out, 0, layout, P, m, T)
+                        _expect(_same(out, want), f"resize_normalize_patchify {H}x{W} -> {hw} {f} "
+                                                  f"{layout} P{P} {dtype} {where} {isa}")
+
+
+# ------------------------------------------------------------------------------------ JPEG
+
+def _jpegs():
+    """(label, bytes): sizes 1x1 to 33x65 over subsamplings, gray, progressive, restarts."""
+    rng = _rng()
+    out = []
+    for h, w in ((1, 1), (1, 17), (17, 1), (9, 17), (16, 16), (33, 65), (8, 64)):
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        img = (img // 32 * 32).astype(np.uint8)  # some structure, so the scans are not all noise
+        for sub in (0, 1, 2):
+            b = io.BytesIO()
+            Image.fromarray(img).save(b, "JPEG", quality=90, subsampling=sub)
+            out.append((f"{h}x{w} s{sub}", b.getvalue()))
+        b = io.BytesIO()
+        Image.fromarray(img).convert("L").save(b, "JPEG", quality=90)
+        out.append((f"{h}x{w} gray", b.getvalue()))
+        b = io.BytesIO()
+        Image.fromarray(img).save(b, "JPEG", quality=80, progressive=True)
+        out.append((f"{h}x{w} progressive", b.getvalue()))
+    b = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (40, 44, 3), dtype=np.uint8)).save(
+        b, "JPEG", quality=80, restart_marker_rows=1)
+    out.append(("40x44 restart markers", b.getvalue()))
+    return out
+
+
+def _guarded_bytes(data: bytes, where: str) -> torch.Tensor:
+    return torch.from_numpy(guarded_copy(np.frombuffer(data, dtype=np.uint8), where))
+
+
+def sweep_jpeg() -> None:
+    from vlmprep import kernels
+    if not kernels.jpeg_available():
+        print("SKIP: built without libjpeg-turbo", flush=True)
+        return
+    ops = torch.ops.vlmprep
+    for k, (label, data) in enumerate(_jpegs()):
+        pix = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        H, W = pix.shape[:2]
+        layout, P, m, T = LAYOUTS[k % len(LAYOUTS)]
+        q = P * m
+        hw = (q, 2 * q)
+        dtype = list(DTYPES)[k % 3]
+        table, table_np = _table(dtype)
+        f = FILTERS[k % 3]
+        want = _want(_pil_resize(pix, hw, f), table_np, layout, P, m, T, dtype)
+        for where in ("end", "start"):
+            src = _guarded_bytes(data, where)
+            _case(f"decode_jpeg {label} data at the {where}")
+            _expect(np.array_equal(ops.decode_jpeg(src, H, W).numpy(), pix), f"decode_jpeg {label} {where}")
+            for isa in ISAS:
+                _isa(isa)
+                for threads in (1, 2):
+                    out = _out(want.numel(), dtype, where)
+                    _case(f"decode_resize_normalize_patchify {label} -> {hw} {f} {layout} P{P} {dtype} data "
+                          f"and output at the {where} {isa} {threads} threads")
+                    ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, table, out, 0, layout,
+                                                         P, m, T, threads)
+                    _expect(_same(out, want), f"decode_resize_normalize_patchify {label} {where} {isa}")
+        # Cut short at many points, flush against the page: declined with a reason, no fault.
+        for cut in sorted({1, 2, 3, 4, 10, 20, len(data) // 3, len(data) // 2, len(data) - 2, len(data) - 1}):
+            if not 0 < cut < len(data):
+                continue
+            src = _guarded_bytes(data[:cut], "end")
+            _case(f"decode_jpeg {label} cut at {cut} of {len(data)} bytes, at the end")
+            try:
+                ops.decode_jpeg(src, H, W)
+            except RuntimeError:
+                pass  # declined: the caller decodes with Pillow (which reports the damage)
+            out = _out(want.numel(), dtype, "end")
+            _case(f"decode_resize_normalize_patchify {label} cut at {cut}")
+            try:
+                ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, table, out, 0, layout, P,
+                                                     m, T, 2)
+            except RuntimeError:
+                pass
+
+
+SWEEPS = {"resize": sweep_resize, "normalize_patchify": sweep_normalize_patchify,
+          "resize_normalize_patchify": sweep_resize_normalize_patchify, "jpeg": sweep_jpeg}
+
+
+def main(name: str) -> None:
+    from vlmprep import kernels
+    if not kernels.available():
+        print(f"SKIP: kernels not available: {kernels.why_unavailable()}", flush=True)
+        sys.exit(0)
+    SWEEPS[name]()
+    print(f"done: {_cases} calls, {len(_failures)} wrong", flush=True)
+    sys.exit(1 if _failures else 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
