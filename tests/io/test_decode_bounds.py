@@ -208,9 +208,11 @@ def test_pure_path_refuses_what_it_can_see():
             "[T.DAMAGED[k] for k in T.PURE_REFUSES] + [T.GOOD])\n"
             "    assert sorted(b.errors) == list(range(len(T.PURE_REFUSES))), b.errors\n"
             "print('ok')\n") % os.path.dirname(__file__)
-    env = dict(os.environ, VLMPREP_DISABLE_KERNELS="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, VLMPREP_DISABLE_KERNELS="1",
+               PYTHONPATH=os.pathsep.join([root, os.path.join(root, "tests")]))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=300, cwd=os.path.dirname(os.path.dirname(__file__)))
+                       timeout=300, cwd=root)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
 
 
