@@ -281,3 +281,39 @@ def test_peak_decode_memory_within_the_prediction(name):
         m = M.measure(name, MEM_CASES[name], tmp)
     assert m["growth"] <= m["predicted"] + CONSTANT, m
     assert m["predicted"] <= 16 * m["output"] / 3
+
+
+def _tiff_strips(n_offsets: int) -> bytes:
+    """A 1x1 uncompressed RGB TIFF whose StripOffsets/StripByteCounts list ``n_offsets`` strips
+    (its layout has one)."""
+    entries = []
+    pixel_at = 8
+    arrays_at = 16
+    ifd_at = arrays_at + 8 * n_offsets
+
+    def e(tag, typ, num, value):
+        entries.append(struct.pack("<HHLL", tag, typ, num, value))
+    e(256, 4, 1, 1)
+    e(257, 4, 1, 1)
+    e(258, 3, 1, 8)
+    e(259, 3, 1, 1)
+    e(262, 3, 1, 2)
+    e(273, 4, n_offsets, arrays_at if n_offsets > 1 else pixel_at)
+    e(277, 3, 1, 3)
+    e(278, 4, 1, 1)
+    e(279, 4, n_offsets, arrays_at + 4 * n_offsets if n_offsets > 1 else 3)
+    arrays = struct.pack(f"<{n_offsets}L", *[pixel_at] * n_offsets) + \
+        struct.pack(f"<{n_offsets}L", *[3] * n_offsets) if n_offsets > 1 else b"\0" * 8
+    ifd = struct.pack("<H", len(entries)) + b"".join(entries) + b"\0\0\0\0"
+    return b"II*\x00" + struct.pack("<L", ifd_at) + b"\x10\x20\x30\x00" + b"\0" * 4 + arrays + ifd
+
+
+def test_tiff_strip_offsets_beyond_its_layout_are_refused(monkeypatch):
+    """Pillow makes a Python tile of every offset: 1M offsets (a 7 MiB file of a 1x1 image) take
+    0.46 s, so a 256 MiB file ~17 s of one worker, whatever the pixel count."""
+    good = _tiff_strips(1)
+    with Image.open(io.BytesIO(good)) as im:
+        assert np.array_equal(D.decode(resolve(good)), np.asarray(im.convert("RGB")))
+    _no_decoder(monkeypatch)
+    with pytest.raises(ImageError, match=r"at most 1 strip offsets .* got 200,000"):
+        D.decode(resolve(_tiff_strips(200_000)))

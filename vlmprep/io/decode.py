@@ -85,7 +85,8 @@ def check_structure(data: bytes, hdr: "ProbeResult") -> None:
     8x8 block of every component, halved for margin (no Huffman-coded block takes less: a flat
     image with optimized tables takes 2 bits; arithmetic coding is not checked).
     PNG: the chunk count (Pillow reads each chunk in Python). GIF: the blocks before the first
-    frame (Pillow reads junk there a byte at a time).
+    frame (Pillow reads junk there a byte at a time). TIFF: no more strip/tile offsets than the
+    layout has strips/tiles (Pillow makes a Python tile of each). WebP and BMP are parsed in C.
     What this cannot see: damage inside the compressed data (bit errors, zeroed bytes, a cut
     file with an EOI appended). libjpeg reports those as warnings, which the kernels' JPEG
     decoder turns into errors (``decode``); Pillow and torchvision ignore them.
@@ -96,6 +97,8 @@ def check_structure(data: bytes, hdr: "ProbeResult") -> None:
         _check_png(data)
     elif hdr.format == "gif":
         _check_gif(data)
+    elif hdr.format == "tiff":
+        _check_tiff(data, hdr)
 
 
 def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
@@ -161,6 +164,45 @@ def _check_gif(data: bytes) -> None:
     if steps >= _MAX_GIF_STEPS:
         raise ImageError(f"expected the first GIF frame within {_MAX_GIF_STEPS:,} blocks, got none "
                          f"(at byte {pos:,}); the file is corrupt or hostile: re-encode it")
+
+
+def _check_tiff(data: bytes, hdr: "ProbeResult") -> None:
+    """More strip/tile offsets than the first IFD's layout has strips/tiles is refused: Pillow
+    builds a Python tile per offset (~300 bytes from 8 bytes of file) and decodes each alone."""
+    import struct
+    endian = {b"II": "<", b"MM": ">"}.get(data[:2])
+    if endian is None or len(data) < 16:
+        return
+    big = data[2:4] in (b"+\x00", b"\x00+")
+    ifd = struct.unpack_from(endian + ("Q" if big else "L"), data, 8 if big else 4)[0]
+    head, entry = (8, struct.Struct(endian + "HHQQ")) if big else (2, struct.Struct(endian + "HHLL"))
+    if ifd + head > len(data):
+        return
+    n = struct.unpack_from(endian + ("Q" if big else "H"), data, ifd)[0]
+    n = min(n, 0xFFFF, (len(data) - ifd - head) // entry.size)
+    counts, first = {}, {}
+    for i in range(n):
+        tag, typ, num, value = entry.unpack_from(data, ifd + head + i * entry.size)
+        if tag in counts:
+            continue
+        counts[tag] = num
+        if typ == 3:  # SHORT: the value sits in the first 2 bytes of the field
+            raw = struct.pack(endian + ("Q" if big else "L"), value)
+            value = struct.unpack_from(endian + "H", raw)[0]
+        first[tag] = value
+
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // max(b, 1))
+
+    planes = first.get(277, 1) if first.get(284) == 2 else 1
+    w, h = hdr.width, hdr.height
+    for tag, allowed in ((273, cdiv(h, min(first.get(278, h) or h, h)) * planes),
+                         (324, cdiv(w, first.get(322, w)) * cdiv(h, first.get(323, h)) * planes)):
+        got = counts.get(tag, 0)
+        if got > max(allowed, 1):
+            raise ImageError(f"expected at most {allowed:,} {'strip' if tag == 273 else 'tile'} "
+                             f"offsets for this {w}x{h} (WxH) TIFF's layout, got {got:,}; the file "
+                             f"is corrupt or hostile: re-encode it")
 
 
 # -- memory ---------------------------------------------------------------------------------------
