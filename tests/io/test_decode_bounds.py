@@ -70,10 +70,19 @@ def test_source_bytes_limit_for_bytes_and_paths(tmp_path):
     with pytest.raises(ImageError, match="max_source_bytes"):
         D.decode(src, op=op)
     assert D.decode(src, op=ops.decode(max_source_bytes=len(data))).shape == (60, 80, 3)
-    # a file that grows after its probe is read no further than the limit + 1
+    # a FIFO swapped in after the probe is never read (it would block the worker)
+    path.unlink()
+    os.mkfifo(path)
+    t = time.perf_counter()
+    with pytest.raises(ImageError, match="FIFO|regular file"):
+        D.decode(src)
+    assert time.perf_counter() - t < WATCHDOG_S
+    path.unlink()
+    path.write_bytes(data)
+    # a file that grew after its probe is refused (read no further than the limit + 1)
     with open(path, "ab") as f:
         f.write(b"\0" * 4096)
-    with pytest.raises(ImageError, match="got more"):
+    with pytest.raises(ImageError, match="max_source_bytes"):
         D.decode(src, op=ops.decode(max_source_bytes=len(data) + 100))
 
 

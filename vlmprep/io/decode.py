@@ -45,7 +45,8 @@ _TRUNCATED = "the file is truncated or corrupt: re-encode or re-download it"
 
 def read_bytes(src: Source, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
     """The encoded bytes of an ``"encoded"`` Source (reads the file for a path), at most
-    ``max_bytes`` of them: more is an ImageError (a path reads at most ``max_bytes + 1``)."""
+    ``max_bytes`` of them: more is an ImageError (a path reads at most ``max_bytes + 1``, and
+    only from a regular file: ``inputs.read_image_file``)."""
     item = src.item
     if isinstance(item, (bytes, bytearray, memoryview)):
         try:
@@ -56,22 +57,17 @@ def read_bytes(src: Source, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
         if n > max_bytes:
             raise _too_big(n, max_bytes, src)
         return item if isinstance(item, bytes) else bytes(item)
-    try:
-        with open(item, "rb") as f:
-            data = f.read(max_bytes + 1)  # bounded even if the file grew since it was probed
-    except OSError as e:
-        raise ImageError(f"expected a readable file, got {type(e).__name__}: {e.strerror}; check "
-                         f"permissions and that the file still exists", source=src.desc) from e
-    if len(data) > max_bytes:
-        raise _too_big(None, max_bytes, src)
-    return data
+    from .inputs import read_image_file
+    try:  # a regular file only (never blocks), at most max_bytes + 1 bytes read
+        return read_image_file(item, max_bytes)
+    except ImageError as e:
+        raise e.at(source=src.desc) from e.__cause__
 
 
-def _too_big(n: int | None, max_bytes: int, src: Source) -> ImageError:
-    got = f"{n:,} bytes" if n is not None else "more"
-    return ImageError(f"expected at most {max_bytes:,} encoded bytes (max_source_bytes), got {got}; "
-                      f"re-encode the image smaller or raise max_source_bytes= if it is trusted",
-                      source=src.desc)
+def _too_big(n: int, max_bytes: int, src: Source) -> ImageError:
+    return ImageError(f"expected at most {max_bytes:,} encoded bytes (decode.max_source_bytes), got "
+                      f"{n:,} bytes; re-encode the image smaller or raise max_source_bytes= if it "
+                      f"is trusted", source=src.desc)
 
 
 # -- structure checks before any decoder -----------------------------------------------------------
