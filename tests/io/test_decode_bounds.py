@@ -326,3 +326,18 @@ def test_tiff_strip_offsets_beyond_its_layout_are_refused(monkeypatch):
     _no_decoder(monkeypatch)
     with pytest.raises(ImageError, match=r"at most 1 strip offsets .* got 200,000"):
         D.decode(resolve(_tiff_strips(200_000)))
+
+
+def test_jpeg_scan_floods_are_refused(monkeypatch):
+    """Each scan is a pass over the whole image: 1,000 copies of a 14-byte refinement scan made a
+    2000x2000 progressive JPEG of 87 KB take Pillow 5.2 s (a 179 Mpx one: minutes)."""
+    prog = encode(crop("astronaut", 64, 80), "jpeg_progressive")
+    first = prog.index(b"\xff\xda")
+    last = prog.rindex(b"\xff\xda")
+    eoi = prog.rindex(b"\xff\xd9")
+    assert 5 < 1 + prog.count(b"\xff\xda", first + 2, eoi) <= D._MAX_JPEG_SCANS
+    assert D.decode(resolve(prog)).shape == (64, 80, 3)  # an ordinary progressive file passes
+    flood = prog[:eoi] + prog[last:eoi] * 300 + prog[eoi:]
+    _no_decoder(monkeypatch)
+    with pytest.raises(ImageError, match="at most 128 JPEG scans"):
+        D.decode(resolve(flood))

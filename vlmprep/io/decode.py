@@ -37,6 +37,10 @@ __all__ = ["decode", "read_bytes", "encoded_bytes", "to_rgb", "orient", "check_s
 _ORIENT_OPS = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE",
                6: "ROTATE_270", 7: "TRANSVERSE", 8: "ROTATE_90"}
 _STRIP = 1 << 18  # pixels converted at a time: a strip's temporaries stay under ~5 MiB
+# Scans per JPEG: libjpeg's progressive scripts use ~10, mozjpeg's fewer than 70; each scan is a
+# pass over the image (1,000 scans of 14 bytes each cost 5 s on a 4 Mpx image), so this bounds
+# the decode time by the pixel limit.
+_MAX_JPEG_SCANS = 128
 _HUFFMAN_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7))
 _MAX_GIF_STEPS = 1 << 20  # GIF blocks and sub-blocks before the first frame (Pillow: a step each)
 _PNG_CHUNKS_FIXED, _PNG_BYTES_PER_CHUNK = 65536, 4096  # chunk budget: 65,536 + 1 per 4 KiB
@@ -77,7 +81,8 @@ def check_structure(data: bytes, hdr: "ProbeResult") -> None:
     Python or that cannot hold the image the header declares. Raises ImageError.
 
     JPEG: segments to the first scan within the probe's bounds; an EOI marker after the scan
-    (a file cut short has none; libjpeg would invent one); and at least 1 bit of Huffman data per
+    (a file cut short has none; libjpeg would invent one); at most ``_MAX_JPEG_SCANS`` scans;
+    and at least 1 bit of Huffman data per
     8x8 block of every component, halved for margin (no Huffman-coded block takes less: a flat
     image with optimized tables takes 2 bits; arithmetic coding is not checked).
     PNG: the chunk count (Pillow reads each chunk in Python). GIF: the blocks before the first
@@ -104,6 +109,11 @@ def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
     if eoi < 0:
         raise ImageError(f"expected a JPEG end marker (EOI) after the image data at byte {scan:,}; "
                          f"none in the {len(data) - scan:,} bytes after it; {_TRUNCATED}")
+    scans = 1 + data.count(b"\xff\xda", scan, eoi)  # 0xFF is stuffed in scan data: markers only
+    if scans > _MAX_JPEG_SCANS:
+        raise ImageError(f"expected at most {_MAX_JPEG_SCANS} JPEG scans, got {scans:,}; each scan "
+                         f"costs a pass over the whole image (libjpeg-turbo's djpeg -maxscans "
+                         f"exists for this); the file is corrupt or hostile: re-encode it")
     hmax = max((s[0] for s in sampling), default=0)
     vmax = max((s[1] for s in sampling), default=0)
     if marker not in _HUFFMAN_SOF or not hmax or not vmax or not h or not w:
