@@ -199,3 +199,19 @@ def test_jpeg_junk_has_a_total_budget_not_one_per_gap():
     bad = _jpeg_with_segments(40, b"\x00" * 4000)  # 160 KB junk in all, 4 KB per gap
     with pytest.raises(ImageError, match="frame header"):
         probe(bad)
+
+
+def test_bytes_read_from_a_file_have_a_total_budget(tmp_path, monkeypatch):
+    """The walk touches a block per segment: 65,536 long segments could read (and keep) 512 MiB."""
+    from vlmprep.errors import ImageError
+    body = b"\xff\xfe\xff\xff" + b"\0" * 65533  # one COM segment of the largest length
+    jpeg = _jpeg_with_segments(0)
+    sof = jpeg.index(b"\xff\xc0")
+    few, many = tmp_path / "few.jpg", tmp_path / "many.jpg"
+    few.write_bytes(jpeg[:sof] + body * 4 + jpeg[sof:])
+    many.write_bytes(jpeg[:sof] + body * 64 + jpeg[sof:])
+    monkeypatch.setattr(probe_module, "_MAX_READ", 256 * 1024)
+    assert probe(str(few)).width == 24
+    with pytest.raises(ImageError, match="within 262,144 bytes read"):
+        probe(str(many))  # 64 blocks of 8 KiB = 512 KiB
+    assert probe(many.read_bytes()).width == 24  # bytes are not copied block by block

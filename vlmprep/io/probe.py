@@ -46,6 +46,9 @@ from vlmprep.errors import ImageError, describe_source
 __all__ = ["ProbeResult", "probe"]
 
 _BLOCK = 8192  # read granularity for files; one block holds a typical header
+# Bytes one probe may read from a file (each block is kept): a header walk touches a block per
+# segment, so 65,536 long JPEG segments could otherwise read and hold 512 MiB.
+_MAX_READ = 32 << 20
 _MAX_SEGMENTS = 1024  # PNG or WebP chunks walked before giving up
 # JPEG headers are walked to the frame header (probe) or first scan (jpeg_frame) within a work
 # budget, not a segment count that rejects valid files: segments cost one step each, and all the
@@ -172,6 +175,7 @@ class _File:
         self._start = start
         self._owned = owned
         self._blocks: dict[int, bytes] = {}
+        self._read_total = 0  # bytes read so far (bounded by _MAX_READ)
         self.size = size
 
     def at(self, off: int, n: int) -> bytes:
@@ -197,6 +201,12 @@ class _File:
         return b"".join(self._blocks[k] for k in range(first, last + 1))[lo:lo + n]
 
     def _read(self, off: int, n: int) -> bytes:
+        self._read_total += n
+        if self._read_total > _MAX_READ:
+            raise ImageError(
+                f"expected the image headers within {_MAX_READ:,} bytes read; the header walk "
+                f"needs more (at byte {off:,}); the file is corrupt or hostile: re-encode it"
+            )
         parts, chunk = [], b""
         try:
             self._fp.seek(self._start + off)
