@@ -1,6 +1,7 @@
-"""The fast JPEG path (torchvision's libjpeg-turbo, used by the torch backend) against Pillow's
-decode (the oracle): the same pixels for every 8-bit JPEG kind and EXIF orientation, and bad
-data still judged by Pillow (the same ImageError)."""
+"""The fast JPEG paths against Pillow's decode (the oracle): the kernels' libjpeg-turbo decoder
+(every path, when built) and torchvision's (the torch backend without the kernels) give the
+same pixels for every 8-bit JPEG kind and EXIF orientation, and bad data is the same ImageError
+on both paths."""
 from __future__ import annotations
 
 import io
@@ -60,3 +61,27 @@ def test_truncated_is_still_an_image_error():
     with pytest.raises(ImageError) as slow:
         D.decode(src, fast=False)
     assert str(fast.value) == str(slow.value)
+
+
+def _pillow(data: bytes) -> np.ndarray:
+    from PIL import ImageOps
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_path_gives_pillows_pixels(name):
+    """decode() no longer runs Pillow for these when the kernels are built: Pillow is the oracle."""
+    src = resolve(CASES[name])
+    for fast in (False, True):
+        assert np.array_equal(D.decode(src, fast=fast), _pillow(CASES[name])), fast
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_kernel_and_torchvision_orientation_as_pillow(orientation):
+    data = with_exif_orientation(RGB, orientation)
+    src = resolve(data)
+    want = _pillow(data)
+    assert np.array_equal(D.decode(src), want)
+    tv = D._decode_jpeg_fast(data)
+    assert tv is not None and np.array_equal(tv, want)
