@@ -341,3 +341,27 @@ def test_jpeg_scan_floods_are_refused(monkeypatch):
     _no_decoder(monkeypatch)
     with pytest.raises(ImageError, match="at most 128 JPEG scans"):
         D.decode(resolve(flood))
+
+
+@pytest.mark.skipif(not any(b == "dali" for b in _backends()), reason="nvidia-dali is not installed")
+def test_dali_cpu_never_hands_hostile_exif_to_dalis_decoder():
+    """A PNG whose eXIf IFD0 declares 65,535 entries (2 present) killed the process (SIGSEGV)
+    inside DALI's decoder; the same block in a JPEG APP1 too is decoded by our path now. Run in
+    a child process: a crash must fail this test, not end the session."""
+    code = ("import sys; sys.path[:0] = [%r, %r]\n"
+            "import hostile_corpus as hc, vlmprep, torch\n"
+            "bad = hc.exif_payload('many_entries')\n"
+            "items = [hc.png_with_exif(bad), hc.jpeg_with_exif(bad), hc.format_files()['png']]\n"
+            "for one in items[:2]:  # alone, as the fuzzer found it\n"
+            "    assert not vlmprep.Processor('qwen2-vl', backend='dali', errors='skip')([one]).errors\n"
+            "got = vlmprep.Processor('qwen2-vl', backend='dali', errors='skip', dtype='uint8')(items)\n"
+            "ref = vlmprep.Processor('qwen2-vl', backend='reference', errors='skip', dtype='uint8')(items)\n"
+            "assert sorted(got.errors) == sorted(ref.errors), (got.errors, ref.errors)\n"
+            "assert got.pixel_values.shape == ref.pixel_values.shape\n"
+            "alone = vlmprep.Processor('qwen2-vl', backend='dali', dtype='uint8')(items[2:])\n"
+            "n = alone.pixel_values.shape[0]\n"
+            "assert torch.equal(got.pixel_values[-n:], alone.pixel_values)\n"
+            "print('ok')\n") % (os.path.join(os.path.dirname(os.path.dirname(__file__)), "hostile"),
+                                os.path.dirname(os.path.dirname(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-3000:])

@@ -1,9 +1,9 @@
 """The dali executor: plan -> per-sample feeds -> the three compiled graphs -> ``out``.
 
 Per chunk of images (at most the decode graph's batch size, ``graph.BATCH``):
-1. decode: DALI-decodable files in one graph run; everything else (GIF, TIFF, transparency,
-   16-bit, CMYK, PIL images, arrays, tensors) through ``vlmprep.io.decode`` on the CPU, into
-   the same batch. A failed run is bisected (or split at the sample DALI names) until every
+1. decode: on the GPU, the JPEGs DALI decodes exactly (nvJPEG) in one graph run; everything
+   else (on the CPU: every input) through ``vlmprep.io.decode`` on the CPU, into the same batch
+   (DALI's decoders are not hardened against hostile files). A failed run is bisected (or split at the sample DALI names) until every
    bad file is alone; a file DALI rejects alone gets one CPU decode, so an image is an error
    exactly when the reference backend would call it one, with the same message.
 2. canvas: every canvas of the chunk in one flattened batch, level by level (a canvas built
@@ -25,7 +25,6 @@ import torch
 from nvidia.dali.tensors import TensorCPU, TensorGPU
 
 from ...errors import ImageError
-from ... import kernels
 from ...io import decode as _io
 from ..base import Backend as _Base
 from . import feeds as F
@@ -148,12 +147,13 @@ class Backend(_Base):
 
     def _decode(self, chunk: list[_Item], errors: dict[int, ImageError]) -> None:
         dali_items = []
-        # On the CPU, 8-bit RGB/gray JPEGs go to vlmprep.io.decode when the kernels' libjpeg
-        # decoder is built: the same pixels, and damaged data is an error there (DALI's CPU
-        # decoder, like Pillow, decodes truncated or corrupt scans with libjpeg's warnings unseen).
-        judge = not self.gpu and kernels.jpeg_available()
+        # DALI's decoders are not hardened against hostile files (a PNG whose eXIf IFD declares
+        # 65,535 entries crashes the process inside DALI) and decode damaged JPEG scans without
+        # a word. So on the CPU every encoded input goes through vlmprep.io.decode (bounded,
+        # judged; the same pixels), and on the GPU only JPEGs DALI decodes exactly (nvJPEG),
+        # after encoded_bytes' structural checks.
         for it in chunk:
-            if F.dali_decodes(it.src) and not (judge and it.src.header.format == "jpeg"):
+            if self.gpu and it.src.header.format == "jpeg" and F.dali_decodes(it.src):
                 dali_items.append(it)
                 continue
             try:
