@@ -248,7 +248,7 @@ def test_bad_images_fail_only_their_request_with_local_indices(rng, mode):
     reqs = _error_requests(rng)
 
     async def main():
-        b = Batcher(proc, max_delay_ms=50)
+        b = Batcher(proc, max_delay_ms=300)  # all four join one batch, even on a loaded box
         rec = record(b)
         out = await asyncio.gather(*(b.submit(r) for r in reqs), return_exceptions=True)
         await b.close()
@@ -281,7 +281,7 @@ def test_worker_exception_fails_only_that_batch(rng):
     reqs = [[rand_array(rng)] for _ in range(6)] + [[rand_array(rng), rand_array(rng)]]
 
     async def main():
-        b = Batcher(proc, max_delay_ms=50, max_batch_images=3)
+        b = Batcher(proc, max_delay_ms=300, max_batch_images=3)
         rec = record(b, fail_first=True)
         # All six queue before the scheduler first runs: batch 1 = requests 0-2, batch 2 = 3-5.
         first = await asyncio.gather(*(b.submit(r) for r in reqs[:6]), return_exceptions=True)
@@ -460,7 +460,7 @@ def _cache_roundtrip(rng, cache):
     again = [r2[0], new, r1[0], r1[2], r1[1]]
 
     async def main():
-        async with Batcher(proc, max_delay_ms=5, cache=cache) as b:
+        async with Batcher(proc, max_delay_ms=300, cache=cache) as b:
             rec = record(b)
             first = await asyncio.gather(b.submit(r1), b.submit(r2))
             second = await b.submit(again)

@@ -50,7 +50,8 @@ class _Request:
     plans: list                # per item: its ImagePlan (request-local index)
     tokens: int                # planned visual tokens (0 for images with a header error)
     future: asyncio.Future
-    t0: float                  # loop.time() at submit: the age that max_delay_ms bounds
+    t0: float                  # loop.time() at submit: what latency counts from
+    tq: float = 0.0            # loop.time() when queued (planned): the age max_delay_ms bounds
     state: str = "queued"      # queued -> running -> done
     cancelled: bool = False    # set on the loop thread; read by the worker (a stale read only
                                # costs processing images whose result is then dropped)
@@ -193,7 +194,7 @@ class Batcher:
                 self._metrics.failed += 1
                 raise errs[0]  # planned on this request alone: the index is already local
             fut = loop.create_future()
-            req = _Request(items, sources, plans, tokens, fut, t0)
+            req = _Request(items, sources, plans, tokens, fut, t0, loop.time())
             fut.add_done_callback(lambda f, r=req: self._on_done(r))
             self._queue.append(req)
             self._queued_images += req.n
@@ -311,7 +312,7 @@ class Batcher:
                     await self._sleep(None)
                     continue
                 if not self._closing and not self._full():
-                    wait = self._queue[0].t0 + self.max_delay_ms / 1000 - loop.time()
+                    wait = self._queue[0].tq + self.max_delay_ms / 1000 - loop.time()
                     if wait > 0:
                         await self._sleep(wait)
                         continue  # re-evaluate: more joined, the head left, or time is up
