@@ -330,3 +330,27 @@ def test_special_files_are_never_opened(tmp_path, monkeypatch):
     b = proc([str(fifo), "/dev/zero", "/dev/urandom", crop("chelsea", 20, 20)])
     assert list(b.errors) == [0, 1, 2]
     assert not {str(fifo), "/dev/zero", "/dev/urandom"} & set(opened), opened
+
+
+def test_path_messages_say_what_was_found(tmp_path, monkeypatch):
+    f = tmp_path / "f.png"
+    f.write_bytes(encode(crop("coffee", 20, 20), "png"))
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
+    cases = {str(f / "child.png"): "not a directory", str(loop): "loop of symbolic links",
+             str(tmp_path / "none.png"): "found nothing"}
+    b = proc(list(cases))
+    for k, words in enumerate(cases.values()):
+        assert words in b.errors[k].reason, (words, b.errors[k].reason)
+    # Permission denied (root reads anything, so the denial is simulated at stat).
+    real_stat = os.stat
+
+    def deny(p, *a, **kw):
+        if str(p) == str(f):
+            raise PermissionError(13, "Permission denied", str(p))
+        return real_stat(p, *a, **kw)
+
+    monkeypatch.setattr(os, "stat", deny)
+    e = proc([f]).errors[0]
+    assert "permission denied" in e.reason and "read access" in e.reason
