@@ -110,7 +110,10 @@ class Processor:
                 continue
             sources.append(src)
             sizes.append(src.hw)
-        plans = plan_images(self.pipeline, sizes)
+        # The headers let the plan refuse from them what decoding would cost too much
+        # (decode.max_decode_bytes), before any batch is allocated.
+        plans = plan_images(self.pipeline, sizes,
+                            headers=[s.header if s is not None else None for s in sources])
         plans = [p if p.error is None or sources[p.index] is None
                  else _with_source(p, sources[p.index].desc) for p in plans]
         return sources, plans
