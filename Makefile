@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test clean fuzz fuzz-short
+.PHONY: venv demo test clean sanitize fuzz fuzz-short
 
 venv: $(STAMP)
 
@@ -41,6 +41,28 @@ fuzz: venv $(FUZZ_STAMP)
 # Under a minute in all (CI): 14 s per harness plus start-up.
 fuzz-short: venv $(FUZZ_STAMP)
 	$(PY) fuzz/run.py --seconds 42
+
+# The kernels built with AddressSanitizer + UBSan into build/sanitize (the package's own library
+# is left alone; VLMPREP_KERNELS_DIR loads this one), then the kernel tests (and tests/hostile
+# when present; SANITIZE_TESTS to choose, SANITIZE_ARGS for more pytest arguments) under it, with
+# libasan preloaded into Python. Any ASan report or UBSan finding fails the run.
+SAN_DIR        := build/sanitize
+SANITIZE_TESTS ?= tests/kernels $(wildcard tests/hostile)
+SANITIZE_ARGS  ?=
+# libstdc++ preloaded too: loaded later (by torch), ASan's __cxa_throw interceptor finds no real one.
+SAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:detect_odr_violation=0:halt_on_error=1:abort_on_error=0 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	VLMPREP_KERNELS_DIR=$(CURDIR)/$(SAN_DIR)/vlmprep/kernels
+
+sanitize:
+	@test -x $(PY) || { echo "sanitize: no $(PY): run make venv first"; exit 1; }
+	VLMPREP_SANITIZE=1 $(PY) setup.py -q build_ext --build-lib $(SAN_DIR) --build-temp $(SAN_DIR)/tmp \
+	  > $(SAN_DIR).log 2>&1 || { tail -40 $(SAN_DIR).log; exit 1; }
+	$(SAN_ENV) $(PY) -c "import vlmprep.kernels as k; assert k.available(), k.why_unavailable(); \
+	  assert k.build_info()['torch_ext'].get('sanitize'), 'not the sanitizer build'; print('sanitizer build loaded')"
+	@# --capture=sys: a report written to fd 2 by a dying process reaches the terminal
+	$(SAN_ENV) $(PY) -m pytest -q -p no:cacheprovider --capture=sys $(SANITIZE_TESTS) $(SANITIZE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache vlmprep/kernels/*.so vlmprep/kernels/_build_info.json

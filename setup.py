@@ -8,6 +8,11 @@ What is built (each step prints what it resolved; a failed step leaves the packa
 - ``vlmprep/kernels/_build_info.json``: what was built, for ``vlmprep info`` and load errors.
 Set VLMPREP_NO_BUILD=1 for a pure-Python install; VLMPREP_REQUIRE_KERNELS=1 (CI) turns a failed
 build into an error.
+
+VLMPREP_SANITIZE=1 (``make sanitize``): the torch ops' CPU code only, with AddressSanitizer and
+UBSan, for ``setup.py build_ext --build-lib DIR``: the library and its build record go to DIR
+(never over the package's own), no CUDA, no DALI plugin. Load it with VLMPREP_KERNELS_DIR and
+libasan preloaded (see the Makefile).
 """
 import json
 import os
@@ -21,6 +26,10 @@ from setuptools import find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SANITIZE = os.environ.get("VLMPREP_SANITIZE") == "1"
+# -fno-wrapv: Python's own flags carry -fwrapv, which would hide signed overflow from UBSan.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all",
+                  "-fno-wrapv"]
 CSRC = os.path.join("csrc")
 KERNELS_DIR = os.path.join(HERE, "vlmprep", "kernels")
 INFO_PATH = os.path.join(KERNELS_DIR, "_build_info.json")
@@ -94,10 +103,14 @@ def _torch_extension():
     if not cxx:
         _log("no C++ compiler: kernels not built (pure Python)")
         return None, {}
-    nvcc = _nvcc()
+    nvcc = None if SANITIZE else _nvcc()
     sources = ["csrc/torch/ops.cpp", "csrc/torch/host_cache.cpp", "csrc/kernels/normalize_patchify_cpu.cc", "csrc/kernels/resize.cc", "csrc/kernels/resize_avx512.cc",
                "csrc/kernels/resize_normalize_patchify_cpu.cc", "csrc/kernels/normalize_patchify_bands.cc"]
     cflags = ["-O3", "-g0", "-std=c++20", "-fvisibility=hidden"]  # torch 2.14 headers need C++20
+    ldflags = []
+    if SANITIZE:  # -O1 -g: readable reports at a bearable speed
+        cflags = ["-O1", "-g", "-std=c++20", "-fvisibility=hidden", "-Wno-maybe-uninitialized", *SANITIZE_FLAGS]
+        ldflags = list(SANITIZE_FLAGS)
     cfg = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx": cxx,
            "python": sys.version.split()[0]}
     jpeg, why_not = _libjpeg(cxx)
@@ -123,7 +136,8 @@ def _torch_extension():
         ext = ce.CppExtension("vlmprep.kernels._vlmprep_torch", sources,
                               include_dirs=[os.path.join(HERE, "csrc", "include")],
                               define_macros=macros, libraries=libs,
-                              extra_compile_args={"cxx": cflags})
+                              extra_compile_args={"cxx": cflags}, extra_link_args=ldflags)
+    cfg["sanitize"] = SANITIZE
     _log(f"torch extension: torch {cfg['torch']} (CUDA {cfg['torch_cuda']}), C++ {cxx}, "
          f"nvcc {nvcc or 'none: CPU twins only'}, archs {cfg['cuda_archs'] or '-'}")
     return ext, cfg
@@ -183,6 +197,9 @@ class BuildExt(build_ext):
     """torch's BuildExtension, then the DALI plugin, then the build record."""
 
     def run(self):
+        if SANITIZE and self.inplace:
+            raise SystemExit("vlmprep setup: VLMPREP_SANITIZE=1 builds only into a separate folder "
+                             "(setup.py build_ext --build-lib DIR; see `make sanitize`), never in place")
         t0 = time.time()
         info = {"torch_ext": {"built": False, "reason": "not attempted"}, "dali_plugin": {}}
         try:
@@ -191,10 +208,15 @@ class BuildExt(build_ext):
         except Exception as e:  # a failed build leaves a working pure-Python package
             _log(f"torch extension: build failed ({e}); the package runs without it")
             info["torch_ext"] = dict(TORCH_CFG, built=False, reason=f"build failed: {e}")
-        info["dali_plugin"] = _build_dali_plugin(os.path.join(self.build_temp, "dali"))
-        with open(INFO_PATH, "w") as f:
+        info_path = INFO_PATH
+        if SANITIZE:  # the record goes next to the sanitizer build, the package's stays
+            info["dali_plugin"] = {"built": False, "reason": "not built by the sanitizer build"}
+            info_path = os.path.join(self.build_lib, "vlmprep", "kernels", "_build_info.json")
+        else:
+            info["dali_plugin"] = _build_dali_plugin(os.path.join(self.build_temp, "dali"))
+        with open(info_path, "w") as f:
             json.dump(info, f, indent=1)
-        _log(f"build record: {INFO_PATH} ({time.time() - t0:.0f} s in all)")
+        _log(f"build record: {info_path} ({time.time() - t0:.0f} s in all)")
         if os.environ.get("VLMPREP_REQUIRE_KERNELS"):
             failed = [k for k in ("torch_ext", "dali_plugin")
                       if not info[k].get("built") and "not importable" not in str(info[k].get("reason"))]

@@ -31,6 +31,15 @@ void on_message(j_common_ptr cinfo, int level) {
   if (level < 0 && e->warnings++ == 0) (*cinfo->err->format_message)(cinfo, e->message);
 }
 
+// libjpeg's message for the caller: a copy in this thread's buffer, so it outlives the JpegRows
+// (a caller that returns the reason after its decoder is gone used to read freed memory).
+const char* kept(const char* message) {
+  thread_local char buf[JMSG_LENGTH_MAX];
+  std::strncpy(buf, message, sizeof(buf) - 1);
+  buf[sizeof(buf) - 1] = 0;
+  return buf;
+}
+
 }  // namespace
 
 struct JpegRows::State {
@@ -51,7 +60,7 @@ const char* JpegRows::open(const uint8_t* data, size_t n) {
   s.cinfo.err = jpeg_std_error(&s.err.pub);
   s.err.pub.error_exit = on_error;
   s.err.pub.emit_message = on_message;
-  if (setjmp(s.err.jump)) return s.err.message;
+  if (setjmp(s.err.jump)) return kept(s.err.message);
   jpeg_create_decompress(&s.cinfo);
   s.created = true;
   jpeg_mem_src(&s.cinfo, data, static_cast<unsigned long>(n));
@@ -62,7 +71,7 @@ const char* JpegRows::open(const uint8_t* data, size_t n) {
   s.cinfo.out_color_space = JCS_RGB;  // defaults otherwise: islow IDCT, fancy upsampling (Pillow's)
   jpeg_start_decompress(&s.cinfo);
   s.started = true;
-  if (s.err.warnings) return s.err.message;
+  if (s.err.warnings) return kept(s.err.message);
   return nullptr;
 }
 
@@ -75,7 +84,7 @@ const char* JpegRows::read_until(int until, uint8_t* dst, int64_t stride) {
   if (!s.created) return "the decoder was not opened";
   if (until > height()) until = height();
   if (s.done >= until) return nullptr;
-  if (setjmp(s.err.jump)) return s.err.message;
+  if (setjmp(s.err.jump)) return kept(s.err.message);
   while (s.done < until) {
     JSAMPROW rows[16];
     const int want = until - s.done < 16 ? until - s.done : 16;
@@ -83,12 +92,12 @@ const char* JpegRows::read_until(int until, uint8_t* dst, int64_t stride) {
     const int got = int(jpeg_read_scanlines(&s.cinfo, rows, JDIMENSION(want)));
     if (got == 0) return "the decoder stopped early";
     s.done += got;
-    if (s.err.warnings) return s.err.message;
+    if (s.err.warnings) return kept(s.err.message);
   }
   if (s.done == height()) {
     jpeg_finish_decompress(&s.cinfo);  // reads to the end: reports truncated or trailing damage
     s.started = false;
-    if (s.err.warnings) return s.err.message;
+    if (s.err.warnings) return kept(s.err.message);
   }
   return nullptr;
 }

@@ -68,3 +68,24 @@ def test_plugin_rejects_bad_sizes(plugin):
     p.build()
     with pytest.raises(RuntimeError, match="sample 0 \\(30x56\\): sample sides are not multiples"):
         p.run()
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"patch_size": 4, "merge_size": 2**30}, "expected integers in \\[1, 268435456\\], got 4, 1073741824, 1"),
+    ({"patch_size": 2, "merge_size": 1, "temporal_patch_size": 2**30}, "got 2, 1, 1073741824"),
+])
+def test_plugin_rejects_arguments_past_the_limits(plugin, kw, says):
+    """Before: patch * merge was computed in int32 (4 * 2**30 wrapped), and a temporal of 2**30
+    sized a 2.5 TB output; now the arguments are checked when the op is built."""
+    from nvidia.dali import fn, pipeline_def, types
+    imgs = [np.zeros((8, 8, 3), np.uint8)]
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe():
+        x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        return fn.vlmprep_normalize_patchify(x, layout="merge_grouped", dtype=types.UINT8, **kw)
+
+    with pytest.raises(RuntimeError, match=says):
+        p = pipe()
+        p.build()
+        p.run()

@@ -3,7 +3,8 @@
 // Built only where libjpeg-turbo's headers were found at build time (VLMPREP_WITH_LIBJPEG);
 // Pillow's defaults (islow IDCT, fancy upsampling), so the same pixels as Pillow's decoder.
 // Any libjpeg warning (corrupt or truncated data) counts as an error: the caller then decodes
-// with Pillow, which decides how bad data is reported.
+// with Pillow, which decides how bad data is reported. Messages returned are static or this
+// thread's copy of libjpeg's (valid until its next JpegRows error), never the decoder's memory.
 #pragma once
 
 #include <cstddef>
