@@ -43,9 +43,7 @@ def main() -> None:
     files["tiff_loop"] = hc.tiff_ifd_loop(encode(rgb, "tiff"))
     for name, data in files.items():
         _write("probe", f"{name}.bin", data)
-        # the pipeline harness's first byte picks the backend (even: reference, odd: torch)
-        _write("pipeline", f"{name}-reference.bin", b"\x00" + data)
-        _write("pipeline", f"{name}-torch.bin", b"\x01" + data)
+        _write("pipeline", f"{name}.bin", b"\x00" + data)  # the first byte is reserved
     # kernels: the FuzzedDataProvider reads op and parameters from the front; a few spread
     # starting points (the fuzzer finds the rest from the harness's instrumented branches)
     for op in range(6):

@@ -10,7 +10,8 @@ libFuzzer stops at the first crash; the harness is then restarted on the same co
 time is spent, so one run can find several distinct crashes. Each crash (an uncaught exception
 other than the harness's clean ones, a signal, an input over -timeout seconds or over
 -rss_limit_mb) is written to fuzz/crashes/<name>-crash-<sha1> (or -timeout-, -oom-) with its
-log beside it, and printed with the command that replays it. The figures go to
+log beside it, and printed with the command that replays it. Inputs slower than 10 s but under
+the timeout (libFuzzer's slow-unit-*) are listed, not counted as failures. The figures go to
 fuzz/crashes/last_run.json. Exit status 1 when anything crashed.
 """
 from __future__ import annotations
@@ -65,7 +66,7 @@ def run_one(name: str, seconds: float, python: str) -> dict:
     os.makedirs(crashes, exist_ok=True)
     script = os.path.join(HERE, f"fuzz_{name}.py")
     deadline = time.monotonic() + seconds
-    res = {"harness": name, "seconds": 0.0, "executions": 0, "runs": 0, "crashes": [],
+    res = {"harness": name, "seconds": 0.0, "executions": 0, "runs": 0, "crashes": [], "slow_units": [],
            "coverage": None, "corpus_files": 0}
     while True:
         left = int(deadline - time.monotonic())
@@ -86,8 +87,13 @@ def run_one(name: str, seconds: float, python: str) -> dict:
         res["runs"] += 1
         res["executions"] += _stat(out, "number_of_executed_units") or 0
         res["coverage"] = _cov(out) or res["coverage"]
-        new = sorted(set(glob.glob(os.path.join(crashes, f"{name}-*"))) - before - {
-            f for f in glob.glob(os.path.join(crashes, f"{name}-*.log"))})
+        made = set(glob.glob(os.path.join(crashes, f"{name}-*"))) - before
+        made -= {f for f in made if f.endswith(".log")}
+        # libFuzzer also saves inputs slower than -report_slow_units (10 s): not a failure
+        # (the -timeout is), but worth a look
+        slow = sorted(f for f in made if os.path.basename(f).startswith(f"{name}-slow-unit-"))
+        res["slow_units"] += [os.path.relpath(f, ROOT) for f in slow]
+        new = sorted(made - set(slow))
         if rc == 0 and not new:
             break  # the time is spent
         summary = _summary(out)
@@ -120,6 +126,8 @@ def main() -> int:
         distinct = sorted({c["summary"] for c in r["crashes"]})
         print(f"fuzz {n}: {r['executions']} executions in {r['seconds']} s, coverage {r['coverage']}, "
               f"corpus {r['corpus_files']} files, {len(r['crashes'])} crashes ({len(distinct)} distinct)")
+        for u in r["slow_units"]:
+            print(f"  slow input (> 10 s, not a failure): {u}")
         for c in r["crashes"]:
             print(f"  CRASH {c['summary']}\n    log: {c['log']}" + (f"\n    reproduce: {c['reproduce']}" if c["reproduce"] else ""))
     os.makedirs(os.path.join(HERE, "crashes"), exist_ok=True)
