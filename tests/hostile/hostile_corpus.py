@@ -396,7 +396,7 @@ def cut_points(n: int, full: bool) -> list[int]:
     85% (past that, some formats legitimately hold every pixel already: a PNG cut in its
     IEND, a JPEG without its EOI marker)."""
     head = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 100, 150, 200, 300] if full else [5, 40]
-    fr = [k / 40 for k in range(1, 35)] if full else [0.2, 0.45, 0.7, 0.85]
+    fr = [k / 40 for k in range(1, 35)] if full else [0.25, 0.55, 0.85]
     pts = {p for p in head if p < n * 0.85} | {int(n * f) for f in fr}
     return sorted(p for p in pts if 0 < p < min(n * 0.86, n - 32))
 

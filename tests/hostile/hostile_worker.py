@@ -112,6 +112,7 @@ class Backend:
         assert not self.alone.errors, self.alone.errors
         self.alone_parts = list(self.alone.split())
         self.strict = None  # the same with errors="raise", made on first use
+        self.oracles: dict = {}
 
 
 def _same(a, b) -> bool:
@@ -187,10 +188,14 @@ def _check_batch(case, b, be: Backend, where: str, oracle_part) -> list[str]:
 
 
 def _oracle_part(case, be: Backend):
+    """The oracle image processed in the item's place (once per backend and case: every mode
+    compares against the same)."""
     if case.expect != "good" or case.oracle is None:
         return None
-    ob = be.proc([be.goods[0], case.oracle(), be.goods[1]])
-    return list(ob.split())[1] if not ob.errors else None
+    if case.name not in be.oracles:
+        ob = be.proc([be.goods[0], case.oracle(), be.goods[1]])
+        be.oracles[case.name] = list(ob.split())[1] if not ob.errors else None
+    return be.oracles[case.name]
 
 
 def _after(be: Backend, where: str) -> list[str]:
@@ -399,12 +404,15 @@ def _warm_up(be: Backend) -> None:
     be.proc([guarded_copy(tiled("astronaut", 17, 9))])
 
 
-def _trim() -> None:
+def _trim(collect: bool) -> None:
     """Give freed heap memory back to the OS before a measurement: pages left free in the heap
-    by the previous step would otherwise be reused without raising RSS (an under-count)."""
+    by the previous step would otherwise be reused without raising RSS (an under-count).
+    ``collect``: run the garbage collector first (~0.1 s with torch loaded: only before the
+    large cases, whose bound is not the constant alone)."""
     import ctypes
     import gc
-    gc.collect()
+    if collect:
+        gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -482,7 +490,7 @@ def main() -> None:
                 results[c.name] = {"problems": [f"corpus: making the case failed: {type(e).__name__}: {e}"]}
         cases = [c for c in cases if c.name not in results]
         if mode == "proc":
-            _trim()
+            _trim(collect=any(c.decoded_px for c in cases))
         t0 = time.monotonic()
         try:
             results.update(RUNNERS[mode](cases, items, bes[key]) if cases else {})
