@@ -43,17 +43,20 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]  # tests/hostile and tests/ (imgdat
 
 _MiB = 1 << 20
 # Peak-memory bound of one call on [g0, item, g1] (proc mode):
-#   8 x the decoded RGB bytes the header predicts (decoded_px * 3): Pillow holds RGB and RGBA
-#     at 4 bytes per pixel, and the transparency path (to_rgb) has an RGBA copy, a white RGBA
-#     canvas, the composite and the RGB conversion alive at once (~19 bytes per pixel, 6.3x the
-#     3-byte RGB), measured on an 8-bit RGBA PNG (memory group); 8x is that with 25% headroom.
-#     The 39 bytes per pixel of issue 13 #7 (16-bit RGBA through uint32 temporaries) is 13x.
+#   8 x the decoded RGB bytes the header predicts (decoded_px * 3 = 24 bytes per pixel): a decode
+#     legitimately holds the decoder's own image (Pillow: 4 bytes per pixel for RGB/RGBA, 8 for
+#     16-bit RGBA read by OpenCV), the RGB output and conversion temporaries; the decode cost
+#     vlmprep predicts (vlmprep.io.decode.decode_cost) is at most 16 bytes per pixel, and the
+#     memory group measures 15-16 (a 3072^2 16-bit RGBA PNG: 144-148 MiB for 9.4 Mpx). 24 is that
+#     with 50% headroom; the 39 bytes per pixel of issue 13 #7 (uint32 temporaries: 364 MiB for
+#     the same file) is above it.
 #   + 4 x the encoded bytes held in memory (the caller's buffer or the file read, one copy for
 #     the decoder, one for the JPEG fast path's tensor, one spare);
 #   + 2 x the output tensor (the batch's buffer and one copy when a failed image's rows are
 #     dropped);
 #   + 64 MiB: decoder tables, allocator arenas of the worker threads, small temporaries; an
 #     item rejected from its header must cost no more than this.
+# RSS can only under-count (a step may reuse pages an earlier one left mapped), never over-count.
 _FACTOR_DECODED = 8
 _FACTOR_ENCODED = 4
 _CONST = 64 * _MiB
