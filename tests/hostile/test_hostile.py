@@ -37,10 +37,13 @@ def _groups() -> list[str]:
 _RESULTS: dict = {}
 
 
-def _run() -> dict:
-    """Every selected group, once per session, in one chain of child processes."""
+def _run(session) -> dict:
+    """Every group this session's tests ask for (``-k`` selections included), once, in one
+    chain of child processes."""
     if not _RESULTS:
-        _RESULTS.update(run_groups(_groups(), _backends()))
+        wanted = {it.callspec.params["group"] for it in session.items
+                  if getattr(it, "originalname", "") == "test_hostile" and hasattr(it, "callspec")}
+        _RESULTS.update(run_groups([g for g in _groups() if g in wanted], _backends()))
         path = os.environ.get("VLMPREP_HOSTILE_REPORT")
         if path:
             report: dict = {}
@@ -55,8 +58,8 @@ _PARAMS = [(g, b, m) for g in _groups() for b in _backends() for m in GROUP_MODE
 
 
 @pytest.mark.parametrize("group,backend,mode", _PARAMS, ids=["-".join(p) for p in _PARAMS])
-def test_hostile(group, backend, mode):
-    res = _run()
+def test_hostile(request, group, backend, mode):
+    res = _run(request.session)
     mine = {case: r for (g, case, b, m), r in res.items() if (g, b, m) == (group, backend, mode)}
     assert mine, f"no steps ran for {group}/{backend}/{mode}"
     bad = {case: r["problems"] for case, r in mine.items() if r.get("problems")}
