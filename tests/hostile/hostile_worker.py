@@ -240,7 +240,9 @@ def _run_proc(case, item, be: Backend) -> dict:
         bound = _bound(case, item, out_bytes)
         res["rss_peak_mb"] = round(peak_kb / 1024, 1)
         res["bound_mb"] = round(bound / _MiB, 1)
-        if peak_kb * 1024 > bound:
+        # under AddressSanitizer (make sanitize sets VLMPREP_UNDER_SANITIZER=1) redzones and the
+        # free quarantine (256 MiB) inflate RSS: the peak is recorded, not held to the bound
+        if peak_kb * 1024 > bound and not os.environ.get("VLMPREP_UNDER_SANITIZER"):
             p.append(f"{where}: peak memory {peak_kb / 1024:.0f} MiB above the bound "
                      f"{bound / _MiB:.0f} MiB (decoded_px={case.decoded_px}, encoded "
                      f"{_encoded_len(item)} B, output {out_bytes} B)")
