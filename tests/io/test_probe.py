@@ -412,11 +412,33 @@ def test_unsupported_input_types(bad):
 
 def test_missing_path(tmp_path):
     missing = tmp_path / "nope.jpg"
-    with pytest.raises(ImageError, match="nothing is there") as info:
+    with pytest.raises(ImageError, match="found nothing") as info:
         probe(missing)
     assert info.value.source == str(missing)
     with pytest.raises(ImageError):
         probe(str(missing))
+
+
+def test_special_files_are_refused_without_being_opened(tmp_path):
+    """probe(path) of a FIFO or a device blocked forever in open() or read() (issue 13, #3);
+    run in a child process so the old behaviour fails by timeout instead of hanging pytest."""
+    import os
+    import subprocess
+    import sys
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+    code = ("import sys, vlmprep\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        vlmprep.probe(p)\n"
+            "    except vlmprep.ImageError as e:\n"
+            "        print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(fifo), "/dev/zero"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2
+    assert "found a FIFO" in lines[0] and "found a character device" in lines[1]
 
 
 def test_directory_path(tmp_path):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import sys
 import zlib
 from dataclasses import dataclass
 
@@ -272,14 +273,10 @@ def _open(x) -> _Bytes | _File:
 
 
 def _open_path(path) -> _File:
-    try:
-        fp = open(path, "rb", buffering=0)  # unbuffered: read exactly the blocks asked for
-    except FileNotFoundError as exc:
-        raise ImageError("expected an image file at this path; nothing is there; check the path") from exc
-    except IsADirectoryError as exc:
-        raise ImageError("expected an image file; this path is a directory; pass the path of a file") from exc
-    except (OSError, ValueError, TypeError) as exc:
-        raise ImageError(f"expected a readable image file; opening it failed ({exc}); check the path") from exc
+    # Regular files only, opened without blocking: a FIFO or device at the path would make
+    # open() or read() wait forever. probe's reads are bounded, so no size limit here.
+    from .inputs import open_image_file
+    fp = open_image_file(path, sys.maxsize)
     try:
         size = os.fstat(fp.fileno()).st_size
     except OSError as exc:
