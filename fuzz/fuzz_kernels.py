@@ -100,7 +100,6 @@ def _out(fdp, need: int):
 
 
 def _guard_intact(backing, n) -> None:
-    import torch
     assert bool((backing[:128] == 7).all()) and bool((backing[128 + n:] == 7).all()), \
         "the op wrote outside out (into the guard zones around it)"
 
