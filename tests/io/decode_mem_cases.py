@@ -60,8 +60,23 @@ def png_palette_trns(side: int) -> bytes:
     return buf.getvalue()
 
 
+def png_text_flood(side: int) -> bytes:
+    """An RGB PNG carrying 60 zTXt chunks that inflate to ~1 MiB each (~60 KiB of file): just
+    under Pillow's 64 MiB text allowance, so Pillow keeps all of it while decoding."""
+    buf = io.BytesIO()
+    Image.fromarray(_photo(side)).save(buf, "PNG", compress_level=1)
+    png = buf.getvalue()
+    packed = zlib.compress(b"\x00" * ((1 << 20) - 1024), 9)
+    text = b""
+    for i in range(60):  # distinct keywords: Pillow keeps one text per keyword
+        body = b"Comment%d\x00\x00" % i + packed
+        text += struct.pack(">L", len(body)) + b"zTXt" + body + struct.pack(">L", zlib.crc32(b"zTXt" + body))
+    return png[:33] + text + png[33:]  # after IHDR (8 + 25 bytes)
+
+
 CASES = {"gif_screen_bomb": gif_screen_bomb, "png16_rgba": png16_rgba, "jpeg_rgb": jpeg_rgb,
-         "jpeg_cmyk": jpeg_cmyk, "png_palette_trns": png_palette_trns}
+         "jpeg_cmyk": jpeg_cmyk, "png_palette_trns": png_palette_trns,
+         "png_text_flood": png_text_flood}
 
 _CHILD = r"""
 import gc, json, resource, sys, time

@@ -277,7 +277,7 @@ def test_max_decode_bytes_refuses_from_the_header():
 
 # case -> side for the child-process meter (outputs of 36-48 MB: the per-pixel terms dominate)
 MEM_CASES = {"gif_screen_bomb": 4000, "png16_rgba": 3000, "jpeg_rgb": 4000, "jpeg_cmyk": 3000,
-             "png_palette_trns": 4000}
+             "png_palette_trns": 4000, "png_text_flood": 1000}
 CONSTANT = 16 << 20  # a strip's temporaries and allocator slack
 
 
@@ -285,7 +285,8 @@ CONSTANT = 16 << 20  # a strip's temporaries and allocator slack
 @pytest.mark.parametrize("name", list(MEM_CASES))
 def test_peak_decode_memory_within_the_prediction(name):
     """Defect 7: 16-bit RGBA cost ~39 bytes a pixel (uint32 copies), a transparent palette PNG
-    ~22, a CMYK JPEG ~14; now the header's prediction (4-16 a pixel) bounds the peak."""
+    ~22, a CMYK JPEG ~14; a PNG's text chunks added up to 64 MiB whatever its size (Pillow
+    inflates them while decoding); now the header's prediction (4-16 a pixel) bounds the peak."""
     with tempfile.TemporaryDirectory() as tmp:
         m = M.measure(name, MEM_CASES[name], tmp)
     assert m["growth"] <= m["predicted"] + CONSTANT, m
@@ -365,3 +366,53 @@ def test_dali_cpu_never_hands_hostile_exif_to_dalis_decoder():
                                 os.path.dirname(os.path.dirname(__file__)))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stderr[-3000:])
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">L", len(body)) + kind + body + struct.pack(">L", zlib.crc32(kind + body))
+
+
+def _png_with_text(rgb: np.ndarray, chunks: list[bytes]) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, "PNG")
+    png = buf.getvalue()
+    return png[:33] + b"".join(chunks) + png[33:]
+
+
+def _raw_profile_exif(orientation: int) -> bytes:
+    """ImageMagick's "Raw profile type exif" zTXt: hex of 'Exif\\0\\0' + a TIFF IFD."""
+    tiff = b"II*\x00" + struct.pack("<LH", 8, 1) + struct.pack("<HHLHH", 0x0112, 3, 1, orientation, 0) \
+        + b"\0\0\0\0"
+    payload = b"Exif\x00\x00" + tiff
+    text = b"\nexif\n%8d\n" % len(payload) + payload.hex().encode() + b"\n"
+    return _png_chunk(b"zTXt", b"Raw profile type exif\x00\x00" + zlib.compress(text))
+
+
+def _xmp_itxt(orientation: int) -> bytes:
+    xmp = (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/'
+           b'22-rdf-syntax-ns#"><rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" '
+           b'tiff:Orientation="%d"/></rdf:RDF></x:xmpmeta>' % orientation)
+    return _png_chunk(b"iTXt", b"XML:com.adobe.xmp\x00\x00\x00\x00\x00" + xmp)
+
+
+@pytest.mark.parametrize("where", ["raw_exif_ztxt", "xmp_itxt", "plain_text"])
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+def test_png_text_chunks_left_out_at_decode_keep_the_orientation(where, orientation):
+    """The decode leaves a PNG's text chunks out (Pillow inflates up to 64 MiB of them); the
+    orientation they carry comes from the probe: the pixels equal Pillow + exif_transpose."""
+    from PIL import ImageOps
+    rgb = crop("astronaut", 24, 40)
+    chunk = {"raw_exif_ztxt": _raw_profile_exif, "xmp_itxt": _xmp_itxt,
+             "plain_text": lambda o: _png_chunk(b"tEXt", b"Comment\x00orientation %d" % o)}[where]
+    data = _png_with_text(rgb, [chunk(orientation), _png_chunk(b"tEXt", b"Title\x00x")])
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()
+        want = np.asarray(ImageOps.exif_transpose(img).convert("RGB"))
+    if where == "plain_text":
+        assert want.shape == rgb.shape  # no orientation in a plain comment
+    else:
+        assert orientation == 1 or not np.array_equal(want, rgb)  # Pillow reads it: a real case
+    got = D.decode(resolve(data))
+    np.testing.assert_array_equal(got, want)
+    assert D._png_without_text(data).count(b"zTXt") + D._png_without_text(data).count(b"tEXt") \
+        + D._png_without_text(data).count(b"iTXt") == 0

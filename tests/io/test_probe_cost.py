@@ -121,12 +121,15 @@ def test_file_object_reads_only_a_prefix(files, name):
 def test_path_reads_only_a_prefix(files, name, monkeypatch):
     opened = []
 
-    def counting_open(*args, **kwargs):
-        f = CountingFile(open(*args, **kwargs))
+    from vlmprep.io import inputs
+    real_open = inputs.open_image_file
+
+    def counting_open(*args, **kwargs):  # probe opens paths through inputs.open_image_file
+        f = CountingFile(real_open(*args, **kwargs))
         opened.append(f)
         return f
 
-    monkeypatch.setattr(probe_module, "open", counting_open, raising=False)
+    monkeypatch.setattr(inputs, "open_image_file", counting_open)
     path, expected = files[name]
     r = probe(path)
     assert (r.width, r.height, r.orientation) == expected

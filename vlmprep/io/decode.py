@@ -145,6 +145,32 @@ def _check_png(data: bytes) -> None:
         pos += 12 + length
 
 
+def _png_without_text(data: bytes) -> bytes:
+    """The PNG with its tEXt/zTXt/iTXt chunks left out (``data`` itself when it has none).
+
+    Pillow inflates up to 64 MiB of text while it decodes, and pixels never depend on it: the
+    orientation that text can carry (XMP, raw EXIF) is read by the probe, within its budget.
+    Called after ``_check_png``, so the chunk walk is bounded. Other chunks keep their CRCs.
+    """
+    import struct
+    keep: list = []
+    pos, start, size = 8, 0, len(data)
+    view = memoryview(data)
+    while pos + 8 <= size:
+        length, ctype = struct.unpack_from(">L4s", data, pos)
+        end = min(pos + 12 + length, size)
+        if ctype in (b"tEXt", b"zTXt", b"iTXt"):
+            keep.append(view[start:pos])
+            start = end
+        if ctype == b"IEND":
+            break
+        pos = end
+    if not keep:
+        return data
+    keep.append(view[start:])
+    return b"".join(keep)
+
+
 def _check_gif(data: bytes) -> None:
     size = len(data)
     if size < 13:
@@ -419,11 +445,14 @@ def _decode_encoded(src: Source, fast: bool, op: "ops.decode | None") -> "np.nda
         out = _decode_16bit(data)
         del data
         return _orient_array(out, hdr.orientation)
+    if hdr.format == "png":
+        data = _png_without_text(data)
     with Image.open(io.BytesIO(data)) as img:  # opens at frame 0: an animation gives its first
         img.load()  # raises on truncated data (Image.LOAD_TRUNCATED_IMAGES stays False)
         # what transformers' load_image applies (ImageOps.exif_transpose); Pillow has already
-        # applied and removed a TIFF's own orientation while loading
-        orientation = img.getexif().get(0x0112, 1)
+        # applied and removed a TIFF's own orientation while loading. A PNG's may live in the
+        # text chunks left out above: the probe's, which the plan was made from.
+        orientation = hdr.orientation if hdr.format == "png" else img.getexif().get(0x0112, 1)
         out = to_rgb(img)
     del data
     return _orient_array(out, orientation if isinstance(orientation, int) else 1)
