@@ -1,7 +1,8 @@
 """Harness (b): the whole per-image path on one mutated encoded image.
 
-``Processor("qwen2-vl", backend=..., errors="skip")`` for reference and torch on the same bytes
-(the input's first byte is reserved; the rest is the file). Guarantees: the call never raises;
+``Processor("qwen2-vl", backend=..., errors="skip")`` for reference and torch on the same bytes,
+and dali (where installed) on a quarter of the inputs, chosen by the input's first byte (a DALI
+graph run costs more per call); the rest is the file. Guarantees: the call never raises;
 a failure is an ImageError at index 0 whose message says what was expected; a success has
 exactly the rows, grid and token count the header-only plan predicted; and both backends agree
 on whether the file is an image (one accepting what the other rejects is a silently partial or
@@ -15,16 +16,17 @@ import os
 
 import _common  # noqa: F401  (sys.path)
 
-_PROCS: list = []
+_PROCS: dict = {}
 
 
-def _procs():
+def _procs() -> dict:
     if not _PROCS:
         import vlmprep
         # max_pixels bounds the output (and so the cost of an accepted input), not the decode:
         # a mutated header still claims anything up to the pixel limit
-        for b in ("reference", "torch"):
-            _PROCS.append(vlmprep.Processor("qwen2-vl", backend=b, errors="skip", max_pixels=200_704))
+        for b in ("reference", "torch", "dali"):
+            if b in vlmprep.backends.available():
+                _PROCS[b] = vlmprep.Processor("qwen2-vl", backend=b, errors="skip", max_pixels=200_704)
     return _PROCS
 
 
@@ -53,17 +55,23 @@ def test_one_input(data: bytes) -> None:
     if not data:
         return
     item = data[1:]
-    ref, tor = (_check(p, item) for p in _procs())
-    assert bool(ref.errors) == bool(tor.errors), (
-        f"backends disagree: reference {'rejects: ' + str(ref.errors[0]) if ref.errors else 'accepts'}, "
-        f"torch {'rejects: ' + str(tor.errors[0]) if tor.errors else 'accepts'}")
-    assert ref.pixel_values.shape == tor.pixel_values.shape, (ref.pixel_values.shape, tor.pixel_values.shape)
+    procs = _procs()
+    names = [b for b in procs if b != "dali" or data[0] % 4 == 0]
+    out = {b: _check(procs[b], item) for b in names}
+    ref = out["reference"]
+    for b in names[1:]:
+        got = out[b]
+        assert bool(ref.errors) == bool(got.errors), (
+            f"backends disagree: reference {'rejects: ' + str(ref.errors[0]) if ref.errors else 'accepts'}, "
+            f"{b} {'rejects: ' + str(got.errors[0]) if got.errors else 'accepts'}")
+        assert ref.pixel_values.shape == got.pixel_values.shape, (b, ref.pixel_values.shape,
+                                                                  got.pixel_values.shape)
 
 
 if __name__ == "__main__":
     def warm():
         import glob
         for f in sorted(glob.glob(os.path.join(_common.ROOT, "fuzz", "seeds", "pipeline", "*")))[:6]:
-            test_one_input(open(f, "rb").read())
+            test_one_input(b"\0" + open(f, "rb").read()[1:])  # first byte 0: dali too
     _common.main(test_one_input, instrument=("vlmprep.io.probe", "vlmprep.io.decode",
                                             "vlmprep.io.inputs"), warm=warm)

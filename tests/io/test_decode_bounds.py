@@ -416,3 +416,32 @@ def test_png_text_chunks_left_out_at_decode_keep_the_orientation(where, orientat
     np.testing.assert_array_equal(got, want)
     assert D._png_without_text(data).count(b"zTXt") + D._png_without_text(data).count(b"tEXt") \
         + D._png_without_text(data).count(b"iTXt") == 0
+
+
+_CHUNK_BOMB = (  # 95 bytes from the pipeline fuzzer: a 12x8 16-bit gray PNG whose last chunk
+    # header declares 2,732,982,272 bytes; OpenCV (the 16-bit decoder) allocated it: 3.1 GB peak
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x0c\x00\x00\x00\x08\x10\x00\x00\x00\x00"
+    b"\xb8\x1f\x9dn\x00\x00\x00&ImT\xc1\x08D\x1dA\x01\x01\x00\x00\x00\x82\xa0|\xe6\xd0\xc6v "
+    b"\xa0\xe6\xa2\xe6\xa2\xe6\xa2\xe6\xa2\xe6\xa2\xe6\xa2\xe6\xa2\xe6\x1av \xa0\xe6\xa2\xe6\xa2"
+    b"\xe6\xa2\xe6\x00\x00IEND\xaeB`\x82")
+
+
+@pytest.mark.parametrize("backend", ["reference", "torch"])
+def test_png_chunk_longer_than_the_file_is_refused_before_any_decoder(backend):
+    """A chunk declaring more bytes than the file holds is a truncated file: refused by the
+    structure check, so no decoder allocates what it declares (child process: peak RSS)."""
+    code = ("import resource, sys, vlmprep\n"
+            "p = vlmprep.Processor('qwen2-vl', backend=sys.argv[1], errors='skip')\n"
+            "p([b'\\x89PNG'])  # imports and first-call allocations before the baseline\n"
+            "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "b = p([bytes.fromhex(sys.argv[2])])\n"
+            "grow = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - r0\n"
+            "print(grow // 1024, '|', b.errors[0].reason if b.errors else 'accepted')\n")
+    r = subprocess.run([sys.executable, "-c", code, backend, _CHUNK_BOMB.hex()], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    grow_mib, reason = r.stdout.strip().splitlines()[-1].split(" | ")
+    assert "fit in the file" in reason and "2,732,982,272" in reason, reason
+    assert int(grow_mib) < 64, f"peak grew {grow_mib} MiB"
+    with pytest.raises(ImageError, match="fit in the file"):
+        D.check_structure(_CHUNK_BOMB, resolve(_CHUNK_BOMB).header)

@@ -85,7 +85,8 @@ def check_structure(data: bytes, hdr: "ProbeResult") -> None:
     and at least 1 bit of Huffman data per
     8x8 block of every component, halved for margin (no Huffman-coded block takes less: a flat
     image with optimized tables takes 2 bits; arithmetic coding is not checked).
-    PNG: the chunk count (Pillow reads each chunk in Python). GIF: the blocks before the first
+    PNG: the chunk count (Pillow reads each chunk in Python); every chunk inside the file (OpenCV
+    allocates a chunk's declared length before reading it). GIF: the blocks before the first
     frame (Pillow reads junk there a byte at a time). TIFF: no more strip/tile offsets than the
     layout has strips/tiles (Pillow makes a Python tile of each). WebP and BMP are parsed in C.
     What this cannot see: damage inside the compressed data (bit errors, zeroed bytes, a cut
@@ -130,6 +131,9 @@ def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
                          f"{_TRUNCATED}")
 
 
+_PNG_MAX_CHUNK = (1 << 31) - 1  # the PNG spec's largest chunk length
+
+
 def _check_png(data: bytes) -> None:
     import struct
     budget = _PNG_CHUNKS_FIXED + len(data) // _PNG_BYTES_PER_CHUNK
@@ -140,6 +144,12 @@ def _check_png(data: bytes) -> None:
         if n > budget:
             raise ImageError(f"expected at most {budget:,} PNG chunks in {size:,} bytes, got more "
                              f"(at byte {pos:,}); the file is corrupt or hostile: re-encode it")
+        if length > _PNG_MAX_CHUNK or pos + 12 + length > size:
+            # a decoder may allocate the declared length first (OpenCV, for 16-bit PNGs: 3 GB
+            # for a 95-byte file); a chunk that runs past the end is a truncated file anyway
+            raise ImageError(f"expected PNG chunk {ctype!r} at byte {pos:,} to fit in the file "
+                             f"({size - pos - 12:,} bytes left after its header), it declares "
+                             f"{length:,}; {_TRUNCATED}")
         if ctype == b"IEND":
             return
         pos += 12 + length
