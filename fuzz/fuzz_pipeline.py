@@ -22,11 +22,13 @@ _PROCS: dict = {}
 def _procs() -> dict:
     if not _PROCS:
         import vlmprep
-        # max_pixels bounds the output (and so the cost of an accepted input), not the decode:
-        # a mutated header still claims anything up to the pixel limit
+        # max_pixels bounds the output; max_source_pixels the decode (16 Mpx: <= ~400 MB at the
+        # decoders' worst per-pixel cost), so that a run past -rss_limit_mb is an amplification
+        # bug, not an honest decode of a huge header
         for b in ("reference", "torch", "dali"):
             if b in vlmprep.backends.available():
-                _PROCS[b] = vlmprep.Processor("qwen2-vl", backend=b, errors="skip", max_pixels=200_704)
+                _PROCS[b] = vlmprep.Processor("qwen2-vl", backend=b, errors="skip", max_pixels=200_704,
+                                              max_source_pixels=1 << 24)
     return _PROCS
 
 
