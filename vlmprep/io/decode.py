@@ -76,6 +76,10 @@ def _too_big(n: int, max_bytes: int, src: Source) -> ImageError:
 
 # -- structure checks before any decoder -----------------------------------------------------------
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def check_structure(data: bytes, hdr: "ProbeResult") -> None:
     """Refuse, before a decoder sees them, bytes that would make a decoder walk unbounded junk in
     Python or that cannot hold the image the header declares. Raises ImageError.
@@ -119,11 +123,8 @@ def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
     vmax = max((s[1] for s in sampling), default=0)
     if marker not in _HUFFMAN_SOF or not hmax or not vmax or not h or not w:
         return  # arithmetic coding, or a frame libjpeg refuses itself
-    def cdiv(a: int, b: int) -> int:
-        return -(-a // b)
-
     # libjpeg's component size: ceil(side * factor / max factor), in 8x8 blocks
-    blocks = sum(cdiv(cdiv(w * sh, hmax), 8) * cdiv(cdiv(h * sv, vmax), 8) for sh, sv in sampling)
+    blocks = sum(_cdiv(_cdiv(w * sh, hmax), 8) * _cdiv(_cdiv(h * sv, vmax), 8) for sh, sv in sampling)
     need = blocks // 16
     if eoi - scan < need:
         raise ImageError(f"expected at least {need:,} bytes of JPEG image data for {w}x{h} pixels "
@@ -134,13 +135,23 @@ def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
 _PNG_MAX_CHUNK = (1 << 31) - 1  # the PNG spec's largest chunk length
 
 
-def _check_png(data: bytes) -> None:
+def _png_chunks(data: bytes):
+    """Yield ``(pos, length, type)`` of each PNG chunk header after the signature, up to and
+    including IEND (or the end of the data)."""
     import struct
-    budget = _PNG_CHUNKS_FIXED + len(data) // _PNG_BYTES_PER_CHUNK
-    pos, n, size = 8, 0, len(data)
+    pos, size = 8, len(data)
     while pos + 8 <= size:
         length, ctype = struct.unpack_from(">L4s", data, pos)
-        n += 1
+        yield pos, length, ctype
+        if ctype == b"IEND":
+            return
+        pos += 12 + length
+
+
+def _check_png(data: bytes) -> None:
+    budget = _PNG_CHUNKS_FIXED + len(data) // _PNG_BYTES_PER_CHUNK
+    size = len(data)
+    for n, (pos, length, ctype) in enumerate(_png_chunks(data), 1):
         if n > budget:
             raise ImageError(f"expected at most {budget:,} PNG chunks in {size:,} bytes, got more "
                              f"(at byte {pos:,}); the file is corrupt or hostile: re-encode it")
@@ -150,9 +161,6 @@ def _check_png(data: bytes) -> None:
             raise ImageError(f"expected PNG chunk {ctype!r} at byte {pos:,} to fit in the file "
                              f"({size - pos - 12:,} bytes left after its header), it declares "
                              f"{length:,}; {_TRUNCATED}")
-        if ctype == b"IEND":
-            return
-        pos += 12 + length
 
 
 def _png_without_text(data: bytes) -> bytes:
@@ -162,19 +170,13 @@ def _png_without_text(data: bytes) -> bytes:
     orientation that text can carry (XMP, raw EXIF) is read by the probe, within its budget.
     Called after ``_check_png``, so the chunk walk is bounded. Other chunks keep their CRCs.
     """
-    import struct
     keep: list = []
-    pos, start, size = 8, 0, len(data)
+    start = 0
     view = memoryview(data)
-    while pos + 8 <= size:
-        length, ctype = struct.unpack_from(">L4s", data, pos)
-        end = min(pos + 12 + length, size)
+    for pos, length, ctype in _png_chunks(data):
         if ctype in (b"tEXt", b"zTXt", b"iTXt"):
             keep.append(view[start:pos])
-            start = end
-        if ctype == b"IEND":
-            break
-        pos = end
+            start = pos + 12 + length  # inside the data: _check_png passed
     if not keep:
         return data
     keep.append(view[start:])
@@ -232,14 +234,11 @@ def _check_tiff(data: bytes, hdr: "ProbeResult") -> None:
             raw = struct.pack(endian + ("Q" if big else "L"), value)
             value = struct.unpack_from(endian + "H", raw)[0]
         first[tag] = value
-
-    def cdiv(a: int, b: int) -> int:
-        return -(-a // max(b, 1))
-
     planes = first.get(277, 1) if first.get(284) == 2 else 1
     w, h = hdr.width, hdr.height
-    for tag, allowed in ((273, cdiv(h, min(first.get(278, h) or h, h)) * planes),
-                         (324, cdiv(w, first.get(322, w)) * cdiv(h, first.get(323, h)) * planes)):
+    for tag, allowed in ((273, _cdiv(h, min(first.get(278, h) or h, h)) * planes),
+                         (324, _cdiv(w, max(first.get(322, w), 1)) * _cdiv(h, max(first.get(323, h), 1))
+                          * planes)):
         got = counts.get(tag, 0)
         if got > max(allowed, 1):
             raise ImageError(f"expected at most {allowed:,} {'strip' if tag == 273 else 'tile'} "
@@ -397,10 +396,8 @@ def _decode_jpeg_kernel(data: bytes, src: Source) -> "np.ndarray | None":
         return None
     try:
         t = kernels.decode_jpeg(data, (hdr.height, hdr.width))
-    except RuntimeError as e:
-        reason = str(e).split("\n")[0].split("; decode it with Pillow")[0]
-        reason = reason.split(": ", 1)[1] if reason.startswith("decode_jpeg: ") else reason
-        err = jpeg_declined(reason, src)
+    except kernels.JpegDeclined as e:
+        err = jpeg_declined(e.reason, src)
         if err is not None:
             raise err from e
         return None

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
            "resize", "resize_normalize_patchify", "decode_resize_normalize_patchify", "decode_jpeg",
-           "jpeg_available", "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
+           "jpeg_available", "JpegDeclined", "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")
@@ -169,9 +169,25 @@ def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: t
     return ""
 
 
+class JpegDeclined(RuntimeError):
+    """``decode_jpeg`` did not decode the bytes; ``reason`` is libjpeg's error or warning, or
+    what the file is that it does not take (a colour space, a size other than the probed one)."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"decode_jpeg: {reason}; decode it with Pillow to see the error")
+        self.reason = reason
+
+
 def decode_jpeg(data: bytes, src_hw: tuple[int, int]) -> "torch.Tensor":
     """An 8-bit JPEG's bytes (``src_hw`` as probed) -> uint8 ``(H, W, 3)`` RGB, Pillow's pixels
-    (libjpeg-turbo, islow IDCT, fancy upsampling). Raises RuntimeError on damaged data."""
+    (libjpeg-turbo, islow IDCT, fancy upsampling). Raises JpegDeclined (a RuntimeError) on
+    damaged data or a file it does not take."""
     import torch
     _require()
-    return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), *_hw("decode_jpeg", "src_hw", src_hw))
+    try:
+        return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), *_hw("decode_jpeg", "src_hw", src_hw))
+    except RuntimeError as e:  # the op raises "decode_jpeg: <why>; decode it with Pillow ..."
+        msg = str(e).split("\n")[0]
+        if not msg.startswith("decode_jpeg: "):
+            raise
+        raise JpegDeclined(msg[len("decode_jpeg: "):].split("; decode it with Pillow")[0]) from e
