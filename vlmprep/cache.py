@@ -57,13 +57,12 @@ def _feed_content(h: "hashlib._Hash", item: Any, max_bytes: int, max_elems: int)
     FIFO or ``/dev/zero`` would block or never end); hashes arrays row by row (a broadcast
     view with 0 strides is never made contiguous whole).
     """
-    from .io.inputs import _is_ndarray, _is_torch_tensor, open_image_file
+    from .io.inputs import _is_ndarray, _is_torch_tensor, encoded_buffer, open_image_file
     if isinstance(item, (bytes, bytearray, memoryview)):
-        n = item.nbytes if isinstance(item, memoryview) else len(item)
-        if n > max_bytes:
-            return False
-        if isinstance(item, memoryview) and not item.c_contiguous:
-            item = item.tobytes()
+        try:
+            item = encoded_buffer(item, max_bytes)
+        except ImageError:
+            return False  # the Processor reports it (over the limit, released)
         # Encoded bytes and a file with the same bytes decode identically: one tag for both.
         h.update(b"encoded\0")
         h.update(item)

@@ -51,27 +51,15 @@ def read_bytes(src: Source, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
     """The encoded bytes of an ``"encoded"`` Source (reads the file for a path), at most
     ``max_bytes`` of them: more is an ImageError (a path reads at most ``max_bytes + 1``, and
     only from a regular file: ``inputs.read_image_file``)."""
+    from .inputs import encoded_buffer, read_image_file
     item = src.item
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        try:
-            n = memoryview(item).nbytes
-        except (ValueError, TypeError) as e:
-            raise ImageError(f"expected a readable byte buffer, got {type(e).__name__}: {e}; pass "
-                             f"bytes", source=src.desc) from e
-        if n > max_bytes:
-            raise _too_big(n, max_bytes, src)
-        return item if isinstance(item, bytes) else bytes(item)
-    from .inputs import read_image_file
-    try:  # a regular file only (never blocks), at most max_bytes + 1 bytes read
-        return read_image_file(item, max_bytes)
+    try:
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            buf = encoded_buffer(item, max_bytes)
+            return buf if isinstance(buf, bytes) else bytes(buf)
+        return read_image_file(item, max_bytes)  # a regular file only (never blocks)
     except ImageError as e:
         raise e.at(source=src.desc) from e.__cause__
-
-
-def _too_big(n: int, max_bytes: int, src: Source) -> ImageError:
-    return ImageError(f"expected at most {max_bytes:,} encoded bytes (decode.max_source_bytes), got "
-                      f"{n:,} bytes; re-encode the image smaller or raise max_source_bytes= if it "
-                      f"is trusted", source=src.desc)
 
 
 # -- structure checks before any decoder -----------------------------------------------------------

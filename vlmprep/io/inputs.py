@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 from ..errors import ImageError, describe_source
 from ..spec.ops import DEFAULT_MAX_SOURCE_BYTES
 
-__all__ = ["Source", "resolve", "open_image_file", "read_image_file", "stat_image_file"]
+__all__ = ["Source", "resolve", "encoded_buffer", "open_image_file", "read_image_file",
+           "stat_image_file"]
 
 _ENCODED = (bytes, bytearray, memoryview)
 # A URL scheme ("http://", "s3://", "file://") or a data URI: not a local path.
@@ -94,7 +95,7 @@ def resolve(item: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Source:
 
 def _resolve(item: Any, desc: str, max_bytes: int) -> Source:
     if isinstance(item, _ENCODED):
-        buf = _flat_buffer(item, max_bytes)
+        buf = encoded_buffer(item, max_bytes)
         from .probe import probe
         hdr = probe(buf)
         return Source("encoded", buf, hdr.size_hw, hdr, desc)
@@ -126,18 +127,19 @@ def _resolve(item: Any, desc: str, max_bytes: int) -> Source:
 
 
 # -- encoded bytes ------------------------------------------------------------------------------
-def _too_big(n: int, max_bytes: int, what: str) -> ImageError:
+def _too_big(n: int, max_bytes: int, where: str) -> ImageError:
     return ImageError(f"expected an encoded image of at most {max_bytes:,} bytes "
-                      f"(decode.max_source_bytes), got {what} of {n:,} bytes; pass a smaller "
+                      f"(decode.max_source_bytes), got {n:,} bytes {where}; pass a smaller "
                       f"image, or raise max_source_bytes= if the source is trusted")
 
 
-def _flat_buffer(item: Any, max_bytes: int) -> "bytes | bytearray | memoryview":
+def encoded_buffer(item: Any, max_bytes: int) -> "bytes | bytearray | memoryview":
     """bytes-like -> a flat byte buffer of at most ``max_bytes`` bytes (bytes and bytearray,
-    subclasses included, as given)."""
+    subclasses included, as given); ImageError for a larger or released one. The one check of
+    encoded bytes: resolve, decode and the cache use it."""
     if not isinstance(item, memoryview):
         if len(item) > max_bytes:
-            raise _too_big(len(item), max_bytes, "bytes")
+            raise _too_big(len(item), max_bytes, f"in a {type(item).__name__} object")
         return item
     try:
         n = item.nbytes
@@ -145,7 +147,7 @@ def _flat_buffer(item: Any, max_bytes: int) -> "bytes | bytearray | memoryview":
         raise ImageError(f"expected a readable byte buffer, got a released memoryview ({e}); "
                          f"keep the buffer alive until the call returns, or pass bytes") from e
     if n > max_bytes:
-        raise _too_big(n, max_bytes, "a memoryview")
+        raise _too_big(n, max_bytes, "in a memoryview")
     if item.c_contiguous:
         # Any format and shape: the same memory seen as n bytes (len() would count items).
         return item if item.format == "B" and item.ndim == 1 else item.cast("B")
@@ -227,7 +229,7 @@ def stat_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> os.
         raise ImageError(f"expected an image file at this path, found {_file_kind(st.st_mode)}; "
                          f"{fix}")
     if st.st_size > max_bytes:
-        raise _too_big(st.st_size, max_bytes, "a file")
+        raise _too_big(st.st_size, max_bytes, "in a file")
     return st
 
 
@@ -248,7 +250,7 @@ def open_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES):
             raise ImageError(f"expected an image file at this path, found "
                              f"{_file_kind(st.st_mode)}; pass a regular file")
         if st.st_size > max_bytes:
-            raise _too_big(st.st_size, max_bytes, "a file")
+            raise _too_big(st.st_size, max_bytes, "in a file")
         if getattr(os, "O_NONBLOCK", 0):
             os.set_blocking(fd, True)  # a regular file: back to plain reads
         return os.fdopen(fd, "rb", buffering=0)
@@ -272,7 +274,7 @@ def read_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> byt
                              f"check the file and its file system") from e
     out = b"".join(parts)
     if len(out) > max_bytes:
-        raise _too_big(len(out), max_bytes, "a file that grew while read, now at least")
+        raise _too_big(len(out), max_bytes, "or more in a file that grew while read")
     return out
 
 
