@@ -102,12 +102,4 @@ const char* JpegRows::read_until(int until, uint8_t* dst, int64_t stride) {
   return nullptr;
 }
 
-const char* decode_jpeg_cpu(const uint8_t* data, size_t n, int src_h, int src_w, uint8_t* dst,
-                            int64_t stride) {
-  JpegRows jr;
-  if (const char* bad = jr.open(data, n)) return bad;
-  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
-  return jr.read_until(src_h, dst, stride);
-}
-
 }  // namespace vlmprep

@@ -46,8 +46,4 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, 
                                                  const ResizeParams& r, const NormalizePatchifyParams& p,
                                                  int num_threads);
 
-// Decode only: the whole image into dst (src_h x src_w x 3, rows stride bytes apart).
-const char* decode_jpeg_cpu(const uint8_t* data, size_t n, int src_h, int src_w, uint8_t* dst,
-                            int64_t stride);
-
 }  // namespace vlmprep
