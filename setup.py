@@ -18,8 +18,8 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 
 from setuptools import find_packages, setup
@@ -247,7 +247,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vlmprep", "vlmprep.*"]),
-    package_data={"vlmprep.spec.presets": ["checkpoints/*.json"]},
+    package_data={"vlmprep.presets": ["checkpoints/*.json"]},
     ext_modules=[EXT] if EXT is not None else [],
     cmdclass=cmdclass,
     python_requires=">=3.10",

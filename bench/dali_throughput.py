@@ -30,11 +30,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from samples import write_samples  # noqa: E402
 
 import vlmprep  # noqa: E402
 import vlmprep.kernels  # noqa: E402
 from vlmprep.kernels import get_num_threads  # noqa: E402
-from samples import write_samples  # noqa: E402
 
 PRESETS = ("qwen2-vl", "internvl")
 BACKENDS = ("reference", "torch", "dali")

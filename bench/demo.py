@@ -8,8 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import vlmprep  # noqa: E402
 from samples import write_samples  # noqa: E402
+
+import vlmprep  # noqa: E402
 
 
 def main() -> int:

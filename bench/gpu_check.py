@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from samples import SIZES, encode, mosaic  # noqa: E402
 
 import vlmprep  # noqa: E402
-from samples import SIZES, encode, mosaic  # noqa: E402
 
 
 def _levels(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:

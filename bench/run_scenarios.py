@@ -25,7 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from vlmprep.cli import bench, bench_env  # noqa: E402
+from vlmprep.bench import env as bench_env  # noqa: E402
+from vlmprep.cli import bench  # noqa: E402
 
 # scenario key -> (flag, how the value becomes flag text; None for a switch)
 _FLAGS = {

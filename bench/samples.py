@@ -2,7 +2,7 @@
 
 A sample is a mosaic of several different real photos, resized to fill the target
 size: one upsampled photo would make the JPEG unrealistically cheap to decode.
-The mosaic code lives in the package (``vlmprep.cli.bench_images``, used by ``vlmprep bench``);
+The mosaic code lives in the package (``vlmprep.bench.images``, used by ``vlmprep bench``);
 this module keeps the demo's sample set.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vlmprep.cli.bench_images import SIZES, encode, mosaic, photos
+from vlmprep.bench.images import SIZES, encode, mosaic, photos
 
 __all__ = ["SIZES", "photos", "mosaic", "encode", "write_samples"]
 

@@ -11,10 +11,10 @@ neighbours are untouched; an accepted resize has the asked shape.
 """
 from __future__ import annotations
 
-import _common  # noqa: F401  (sys.path)
-
 import os
 import sys
+
+import _common  # noqa: F401  (sys.path)
 
 sys.path.insert(0, os.path.join(_common.ROOT, "tests"))  # tests/_support/guarded.py
 

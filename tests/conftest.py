@@ -1,13 +1,17 @@
 """Markers and central skips. Devices are test parameters; skipping says why, in one place.
 
 Markers: gpu (needs CUDA), dali (needs nvidia-dali), hf (needs transformers as the oracle),
-slow (long; run with -m slow or in the full suite).
+slow (long; run with -m slow or in the full suite). Random tests take the ``seed`` fixture
+(one seed per run, printed in the header; VLMPREP_TEST_SEED replays it). Figures a test measured
+(tests/_support/figures.py ``record``) are printed in the terminal summary.
 """
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
+from _support import figures
+from _support.seed import SEED
 
 MARKERS = {
     "gpu": "needs a CUDA GPU",
@@ -20,6 +24,27 @@ MARKERS = {
 def pytest_configure(config):
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def pytest_report_header(config):
+    return f"vlmprep test seed: {SEED} (replay with VLMPREP_TEST_SEED={SEED})"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    got = figures.collected()
+    if not got:
+        return
+    terminalreporter.section("measured figures")
+    for section, lines in sorted(got.items()):
+        terminalreporter.write_line(section)
+        for line in lines:
+            terminalreporter.write_line(f"  {line}")
+
+
+@pytest.fixture(scope="session")
+def seed() -> int:
+    """This run's random seed (see tests/_support/seed.py)."""
+    return SEED
 
 
 def _cuda() -> str | None:

@@ -5,7 +5,7 @@ import functools
 import json
 from pathlib import Path
 
-from vlmprep.cli import bench_hf
+from vlmprep.bench import hf as bench_hf
 
 #: The checkpoints' preprocessor_config.json files (packaged with vlmprep's presets).
 CONFIGS = Path(bench_hf.CHECKPOINTS)
@@ -19,13 +19,13 @@ def config(preset: str) -> dict:
 def hf_processor(preset: str, backend: str, raw: bool = False):
     """``backend``: "pil" (the oracle) or "torchvision". ``raw``: no rescale/normalize.
 
-    Built as ``vlmprep bench --compare hf`` builds it (``vlmprep.cli.bench_hf``): the checkpoint
+    Built as ``vlmprep bench --compare hf`` builds it (``vlmprep.bench.hf``): the checkpoint
     config's values plus what the model's Processor forces (InternVL crop_to_patches, LLaVA-NeXT
     do_pad, Pixtral patch * merge, Gemma 3's pan-and-scan fields).
     """
     import transformers
 
-    from vlmprep.spec import presets
+    from vlmprep import presets
     cfg = config(preset)
     pipe = presets.from_config(cfg)
     kw = bench_hf.processor_kwargs(cfg, pipe)

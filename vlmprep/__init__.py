@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import ops, presets
 from .errors import ImageError
-from .spec import ops
-from .spec import presets
-from .spec.pipeline import Pipeline
+from .pipeline import Pipeline
 
 __version__ = "0.1.0"
 

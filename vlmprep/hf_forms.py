@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from .pack import PackedBatch
-    from .spec.pipeline import Pipeline
+    from .pipeline import Pipeline
 
 #: ``pack.hf_output`` name -> fn(batch) -> the transformers image processor's output dict.
 HF_FORMS: dict[str, "Callable[[PackedBatch], dict]"] = {}
@@ -258,10 +258,10 @@ def _siglip2(b: "PackedBatch") -> dict:
 
 
 def hf_output(pipeline: "Pipeline | None") -> str:
-    """The resolved ``pack.hf_output`` of a pipeline ("auto" picks by the patchify layout)."""
+    """The resolved ``pack.hf_output`` of a pipeline ("auto" picks by the patchify order)."""
     if pipeline is None:
         return "qwen2_vl"
     form = pipeline.pack.hf_output
     if form == "auto":
-        return "images" if pipeline.patchify.layout == "tiles" else "qwen2_vl"
+        return "images" if pipeline.patchify.order == "tiles" else "qwen2_vl"
     return form

@@ -16,8 +16,8 @@ from .errors import ImageError
 if TYPE_CHECKING:
     import torch
 
+    from .pipeline import Pipeline
     from .plan import ImagePlan
-    from .spec.pipeline import Pipeline
 
 __all__ = ["PackedBatch", "build", "concat"]
 
@@ -29,7 +29,7 @@ class PackedBatch:
     Fields (shapes first):
         pixel_values: float32 / bfloat16 / uint8 on ``device``. ``layout="patches"``:
             ``(total_patches, patch_dim)``, a row is one patch in the family's layout (Qwen:
-            ``[c, t, py, px]``, merge-grouped rows); ``layout="tiles"``:
+            ``[c, t, py, px]``, merge-grouped rows); ``order="tiles"``:
             ``(num_seqs, C, H, W)``, one tile image per ViT sequence.
         cu_seqlens: ``(num_seqs + 1,)`` int32 on ``device``: prefix sums of ``seqlens`` from 0.
         seqlens: ``list[int]`` (host): patches per sequence; no device sync needed.
@@ -178,13 +178,13 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
             seqlens.append(g[0] * g[1] * g[2])
             grids.append(g)
             index.append(p.index)
-    rows = sum(seqlens) if pipeline.patchify.layout != "tiles" else len(seqlens)
+    rows = sum(seqlens) if pipeline.patchify.order != "tiles" else len(seqlens)
     assert rows == pixel_values.shape[0], "packed rows disagree with the plan"
     return _assemble(
         pixel_values, seqlens, torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3),
         torch.tensor(index, dtype=torch.int64), [0 if p.index in errors else p.num_tokens
                                                  for p in plans],
-        errors, "tiles" if pipeline.patchify.layout == "tiles" else "patches", pipeline,
+        errors, "tiles" if pipeline.patchify.order == "tiles" else "patches", pipeline,
         ["" if p.index in errors else p.placeholder for p in plans], _plans_from(plans, 0))
 
 

@@ -5,10 +5,10 @@ import os
 import re
 from typing import Any, Sequence
 
+from . import presets
 from .errors import ImageError, describe_source
+from .pipeline import Pipeline
 from .plan import ImagePlan, Plan, plan_images
-from .spec import presets
-from .spec.pipeline import Pipeline
 
 __all__ = ["Processor"]
 
@@ -150,7 +150,7 @@ class Processor:
         from . import pack
         from .plan.grid import row_length
         self._first_error(plans)  # raise before any decode: no partial state
-        layout = self.pipeline.patchify.layout
+        layout = self.pipeline.patchify.order
         total = sum(p.rows(layout) for p in plans if p.error is None)
         if layout == "tiles":
             shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.hf
 
 torch = pytest.importorskip("torch")
 
-import vlmprep  # noqa: E402
 from llm_compare import compare_model_inputs  # noqa: E402
+
+import vlmprep  # noqa: E402
 from vlmprep.adapters import sglang as sg  # noqa: E402
 from vlmprep.adapters import transformers as tfa  # noqa: E402
 from vlmprep.adapters import vllm as vl  # noqa: E402

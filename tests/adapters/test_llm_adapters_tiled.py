@@ -21,8 +21,9 @@ pytestmark = pytest.mark.hf
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import vlmprep  # noqa: E402
 from llm_compare import compare_model_inputs  # noqa: E402
+
+import vlmprep  # noqa: E402
 from vlmprep.adapters import transformers as tfa  # noqa: E402
 
 # InternVL: tile 56 = 4 x 4 patches of 14 -> 2 x 2 after the 0.5 pixel shuffle = 4 tokens per tile.

@@ -17,10 +17,10 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from hfref import hf_outputs
 from PIL import Image
 
 import vlmprep
-from hfref import hf_outputs
 from vlmprep.adapters import vit
 
 pytestmark = pytest.mark.hf
@@ -85,8 +85,7 @@ def _qwen2_tower():
 
 
 def _qwen25_tower():
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
-        Qwen2_5_VisionTransformerPretrainedModel)
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
     # window 56 px = 2x2 merged tokens: a 4x6 grid has 2x2 partial windows; block 1 is global.
     cfg = transformers.Qwen2_5_VLVisionConfig(depth=2, hidden_size=32, out_hidden_size=48,
                                               intermediate_size=64, num_heads=2, window_size=56,

@@ -20,10 +20,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from conftest import devices
 from imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
+
+import vlmprep
 
 pytestmark = pytest.mark.dali
 
@@ -146,7 +146,7 @@ def test_resize_edges_match_pillow(src_hw, dst_hw, interp):
     pipe = vlmprep.Pipeline([vlmprep.ops.resize(mode="fixed", height=dst_hw[0], width=dst_hw[1],
                                                 interpolation=interp),
                              vlmprep.ops.patchify(patch_size=1, temporal_patch_size=1,
-                                                  merge_size=1, layout="tiles")])
+                                                  merge_size=1, order="tiles")])
     img = tiled("rocket", *src_hw)
     want = vlmprep.Processor(pipe, backend="reference", dtype="uint8")([img]).pixel_values
     got = vlmprep.Processor(pipe, backend="dali", dtype="uint8")([img]).pixel_values
@@ -163,7 +163,7 @@ def _identity(h: int, w: int) -> vlmprep.Pipeline:
     """Decode only: a fixed resize to the source size (no pass runs) and one tile per image."""
     return vlmprep.Pipeline([vlmprep.ops.resize(mode="fixed", height=h, width=w),
                              vlmprep.ops.patchify(patch_size=1, temporal_patch_size=1,
-                                                  merge_size=1, layout="tiles")])
+                                                  merge_size=1, order="tiles")])
 
 
 def _no_fallback(monkeypatch):

@@ -20,13 +20,12 @@ compared with it, and no more.
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs
 from imgdata import FORMATS, crop, encode, hf_view, tiled
+
+import vlmprep
 
 pytestmark = pytest.mark.hf
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from imgdata import crop
 
 import vlmprep
-from imgdata import crop
 from vlmprep import ops
 from vlmprep.plan.tiling import box_overlap
 

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from vlmprep.cli import bench, bench_harness, bench_hf, bench_images
+from vlmprep.bench import harness as bench_harness
+from vlmprep.bench import hf as bench_hf
+from vlmprep.bench import images as bench_images
+from vlmprep.cli import bench
 from vlmprep.cli.main import main
 
 FAST = ["--num-images", "2", "--repeat", "1", "--warmup", "0"]
@@ -181,6 +184,7 @@ def test_no_cuda_is_a_clear_error(capsys):
 
 def test_thread_count_restores():
     import torch
+
     from vlmprep.kernels import get_num_threads
     before = (torch.get_num_threads(), get_num_threads())
     with bench_harness.thread_count(1) as eff:
@@ -203,7 +207,7 @@ def test_synthetic_images_are_deterministic_mosaics():
 
 def test_checkpoint_configs_resolve_to_the_presets():
     """Every preset has its checkpoint config packaged, and it resolves to the preset."""
-    from vlmprep.spec import presets
+    from vlmprep import presets
     for name in presets.names():
         assert presets.from_config(bench_hf.checkpoint_config(name)) == presets.get(name)
     with pytest.raises(ValueError, match="no checkpoint config for preset 'nope'"):
@@ -247,7 +251,8 @@ def test_compare_hf(tmp_path, capsys):
 def test_hf_processors_are_the_oracles():
     """The processors --compare hf builds equal the test suite's oracles, for every preset."""
     from hfref import hf_processor
-    from vlmprep.spec import presets
+
+    from vlmprep import presets
     for name in presets.names():
         pipe = presets.get(name)
         cfg = bench_hf.config_for(name, pipe)
@@ -258,7 +263,7 @@ def test_hf_processors_are_the_oracles():
 
 @pytest.mark.hf
 def test_compare_hf_refuses_a_changed_pipeline():
-    from vlmprep.spec import presets
+    from vlmprep import presets
     with pytest.raises(ValueError, match="does not resolve"):
         bench_hf.config_for("qwen2-vl", presets.get("qwen2-vl", max_pixels=1_003_520))
 

@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 OUT = Path(__file__).with_name("golden_qwen.json")
 IMAGE_TOKEN = "<|image_pad|>"
 

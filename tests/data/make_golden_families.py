@@ -4,7 +4,7 @@
 
 Every value is computed by transformers only, never by vlmprep. For each preset (the ten
 non-Qwen families; Qwen is in golden_qwen.json) and each source size (H, W), the PIL-backend image
-processor built from ``vlmprep/spec/presets/checkpoints/<preset>.json`` (``tests/hfref.py``,
+processor built from ``vlmprep/presets/checkpoints/<preset>.json`` (``tests/hfref.py``,
 ``hf_processor(preset, "pil")``) is run on a real black uint8 image of that size (``input_data_format="channels_last"``: without
 it transformers guesses the channel axis of 1- or 3-pixel-wide images and may misread them; where
 the guessing call gives another ``pixel_values`` shape the row records it as ``default_pv``), and
@@ -103,8 +103,7 @@ def _tok():
 def token_oracles() -> dict:
     """preset -> f((h, w)) -> num_image_tokens, from the family processors' own methods."""
     import transformers as T
-    from transformers.models.llava_onevision.video_processing_llava_onevision import (
-        LlavaOnevisionVideoProcessor)
+    from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
     merge = lambda **kw: {"images_kwargs": {}}  # noqa: E731
 
     def unbound(cls, **attrs):

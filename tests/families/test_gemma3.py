@@ -13,10 +13,10 @@ import os
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.plan import plan_image
 from vlmprep.plan.gemma3 import pan_and_scan_crops
 

@@ -16,10 +16,10 @@ import types
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.plan import plan_image
 
 PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37)]
@@ -85,8 +85,7 @@ def _hf_geometry(hf, hw, L, M, split=True):
 
     ``resize`` is replaced on the instance by one that records the size and returns a stand-in:
     every size decision is still transformers' code."""
-    from transformers.models.idefics3.image_processing_pil_idefics3 import \
-        get_resize_output_image_size
+    from transformers.models.idefics3.image_processing_pil_idefics3 import get_resize_output_image_size
     fake = types.SimpleNamespace()
 
     def resize(image, size, resample=None, **kw):

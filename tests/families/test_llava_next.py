@@ -15,13 +15,12 @@ import os
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.pack import concat
-from vlmprep.plan import plan_image
-from vlmprep.plan import anyres
+from vlmprep.plan import anyres, plan_image
 
 PRESETS = ["llava-next", "llava-onevision"]
 PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37)]
@@ -76,10 +75,8 @@ def tf():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.models.llava_next.processing_llava_next import LlavaNextProcessor
-    from transformers.models.llava_onevision.processing_llava_onevision import (
-        LlavaOnevisionProcessor)
-    from transformers.models.llava_onevision.video_processing_llava_onevision import (
-        LlavaOnevisionVideoProcessor)
+    from transformers.models.llava_onevision.processing_llava_onevision import LlavaOnevisionProcessor
+    from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
 
     tk = Tokenizer(models.WordLevel({"[UNK]": 0, "hi": 1}, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

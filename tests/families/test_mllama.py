@@ -11,10 +11,10 @@ import os
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.plan import plan_image
 from vlmprep.plan.mllama import aspect_ratio_id, mllama_canvas, mllama_fit
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, hf_outputs
 from imgdata import crop, tiled
+
+import vlmprep
 
 pytestmark = pytest.mark.hf
 

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.plan import plan_image
 
 PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37)]
@@ -75,8 +75,7 @@ def _hf_processor_self(patch: int, merge: int, longest_edge: int):
 @pytest.mark.parametrize("patch,merge,L", [(16, 1, 1024), (14, 2, 1540), (16, 1, 512)])
 def test_geometry_sweep_matches_transformers(patch, merge, L):
     from transformers.image_utils import ChannelDimension
-    from transformers.models.pixtral.image_processing_pil_pixtral import (
-        get_resize_output_image_size)
+    from transformers.models.pixtral.image_processing_pil_pixtral import get_resize_output_image_size
     from transformers.models.pixtral.processing_pixtral import PixtralProcessor
     seed = int.from_bytes(os.urandom(4), "little")
     print("seed", seed)

@@ -17,10 +17,10 @@ import functools
 
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, hf_processor
 from imgdata import crop, tiled
+
+import vlmprep
 
 pytestmark = pytest.mark.hf
 

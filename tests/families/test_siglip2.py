@@ -12,10 +12,10 @@ import os
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.plan import plan_image
 from vlmprep.plan.naflex import naflex_size
 
@@ -53,8 +53,7 @@ def test_peers_table(hw, want):
 
 @pytest.mark.hf
 def test_scale_search_sweep_matches_transformers():
-    from transformers.models.siglip2.image_processing_pil_siglip2 import (
-        get_image_size_for_max_num_patches)
+    from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
     seed = int.from_bytes(os.urandom(4), "little")
     print("seed", seed)
     rng = np.random.default_rng(seed)
@@ -71,8 +70,7 @@ def test_scale_search_sweep_matches_transformers():
 def test_over_budget_is_an_image_error():
     # 1 x 20,000,000 with a budget of 1: even the smallest scale (1e-6) gives 16 x 32, two
     # patches; transformers would emit 2 rows for a 1-row budget. Here: an ImageError.
-    from transformers.models.siglip2.image_processing_pil_siglip2 import (
-        get_image_size_for_max_num_patches)
+    from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
     assert get_image_size_for_max_num_patches(1, 20_000_000, 16, 1) == (16, 32)
     with pytest.raises(vlmprep.ImageError, match="max_num_patches"):
         plan_image(vlmprep.presets.get("siglip2-naflex", max_num_patches=1), (1, 20_000_000))

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hfref import hf_processor
 
 import vlmprep
-from hfref import hf_processor
 from vlmprep.plan import plan_image
 
 pytestmark = pytest.mark.hf
@@ -82,8 +82,7 @@ def test_idefics3_rows_cols_and_tokens():
 
 def test_pixtral_resize_and_prompt():
     from transformers.image_utils import ChannelDimension
-    from transformers.models.pixtral.image_processing_pil_pixtral import (
-        get_resize_output_image_size)
+    from transformers.models.pixtral.image_processing_pil_pixtral import get_resize_output_image_size
     from transformers.models.pixtral.processing_pixtral import PixtralProcessor
     seed = _seed()
     fake = SimpleNamespace(patch_size=16, spatial_merge_size=1, image_token="[IMG]",
@@ -106,8 +105,7 @@ def test_pixtral_resize_and_prompt():
 
 
 def test_siglip2_naflex_size_and_tokens():
-    from transformers.models.siglip2.image_processing_pil_siglip2 import (
-        get_image_size_for_max_num_patches)
+    from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
     seed = _seed()
     pipe = vlmprep.presets.get("siglip2-naflex")
     for h, w in _sizes(seed, extreme=20000):

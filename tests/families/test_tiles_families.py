@@ -11,10 +11,10 @@ import os
 import numpy as np
 import pytest
 import torch
-
-import vlmprep
 from hfref import CONFIGS, config, hf_outputs
 from imgdata import crop, encode, hf_view, tiled
+
+import vlmprep
 from vlmprep.plan import plan_image
 from vlmprep.plan.tiling import internvl_grid
 
@@ -142,4 +142,4 @@ def test_tiles_layout_needs_a_fixed_tile():
     from vlmprep import ops
     with pytest.raises(ValueError, match="one tile size"):
         vlmprep.Pipeline([ops.resize(mode="shortest_edge", size=100),
-                          ops.patchify(patch_size=14, layout="tiles")])
+                          ops.patchify(patch_size=14, order="tiles")])

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from PIL import Image, ImageOps
-
 from imgdata import crop, encode, png16, tiled
+from PIL import Image, ImageOps
 
 __all__ = ["Case", "Group", "groups", "oracle_rgb", "GROUP_NAMES", "GROUP_MODES", "ALL_MODES"]
 

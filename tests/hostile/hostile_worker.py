@@ -125,7 +125,6 @@ def _same(a, b) -> bool:
 
 
 def _diff(a, b) -> str:
-    import torch
     if a.pixel_values.shape != b.pixel_values.shape:
         return f"shape {tuple(a.pixel_values.shape)} vs {tuple(b.pixel_values.shape)}"
     d = (a.pixel_values.float() - b.pixel_values.float()).abs()

@@ -18,7 +18,6 @@ import json
 import os
 
 import pytest
-
 from hostile_corpus import ALL_MODES, GROUP_MODES, GROUP_NAMES
 from hostile_runner import run_groups
 

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 import torch
+from imgdata import crop, encode
 
 import vlmprep
-from imgdata import crop, encode
 
 
 def _huge_png_header() -> bytes:

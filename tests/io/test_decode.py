@@ -5,10 +5,10 @@ import io
 
 import numpy as np
 import pytest
+from imgdata import crop, encode, png16, with_alpha, with_exif_orientation
 from PIL import Image, ImageOps
 
 import vlmprep
-from imgdata import crop, encode, png16, with_alpha, with_exif_orientation
 from vlmprep.io.decode import decode
 from vlmprep.io.inputs import resolve
 

@@ -22,15 +22,14 @@ import zlib
 
 import numpy as np
 import pytest
+from imgdata import crop, encode
 from PIL import Image
 
 import vlmprep
-from imgdata import crop, encode
-from vlmprep import kernels
+from vlmprep import kernels, ops
 from vlmprep.errors import ImageError
 from vlmprep.io import decode as D
 from vlmprep.io.inputs import resolve
-from vlmprep.spec import ops
 
 sys.path.insert(0, os.path.dirname(__file__))
 import decode_mem_cases as M  # noqa: E402

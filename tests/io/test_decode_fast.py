@@ -8,9 +8,9 @@ import io
 
 import numpy as np
 import pytest
+from imgdata import crop, encode, with_exif_orientation
 from PIL import Image
 
-from imgdata import crop, encode, with_exif_orientation
 from vlmprep.errors import ImageError
 from vlmprep.io import decode as D
 from vlmprep.io.inputs import resolve

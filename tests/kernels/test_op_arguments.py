@@ -62,8 +62,8 @@ CHILD_CASES = [
      "width: expected a size in [1, 268435456], got 4294967299"),
     ("resize_normalize_patchify output elements overflow int64",
      "out = torch.full((64,), 7.0)\n"
-     f"call = lambda: torch.ops.vlmprep.resize_normalize_patchify(torch.zeros(5, 6, 3, dtype=torch.uint8), "
-     f"2**28, 2**28, 'bilinear', torch.zeros(3, 256), out, 0, 'merge_grouped', 2**14, 2**14, 2**28, 1)",
+     "call = lambda: torch.ops.vlmprep.resize_normalize_patchify(torch.zeros(5, 6, 3, dtype=torch.uint8), "
+     "2**28, 2**28, 'bilinear', torch.zeros(3, 256), out, 0, 'merge_grouped', 2**14, 2**14, 2**28, 1)",
      "overflows int64"),
 ]
 

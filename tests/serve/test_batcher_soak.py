@@ -18,7 +18,6 @@ import random
 import time
 
 import numpy as np
-import pytest
 import torch
 from PIL import Image
 

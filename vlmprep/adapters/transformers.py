@@ -236,7 +236,9 @@ def _mllama_cross_attention_mask(processor: Any, out: dict, hf: dict):
     """MllamaProcessor's ``cross_attention_mask (B, L, max_images, max_tiles)``."""
     import torch
     from transformers.models.mllama.processing_mllama import (
-        convert_sparse_cross_attention_mask_to_dense, get_cross_attention_token_mask)
+        convert_sparse_cross_attention_mask_to_dense,
+        get_cross_attention_token_mask,
+    )
     ids = out["input_ids"]
     rows = [r.tolist() if hasattr(r, "tolist") else list(r) for r in ids]
     sparse = [get_cross_attention_token_mask(r, processor.image_token_id) for r in rows]

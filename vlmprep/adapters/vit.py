@@ -132,7 +132,7 @@ def patch_positions(batch: "PackedBatch") -> "torch.Tensor":
     import torch
     _check_batch(batch)
     op = _patchify(batch)
-    merge = op.merge_size if op.layout == "merge_grouped" else 1
+    merge = op.merge_size if op.order == "merge_grouped" else 1
     parts = [_grid_rc(h, w, merge).repeat(t, 1) for t, h, w in batch.grid_thw.tolist()]
     out = torch.cat(parts) if parts else torch.zeros((0, 2), dtype=torch.int64)
     return out.to(batch.device, non_blocking=True)
@@ -144,9 +144,9 @@ def rotary_position_ids(batch: "PackedBatch") -> "torch.Tensor":
     get_vision_position_ids(grid_thw, merge_size)`` (what the vision model feeds its
     ``rotary_pos_emb``; pass it as ``position_ids=``)."""
     op = _patchify(batch)
-    if op.layout != "merge_grouped":
+    if op.order != "merge_grouped":
         raise ValueError(f"rotary_position_ids: expected a merge_grouped batch (Qwen families), "
-                         f"got layout {op.layout!r}; use patch_positions(batch) for other layouts")
+                         f"got layout {op.order!r}; use patch_positions(batch) for other layouts")
     return patch_positions(batch)
 
 
@@ -156,9 +156,9 @@ def naflex_inputs(batch: "PackedBatch") -> dict[str, "torch.Tensor"]:
     ``pixel_attention_mask (S, L)`` int32 (1 on a real patch), ``spatial_shapes (S, 2)`` int64
     ``(h_p, w_p)``. The same tensors as ``Siglip2ImageProcessor`` gives."""
     _check_batch(batch)
-    if _patchify(batch).layout != "naflex":
+    if _patchify(batch).order != "naflex":
         raise ValueError(f"naflex_inputs: expected a naflex batch (preset 'siglip2-naflex'), got "
-                         f"layout {_patchify(batch).layout!r}")
+                         f"layout {_patchify(batch).order!r}")
     from ..hf_forms import HF_FORMS
     out = HF_FORMS["siglip2"](batch)
     out["spatial_shapes"] = out["spatial_shapes"].to(batch.device, non_blocking=True)
@@ -233,7 +233,7 @@ def normalize_on_device(batch: "PackedBatch", dtype: "torch.dtype | None" = None
         raise ValueError("normalize_on_device: expected a batch whose pipeline has a normalize op "
                          "(its mean/std), got none; build the batch with a preset or add "
                          "vlmprep.ops.normalize(...) to the pipeline")
-    layout = _patchify(batch).layout
+    layout = _patchify(batch).order
     c = len(op.mean)
     if layout == "tiles":
         view = pv.reshape(pv.shape[0], pv.shape[1], -1)             # (S, C, H*W)
@@ -304,7 +304,7 @@ def _encode_qwen(model: Any, batch: "PackedBatch", deepstack: bool) -> list["tor
     op = _patchify(batch)
     kind = type(tower).__name__
     fix = "process the images with the preset of this model (e.g. 'qwen3-vl' for Qwen3-VL)"
-    _expect(kind, "layout", op.layout, "merge_grouped", fix)
+    _expect(kind, "order", op.order, "merge_grouped", fix)
     _expect(kind, "patch_size", op.patch_size, cfg.patch_size, fix)
     _expect(kind, "temporal_patch_size", op.temporal_patch_size, cfg.temporal_patch_size, fix)
     _expect(kind, "spatial_merge_size", op.merge_size, cfg.spatial_merge_size, fix)
@@ -327,7 +327,7 @@ def _encode_qwen(model: Any, batch: "PackedBatch", deepstack: bool) -> list["tor
 def _check_tiles(kind: str, batch: "PackedBatch", image_size: Any, patch_size: Any) -> None:
     op = _patchify(batch)
     fix = "process the images with this model's preset (tile size and patch size must match)"
-    _expect(kind, "layout", op.layout, "tiles", fix)
+    _expect(kind, "order", op.order, "tiles", fix)
     size = image_size if isinstance(image_size, (list, tuple)) else (image_size, image_size)
     patch = patch_size if isinstance(patch_size, (list, tuple)) else (patch_size, patch_size)
     _expect(kind, "tile size (H, W)", tuple(batch.pixel_values.shape[2:]), tuple(size), fix)
@@ -367,7 +367,7 @@ def _encode_siglip2(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]:
     kind = type(model).__name__
     op = _patchify(batch)
     fix = "process the images with the 'siglip2-naflex' preset"
-    _expect(kind, "layout", op.layout, "naflex", fix)
+    _expect(kind, "order", op.order, "naflex", fix)
     _expect(kind, "patch_size", op.patch_size, model.config.patch_size, fix)
     if batch.num_seqs == 0:
         return _pad_images(batch, [])

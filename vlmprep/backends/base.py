@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
-from ..spec.pipeline import Pipeline
-from ..spec.ops import OP_TYPES
+from ..ops import OP_TYPES
+from ..pipeline import Pipeline
 from .registry import get_lowering, lowering
 
 if TYPE_CHECKING:
@@ -69,13 +69,13 @@ class Backend:
         ``{index: ImageError}`` for images that failed now (their rows are left unwritten: the
         caller compacts)."""
         errors: dict[int, ImageError] = {}
-        layout = self.pipeline.patchify.layout
+        order = self.pipeline.patchify.order
         row = 0
         jobs: list[Context] = []
         for src, p in zip(sources, plans):
             if p.error is not None or src is None:
                 continue
-            n = p.rows(layout)
+            n = p.rows(order)
             jobs.append(Context(src, p, out[row:row + n], self.dtype, self.device))
             row += n
         for ctx, err in zip(jobs, self._map(jobs)):

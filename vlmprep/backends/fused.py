@@ -155,7 +155,7 @@ def _hwc(x: Any) -> "torch.Tensor":
 
 
 def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: Any) -> None:
-    """Every tile's rows into ``ctx.dest`` in ``op.layout`` (one kernel call per image; a
+    """Every tile's rows into ``ctx.dest`` in ``op.order`` (one kernel call per image; a
     ``Deferred`` tile is resized by the kernel as it writes)."""
     import numpy as np
     import torch
@@ -164,7 +164,7 @@ def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: A
     from ..plan.grid import row_length
     if len(tiles) == 1 and isinstance(tiles[0], Deferred):
         d = tiles[0]
-        args = (d.hw, d.interpolation, table_, ctx.dest.view(-1), 0, op.layout, op.patch_size,
+        args = (d.hw, d.interpolation, table_, ctx.dest.view(-1), 0, op.order, op.patch_size,
                 op.merge_size, op.temporal_patch_size)
         image = d.image
         if isinstance(image, Encoded):
@@ -190,7 +190,7 @@ def write_rows(tiles: list, table_: "torch.Tensor | None", ctx: "Context", op: A
     for t in imgs:
         offsets.append(at)
         h, w = t.shape[0], t.shape[1]
-        at += 3 * h * w if op.layout == "tiles" else (h // op.patch_size) * (w // op.patch_size) \
+        at += 3 * h * w if op.order == "tiles" else (h // op.patch_size) * (w // op.patch_size) \
             * row_length(op)
-    kernels.normalize_patchify(imgs, table_, ctx.dest.view(-1), offsets, op.layout,
+    kernels.normalize_patchify(imgs, table_, ctx.dest.view(-1), offsets, op.order,
                                op.patch_size, op.merge_size, op.temporal_patch_size)

@@ -1,1 +1,1 @@
-"""Command line: ``vlmprep plan``, ``vlmprep info``."""
+"""Command line (argparse only): ``vlmprep plan``, ``info``, ``bench``; the measuring is in vlmprep.bench."""

@@ -50,7 +50,7 @@ def _threads(s: str) -> list[int]:
 
 
 def _sizes(s: str) -> list[str]:
-    from .bench_images import parse_size
+    from ..bench.images import parse_size
     parts = [p for p in s.split(",") if p.strip()]
     if not parts:
         raise argparse.ArgumentTypeError(f"expected sizes such as 720p,1080p,4k, got {s!r}")
@@ -164,10 +164,10 @@ def _backends(spec: str, device: str) -> list[str]:
 
 def config(args: argparse.Namespace):
     """Validate the flags -> ``bench_harness.BenchConfig`` (inputs built, nothing measured)."""
-    from . import bench_images
-    from .bench_harness import BenchConfig
-    from .plan import _pipeline
-    pipe = _pipeline(args.preset, [])
+    from ..bench import images as bench_images
+    from ..bench.harness import BenchConfig
+    from ._common import load_pipeline
+    pipe = load_pipeline(args.preset)
     if not DEVICE_RE.match(args.device):
         raise ValueError(f"--device: expected cpu, cuda or cuda:N, got {args.device!r}")
     if args.device.startswith("cuda"):
@@ -180,7 +180,7 @@ def config(args: argparse.Namespace):
         _check_out(args.json, "--json")
     if args.plot:
         _check_out(args.plot, "--plot")
-        from .bench_plot import check_available
+        from ..bench.plot import check_available
         check_available()
     if args.images is not None:
         sets = [bench_images.folder_set(args.images, args.num_images)]
@@ -198,7 +198,7 @@ def config(args: argparse.Namespace):
 
 def measure(args: argparse.Namespace) -> dict:
     """Parse-validated flags -> the result dict (what ``--json`` writes)."""
-    from . import bench_harness
+    from ..bench import harness as bench_harness
     cfg = config(args)
     log = (lambda m: None) if args.quiet else (
         lambda m: print(f"vlmprep bench: {m}", file=sys.stderr, flush=True))
@@ -208,12 +208,12 @@ def measure(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from .main import print_json
+    from ._common import print_json
     result = measure(args)
     if args.json not in (None, "-"):
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.plot:
-        from .bench_plot import write_plot
+        from ..bench.plot import write_plot
         write_plot(result, args.plot)
     if args.json == "-":
         print_json(result)
@@ -235,7 +235,7 @@ def _f(x, fmt: str = ".1f") -> str:
 
 
 def print_report(result: dict) -> None:
-    from .main import print_table
+    from ._common import print_table
     m, v, cfg = result["machine"], result["versions"], result["config"]
     print(f"vlmprep bench: preset {result['preset']['name']} on {m['name']} ({m['cpu_model']}, "
           f"{m['usable_cpus']} CPUs{', ' + ', '.join(m['gpus']) if m['gpus'] else ''}); device "

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 from importlib import metadata
 
 _PACKAGES = ("torch", "torchvision", "pillow", "numpy", "opencv-python-headless",
@@ -17,18 +16,8 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def kernels_info() -> dict:
-    """The build record plus whether the ops load here (and why not)."""
-    from .. import kernels
-    info = kernels.build_info()
-    reason = kernels.why_unavailable()
-    return {"built": reason is None, "reason": reason, **info,
-            "dali_plugin_loaded": kernels.dali_plugin() is not None if reason is None else False}
-
-
 def collect(preset: str | None = None) -> dict:
-    from .. import __version__, backends
-    from ..spec import presets
+    from .. import __version__, backends, kernels, presets
     versions = {"python": platform.python_version(), "vlmprep": __version__}
     for name in _PACKAGES:
         try:
@@ -42,7 +31,7 @@ def collect(preset: str | None = None) -> dict:
         "backends": {n: {"available": backends.why_unavailable(n) is None,
                          "reason": backends.why_unavailable(n)} for n in backends.names()},
         "presets": presets.names(),
-        "kernels": kernels_info(),
+        "kernels": kernels.summary(),
     }
     try:
         import torch
@@ -58,7 +47,7 @@ def collect(preset: str | None = None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import print_json
+    from ._common import print_json
     info = collect(args.preset)
     if args.json:
         print_json(info)
@@ -84,6 +73,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernels: not available: {k['reason']}")
     print(f"presets: {', '.join(info['presets'])}")
     if "pipeline" in info:
-        from ..spec.pipeline import Pipeline
+        from ..pipeline import Pipeline
         print(Pipeline.from_dict(info["pipeline"]))
     return 0

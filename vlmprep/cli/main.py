@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Sequence
 
@@ -23,20 +22,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, KeyError, OSError) as e:
         print(f"vlmprep {args.command}: error: {e}", file=sys.stderr)
         return 2
-
-
-def print_table(rows: list[dict], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout."""
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-
-
-def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

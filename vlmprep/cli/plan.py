@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
+
+from ._common import load_pipeline
 
 
 def add_parser(sub) -> None:
@@ -21,25 +22,6 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _pipeline(preset: str, sets: list[str]):
-    from ..spec import presets
-    overrides = {}
-    for s in sets:
-        k, sep, v = s.partition("=")
-        if not sep:
-            raise ValueError(f"--set: expected FIELD=VALUE, got {s!r}")
-        try:
-            overrides[k] = int(v)
-        except ValueError:
-            try:
-                overrides[k] = float(v)
-            except ValueError:
-                overrides[k] = v
-    if os.path.exists(preset):
-        return presets.from_config(presets.load_config(preset)).replace(**overrides)
-    return presets.get(preset, **overrides)
-
-
 def _size(s: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", s)
     if not m:
@@ -51,10 +33,10 @@ def _size(s: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     from ..errors import ImageError
     from ..plan import plan_image
-    from .main import print_json, print_table
+    from ._common import print_json, print_table
     if not args.files and not args.size:
         raise ValueError("expected --size WxH or image files, got neither")
-    pipe = _pipeline(args.preset, args.set)
+    pipe = load_pipeline(args.preset, args.set)
     rows = []
     inputs: list[tuple[str, object]] = [(f"{w}x{h}", (h, w)) for h, w in map(_size, args.size)]
     inputs += [(f, f) for f in args.files]

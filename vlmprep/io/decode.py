@@ -20,14 +20,14 @@ import io
 from typing import TYPE_CHECKING
 
 from ..errors import ImageError
-from ..spec.ops import DEFAULT_MAX_DECODE_BYTES, DEFAULT_MAX_SOURCE_BYTES
+from ..ops import DEFAULT_MAX_DECODE_BYTES, DEFAULT_MAX_SOURCE_BYTES
 from .inputs import Source
 
 if TYPE_CHECKING:
     import numpy as np
     from PIL import Image
 
-    from ..spec import ops
+    from .. import ops
     from .probe import ProbeResult
 
 __all__ = ["decode", "read_bytes", "encoded_bytes", "to_rgb", "orient", "check_structure", "decode_cost",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .probe import ProbeResult
 
 from ..errors import ImageError, describe_source
-from ..spec.ops import DEFAULT_MAX_SOURCE_BYTES
+from ..ops import DEFAULT_MAX_SOURCE_BYTES
 
 __all__ = ["Source", "resolve", "encoded_buffer", "open_image_file", "read_image_file",
            "stat_image_file"]

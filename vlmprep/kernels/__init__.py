@@ -28,7 +28,7 @@ from .threads import get_num_threads, local_threads, set_num_threads
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["available", "why_unavailable", "build_info", "dali_plugin", "normalize_patchify", "empty",
+__all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "normalize_patchify", "empty",
            "resize", "resize_normalize_patchify", "decode_resize_normalize_patchify", "decode_jpeg",
            "jpeg_available", "JpegDeclined", "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
@@ -73,6 +73,13 @@ def _layout_ints(op: str, patch, merge, temporal) -> tuple[int, int, int]:
 def available() -> bool:
     """True when the torch ops are loaded (loads them on first call)."""
     return load() is None
+
+
+def summary() -> dict:
+    """The build record plus whether the ops load here (and why not): ``vlmprep info`` and the bench."""
+    reason = why_unavailable()
+    return {"built": reason is None, "reason": reason, **build_info(),
+            "dali_plugin_loaded": dali_plugin() is not None if reason is None else False}
 
 
 def _require() -> None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..spec.ops import anyres_tile
-from ..spec.pipeline import Pipeline
+from ..ops import anyres_tile
+from ..pipeline import Pipeline
 from .plan import Box, Canvas, Sizing, sizing_rule
 
 __all__ = ["select_best_resolution", "patch_output_size", "padding", "unpadded_features",

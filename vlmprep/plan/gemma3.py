@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from ..spec.ops import pan_and_scan
-from ..spec.pipeline import Pipeline
+from ..ops import pan_and_scan
+from ..pipeline import Pipeline
 from . import grid
 from .plan import Box, Canvas, Sizing, sizing_rule
 

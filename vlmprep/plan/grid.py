@@ -27,7 +27,7 @@ naflex (SigLIP2 NaFlex): as raster, but channels last inside a row: [py, px, c]:
 from __future__ import annotations
 
 from ..errors import ImageError
-from ..spec.ops import patchify
+from ..ops import patchify
 
 __all__ = ["patch_grid", "tokens_for_grid", "row_length"]
 
@@ -40,11 +40,11 @@ def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
     """
     h, w = hw
     p, m = op.patch_size, op.merge_size
-    if op.layout == "tiles":
+    if op.order == "tiles":
         return 1, h // p, w // p
     if h % (p * m) or w % (p * m):
         raise ImageError(f"expected sides that are multiples of patch_size*merge_size = {p * m} "
-                         f"for layout {op.layout!r}, got {h}x{w} (HxW) after resizing; use a "
+                         f"for layout {op.order!r}, got {h}x{w} (HxW) after resizing; use a "
                          f"resize op whose factor is {p * m}")
     return 1, h // p, w // p
 

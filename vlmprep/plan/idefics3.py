@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from ..spec.ops import idefics3_tile
-from ..spec.pipeline import Pipeline
+from ..ops import idefics3_tile
+from ..pipeline import Pipeline
 from .plan import Box, Canvas, Sizing, sizing_rule
 
 __all__ = ["rescale_to_longest_edge", "resize_to_tiles", "split_grid", "num_image_tokens",

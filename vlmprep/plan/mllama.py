@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from ..spec.ops import canvas_tile
-from ..spec.pipeline import Pipeline
+from ..ops import canvas_tile
+from ..pipeline import Pipeline
 from .plan import Box, Canvas, Sizing, sizing_rule
 
 __all__ = ["tile_arrangements", "aspect_ratio_id", "mllama_canvas", "mllama_fit"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 
 from ..errors import ImageError
-from ..spec.ops import naflex_resize
-from ..spec.pipeline import Pipeline
+from ..ops import naflex_resize
+from ..pipeline import Pipeline
 from .plan import Canvas, Sizing, sizing_rule
 
 __all__ = ["naflex_size"]

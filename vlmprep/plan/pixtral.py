@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 from ..errors import ImageError
-from ..spec.ops import pixtral_resize
-from ..spec.pipeline import Pipeline
+from ..ops import pixtral_resize
+from ..pipeline import Pipeline
 from .plan import Canvas, Sizing, sizing_rule
 
 __all__ = ["pixtral_size", "pixtral_placeholder"]

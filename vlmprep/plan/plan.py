@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
-from ..spec.ops import center_crop, decode, resize, smart_resize, tile
-from ..spec.pipeline import Pipeline
-from . import grid
+from ..ops import center_crop, decode, resize, smart_resize, tile
+from ..pipeline import Pipeline
+from . import grid, tiling
 from . import resize as rules
-from . import tiling
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,9 +89,9 @@ class ImagePlan:
     def ok(self) -> bool:
         return self.error is None
 
-    def rows(self, layout: str) -> int:
+    def rows(self, order: str) -> int:
         """Leading-dimension rows this image fills in ``pixel_values``: patches or tiles."""
-        return len(self.tiles) if layout == "tiles" else self.num_patches
+        return len(self.tiles) if order == "tiles" else self.num_patches
 
 
 @dataclass(frozen=True)

@@ -91,13 +91,13 @@ class Backend(_Base):
             out: torch.Tensor) -> dict[int, ImageError]:
         """Fill ``out`` with every good image's rows (see ``base.Backend.run``); return the
         images that failed now (their rows are left unwritten: the caller compacts)."""
-        layout = self.pipeline.patchify.layout
+        order = self.pipeline.patchify.order
         items, row = [], 0
         for src, p in zip(sources, plans):
             if p.error is not None or src is None:
                 continue
             items.append(_Item(src, p, row))
-            row += p.rows(layout)
+            row += p.rows(order)
         errors: dict[int, ImageError] = {}
         with self._lock:
             stages = self.stages

@@ -32,8 +32,8 @@ from ..resample_order import pil_pass_order
 
 if TYPE_CHECKING:
     from ...io.inputs import Source
+    from ...ops import patchify
     from ...plan import Canvas
-    from ...spec.ops import patchify
 
 __all__ = ["FILTER_SUPPORT", "Feeds", "pass_args", "canvas_args", "tile_args", "dali_decodes",
            "PASS_KEYS", "CANVAS_KEYS"]
@@ -169,10 +169,10 @@ def tile_args(box: tuple[int, int, int, int], op: "patchify") -> tuple[dict, int
     top, left, h, w = box
     out = {"tile_start": _i32(top, left), "tile_shape": _i32(h, w)}
     p, m = op.patch_size, op.merge_size
-    if op.layout == "tiles":
+    if op.order == "tiles":
         return out, 1
     gh, gw = h // p, w // p
-    if op.layout == "merge_grouped":
+    if op.order == "merge_grouped":
         out["grid"] = _i32(gh // m, m, p, gw // m, m, p, 3)
     else:  # raster / naflex: (gy, py, gx, px, c)
         out["grid"] = _i32(gh, p, gw, p, 3)

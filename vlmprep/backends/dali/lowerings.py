@@ -18,7 +18,7 @@ import numpy as np
 import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 
-from ...spec import ops
+from ... import ops
 from ..base import register_sizing
 from ..registry import lowering
 from .feeds import CANVAS_KEYS, PASS_KEYS
@@ -161,16 +161,16 @@ def patchify(op: ops.patchify, x: "DataNode", g: "GraphCtx") -> "DataNode":
     fused = plugin_normalize_patchify(x, g.deferred_normalize, op, g)
     if fused is not None:
         return fused
-    if op.layout == "tiles":
+    if op.order == "tiles":
         return fn.transpose(x, perm=[2, 0, 1])
     y = fn.reshape(x, shape=g.arg("grid"), layout="")
-    if op.layout == "merge_grouped":
+    if op.order == "merge_grouped":
         # (bh, mh, py, bw, mw, px, c) -> (bh, bw, mh, mw, c, py, px), then T copies after c.
         y = fn.transpose(y, perm=[0, 3, 1, 4, 6, 2, 5])
         if op.temporal_patch_size > 1:
             y = fn.expand_dims(y, axes=[5])
             y = fn.cat(*([y] * op.temporal_patch_size), axis=5)
-    elif op.layout == "raster":
+    elif op.order == "raster":
         y = fn.transpose(y, perm=[0, 2, 4, 1, 3])  # (gy, gx, c, py, px)
     else:
         y = fn.transpose(y, perm=[0, 2, 1, 3, 4])  # naflex: (gy, gx, py, px, c)
@@ -214,6 +214,6 @@ def plugin_normalize_patchify(x: "DataNode", normalize_op: "ops.normalize | None
     kw = {"dtype": types.UINT8} if normalize_op is None else {
         "dtype": _F32, "lut": [float(v) for v in normalize_table(normalize_op).ravel()]}
     return fn.vlmprep_normalize_patchify(
-        x, layout=patchify_op.layout, patch_size=patchify_op.patch_size,
+        x, layout=patchify_op.order, patch_size=patchify_op.patch_size,
         merge_size=patchify_op.merge_size, temporal_patch_size=patchify_op.temporal_patch_size,
         device=g.device, **kw)

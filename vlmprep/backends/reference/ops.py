@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import ops
 from ...io import decode as _io
-from ...spec import ops
 from ...plan.tiling import box_overlap
 from .. import fused
 from ..base import Context, register_geometry_lowerings
@@ -76,15 +76,15 @@ def patchify(op: ops.patchify, imgs: list[np.ndarray], ctx: Context) -> None:
         return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
     if ctx.dtype == "uint8" and fused.usable(ctx):
         return fused.write_rows(imgs, None, ctx, op)
-    if op.layout == "tiles":
+    if op.order == "tiles":
         x = np.stack(imgs).transpose(0, 3, 1, 2)
-    elif op.layout in ("raster", "naflex"):
+    elif op.order in ("raster", "naflex"):
         # Raster rows (see plan.grid): (gy, py, gx, px, c) -> [c, py, px] or [py, px, c].
         (img,) = imgs
         p = op.patch_size
         H, W, C = img.shape
         x = img.reshape(H // p, p, W // p, p, C)
-        x = x.transpose(0, 2, 4, 1, 3) if op.layout == "raster" else x.transpose(0, 2, 1, 3, 4)
+        x = x.transpose(0, 2, 4, 1, 3) if op.order == "raster" else x.transpose(0, 2, 1, 3, 4)
     else:
         (img,) = imgs
         p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size

@@ -6,9 +6,9 @@ patchify writes the output rows. Resizes run as one-dimensional passes in Pillow
 """
 from __future__ import annotations
 
-from ...spec.ops import OP_TYPES
-from ..base import Backend as _Base
+from ...ops import OP_TYPES
 from .. import fused
+from ..base import Backend as _Base
 from . import ops as _ops  # (registers the lowerings)
 
 
@@ -23,7 +23,7 @@ class Backend(_Base):
         # a JPEG while it does (ops.DeferredDecode, per image).
         if (device.startswith("cpu") and len(names) >= 3 and OP_TYPES[names[1]].sizing
                 and names[2:] in (["normalize", "patchify"], ["patchify"])
-                and pipeline.patchify.layout in fused.RESIZE_LAYOUTS):
+                and pipeline.patchify.order in fused.RESIZE_LAYOUTS):
             self.lowerings[1] = _ops.DeferredSizing(self.lowerings[1])
             if names[0] == "decode":
                 self.lowerings[0] = _ops.DeferredDecode(

@@ -7,10 +7,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ... import kernels, ops
 from ...io import decode as _io
-from ...spec import ops
 from ...plan.tiling import box_overlap
-from ... import kernels
 from .. import fused
 from ..base import Context, register_geometry_lowerings
 from ..registry import lowering
@@ -110,17 +109,17 @@ def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
         return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
     if ctx.dtype == "uint8" and fused.usable(ctx):
         return fused.write_rows(fused.hwc_tiles(imgs), None, ctx, op)
-    if op.layout == "tiles":
+    if op.order == "tiles":
         for k, x in enumerate(imgs):
             ctx.dest[k].copy_(x)
         return
-    if op.layout in ("raster", "naflex"):
+    if op.order in ("raster", "naflex"):
         # Raster rows (see plan.grid): (c, gy, py, gx, px) -> [c, py, px] or [py, px, c].
         (img,) = imgs
         p = op.patch_size
         C, H, W = img.shape
         x = img.reshape(C, H // p, p, W // p, p)
-        x = x.permute(1, 3, 0, 2, 4) if op.layout == "raster" else x.permute(1, 3, 2, 4, 0)
+        x = x.permute(1, 3, 0, 2, 4) if op.order == "raster" else x.permute(1, 3, 2, 4, 0)
         ctx.dest.view(x.shape).copy_(x)
         return
     (img,) = imgs

@@ -37,7 +37,7 @@ def _pipeline(longest_edge: int, tile_size: int, split: bool = True, image_seq_l
                           image_seq_len=image_seq_len, interpolation=interpolation),
     ]
     steps += normalize_steps(rescale, mean, std, do_normalize)
-    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=scale, layout="tiles"),
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=scale, order="tiles"),
               ops.pack(image_token="<image>", hf_output="idefics3")]
     return Pipeline(steps, name="idefics3")
 

@@ -9,8 +9,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -26,7 +25,7 @@ def _pipeline(tile_size: int, min_tiles: int, max_tiles: int, mean, std,
                  thumbnail=True, interpolation=interpolation),
     ]
     steps += normalize_steps(rescale, mean, std, do_normalize)
-    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=2, layout="tiles"),
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=2, order="tiles"),
               ops.pack(image_token="<IMG_CONTEXT>", prefix="<img>", suffix="</img>",
                        extra_tokens=2, hf_output="got_ocr2")]
     return Pipeline(steps, name="internvl")

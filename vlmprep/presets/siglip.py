@@ -9,8 +9,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("SiglipImageProcessor")
 
@@ -20,7 +19,7 @@ def _pipeline(hw: tuple[int, int], patch: int, mean, std, interpolation: str = "
     steps: list[ops.Op] = [ops.decode(), ops.resize(mode="fixed", height=hw[0], width=hw[1],
                                                     interpolation=interpolation)]
     steps += normalize_steps(rescale, mean, std, do_normalize)
-    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1, layout="tiles"),
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1, order="tiles"),
               # SigLIP inserts no text of its own (PaliGemma etc. add theirs): tokens = patches.
               ops.pack(image_token="", hf_output="images")]
     return Pipeline(steps, name="siglip")

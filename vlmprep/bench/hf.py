@@ -1,7 +1,7 @@
 """``vlmprep bench --compare hf``: the transformers image processors of a preset, as users run them.
 
 Each preset's processors are built from the public checkpoint's ``preprocessor_config.json``
-(``vlmprep/spec/presets/checkpoints/``: the values the presets are built from), plus the kwargs the model's
+(``vlmprep/presets/checkpoints/``: the values the presets are built from), plus the kwargs the model's
 ``Processor`` forces whatever the saved config says. Two backends per family (transformers 5):
 ``pil`` (``<Family>ImageProcessorPil``) and ``torchvision`` (``<Family>ImageProcessor``).
 Inputs are the same encoded bytes vlmprep gets, opened with PIL and converted to RGB inside the
@@ -17,7 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from ..spec.pipeline import Pipeline
+    from ..pipeline import Pipeline
 
 __all__ = ["BACKENDS", "CHECKPOINTS", "checkpoint_config", "config_for", "class_names", "processor_kwargs",
            "build", "call"]
@@ -32,8 +32,8 @@ _DROP = ("image_processor_type", "processor_class", "crop_size", "do_center_crop
 
 #: The public checkpoints' preprocessor_config.json files the presets are built from (one per
 #: preset, plus ``smolvlm``, a checkpoint that resolves to ``idefics3``).
-CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spec",
-                           "presets", "checkpoints")
+CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "presets",
+                           "checkpoints")
 
 
 def checkpoint_config(preset: str) -> dict:
@@ -51,7 +51,7 @@ def config_for(preset_arg: str, pipeline: "Pipeline") -> dict:
     """The config the transformers processors are built from: the checkpoint file when
     ``--preset`` is a path, else the preset's embedded checkpoint config. Checks that it resolves
     to ``pipeline`` (so both sides run the same configuration)."""
-    from ..spec import presets
+    from .. import presets
     if os.path.exists(preset_arg):
         cfg = presets.load_config(preset_arg)
     else:

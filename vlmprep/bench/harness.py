@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from . import bench_env
-from .bench_images import ImageSet
+from . import env as bench_env
+from .images import ImageSet
 
 if TYPE_CHECKING:
-    from ..spec.pipeline import Pipeline
+    from ..pipeline import Pipeline
 
 __all__ = ["BenchConfig", "run", "thread_count", "DEFINITIONS", "STAGES", "SCHEMA_VERSION"]
 
@@ -236,8 +236,8 @@ def _item_facts(pipe: "Pipeline", s: ImageSet) -> tuple[list[float], list[int]]:
 
 
 def _decode_floor(s: ImageSet, repeat: int, device: str = "cpu") -> dict:
-    from . import bench_decoders
     from ..io.probe import probe
+    from . import decoders as bench_decoders
     hws = [probe(b).size_hw for b in s.items]
     with thread_count(1):
         calls, unavailable = bench_decoders.prepare(list(s.items), hws, device)
@@ -287,7 +287,7 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
     # is timed unfused, so the resize stage is the resize; end to end runs fused.
     sizing = [(op, getattr(fn, "unfused", fn)) for op, fn in zip(be.ops[1:k], be.lowerings[1:k])]
     rest = list(zip(be.ops[k:], be.lowerings[k:]))
-    layout = pipe.patchify.layout
+    order = pipe.patchify.order
     tdtype = getattr(torch, dtype)
     on_gpu = device.startswith("cuda")
 
@@ -318,8 +318,8 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
         _sync(device)
         t4 = time.perf_counter()
         t["resize_ms"] = t4 - t3
-        rows = plan.rows(layout)
-        shape = (rows, 3, *pipe.tile_hw) if layout == "tiles" else (rows, row_length(pipe.patchify))
+        rows = plan.rows(order)
+        shape = (rows, 3, *pipe.tile_hw) if order == "tiles" else (rows, row_length(pipe.patchify))
         out = alloc(shape)
         ctx.dest = out
         for op, fn in rest:
@@ -355,7 +355,7 @@ def _vlmprep(cfg: BenchConfig, s: ImageSet, backend: str, dtype: str, facts, rss
 
 
 def _hf(cfg: BenchConfig, s: ImageSet, hf_cfg: dict, backend: str, facts, rss) -> dict:
-    from . import bench_hf
+    from . import hf as bench_hf
     proc = bench_hf.build(hf_cfg, cfg.pipeline, backend)
     device = cfg.device if backend == "torchvision" else "cpu"
     idx = _batches(len(s.items), cfg.batch_size)
@@ -375,8 +375,8 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
     """Measure everything ``cfg`` asks for -> the result dict (see DEFINITIONS; JSON-able)."""
     import torch  # noqa: F401  (loaded first, so machine() sees CUDA devices)
 
-    from . import bench_hf
-    from .info import kernels_info
+    from .. import kernels
+    from . import hf as bench_hf
     log = log or (lambda msg: None)
     hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else None
     if cfg.compare_hf:
@@ -398,7 +398,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": bench_env.machine(),
         "versions": bench_env.versions(),
-        "kernels": kernels_info(),
+        "kernels": kernels.summary(),
         "preset": {"name": cfg.pipeline.name, "source": cfg.preset,
                    "pipeline": cfg.pipeline.to_dict()},
         "config": {"backends": list(cfg.backends), "dtypes": list(cfg.dtypes),

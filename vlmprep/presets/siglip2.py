@@ -27,7 +27,7 @@ def _pipeline(patch: int = 16, max_num_patches: int = 256, mean=(0.5,) * 3, std=
                                              interpolation=interpolation)]
     steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1,
-                           layout="naflex"),
+                           order="naflex"),
               # No text of its own: tokens = valid patches, placeholder "".
               ops.pack(image_token="", hf_output="siglip2")]
     return Pipeline(steps, name="siglip2-naflex")

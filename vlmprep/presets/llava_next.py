@@ -17,8 +17,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -47,7 +46,7 @@ def _pipeline(name: str, tile_size: int, pinpoints, mean, std, *, patch: int = 1
                         interpolation=interpolation),
     ]
     steps += normalize_steps(rescale, mean, std, do_normalize)
-    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1, layout="tiles"),
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=1, order="tiles"),
               ops.pack(image_token="<image>", hf_output=hf_output)]
     return Pipeline(steps, name=name)
 

@@ -57,10 +57,10 @@ class Pipeline:
                              f"order {names}")
         self._ops = ops
         self._name = str(name)
-        if self.patchify.layout == "tiles" and self.tile_hw is None:
-            raise ValueError(f"Pipeline: layout 'tiles' expected one tile size for every image "
+        if self.patchify.order == "tiles" and self.tile_hw is None:
+            raise ValueError(f"Pipeline: patchify order 'tiles' expected one tile size for every image "
                              f"(ops.tile, ops.center_crop or ops.resize(mode='fixed')), got "
-                             f"{names}; add a crop or use layout='merge_grouped'")
+                             f"{names}; add a crop or use order='merge_grouped'")
 
     # -- access ---------------------------------------------------------------------------------
     @property

@@ -28,7 +28,7 @@ def _pipeline(patch: int = 16, merge: int = 1, longest_edge: int = 1024, mean=CL
                                               interpolation=interpolation)]
     steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=merge,
-                           layout="raster"),
+                           order="raster"),
               # [IMG] per token; pixtral_resize adds the [IMG_BREAK] / [IMG_END] row tokens.
               ops.pack(image_token="[IMG]", hf_output="pixtral")]
     return Pipeline(steps, name="pixtral")

@@ -11,8 +11,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -27,7 +26,7 @@ def _pipeline(tile_size: int, max_tiles: int, mean, std, interpolation: str = "b
     ]
     steps += normalize_steps(rescale, mean, std, do_normalize)
     # ViT-H/14: 40 x 40 patches per 560 tile (the model adds its CLS token: 1601).
-    steps += [ops.patchify(patch_size=14, temporal_patch_size=1, merge_size=1, layout="tiles"),
+    steps += [ops.patchify(patch_size=14, temporal_patch_size=1, merge_size=1, order="tiles"),
               ops.pack(image_token="<|image|>", hf_output="mllama")]
     return Pipeline(steps, name="mllama")
 

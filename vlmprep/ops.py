@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 __all__ = [
@@ -452,26 +452,26 @@ class naflex_resize(Op):
 __all__ += ["pixtral_resize", "naflex_resize"]
 
 
-#: Output layouts. See ``vlmprep.plan.grid`` for the Given/Input/Output examples.
-LAYOUTS = ("merge_grouped", "tiles")
+#: Row orders of patchify's output. See ``vlmprep.plan.grid`` for the Given/Input/Output examples.
+ORDERS = ("merge_grouped", "tiles")
 #: raster (Pixtral): rows [c, py, px] in raster order; naflex (SigLIP2): rows [py, px, c].
-LAYOUTS += ("raster", "naflex")
+ORDERS += ("raster", "naflex")
 
 
 @dataclass(frozen=True)
 class patchify(Op):
     """Cut the image into ``patch_size`` squares and emit one row per patch.
 
-    ``layout="merge_grouped"`` (Qwen2-VL / Qwen3-VL): each row is ``[c, t, py, px]``
+    ``order="merge_grouped"`` (Qwen2-VL / Qwen3-VL): each row is ``[c, t, py, px]``
     with the still image repeated ``temporal_patch_size`` times; rows are grouped by
     ``merge_size x merge_size`` blocks so each 4 consecutive rows are one LLM token.
 
-    ``layout="tiles"`` (fixed-size tile families): the output keeps each tile as a
+    ``order="tiles"`` (fixed-size tile families): the output keeps each tile as a
     ``(C, H, W)`` image; ``patch_size`` only sets the ViT grid (``floor(H / patch_size)``
     per side, as a stride-P convolution sees it) and ``merge_size`` how many patches per
     side one LLM token covers (InternVL's pixel shuffle: 2).
 
-    ``layout="raster"`` (Pixtral) / ``"naflex"`` (SigLIP2 NaFlex): one sequence per image, rows
+    ``order="raster"`` (Pixtral) / ``"naflex"`` (SigLIP2 NaFlex): one sequence per image, rows
     in raster order, each ``[c, py, px]`` / ``[py, px, c]``; ``temporal_patch_size`` must be 1.
     """
 
@@ -479,21 +479,21 @@ class patchify(Op):
     patch_size: int = 14
     temporal_patch_size: int = 2
     merge_size: int = 2
-    layout: str = "merge_grouped"
+    order: str = "merge_grouped"
 
     def __post_init__(self) -> None:
         _check_int(self.name, "patch_size", self.patch_size)
         _check_int(self.name, "temporal_patch_size", self.temporal_patch_size)
         _check_int(self.name, "merge_size", self.merge_size)
-        if self.layout not in LAYOUTS:
-            _fail(self.name, "layout", f"one of {LAYOUTS}", self.layout, "pick a layout")
-        if self.layout in ("raster", "naflex") and self.temporal_patch_size != 1:
-            _fail(self.name, "temporal_patch_size", f"1 for layout {self.layout!r} (still images)",
+        if self.order not in ORDERS:
+            _fail(self.name, "order", f"one of {ORDERS}", self.order, "pick an order")
+        if self.order in ("raster", "naflex") and self.temporal_patch_size != 1:
+            _fail(self.name, "temporal_patch_size", f"1 for order {self.order!r} (still images)",
                   self.temporal_patch_size, "pass temporal_patch_size=1")
 
 
 #: ``to_hf()`` forms: qwen2_vl (pixel_values + image_grid_thw), images (pixel_values
-#: ``[N, C, H, W]``), got_ocr2 (tiles + num_patches); "auto" = qwen2_vl or images by layout.
+#: ``[N, C, H, W]``), got_ocr2 (tiles + num_patches); "auto" = qwen2_vl or images by patchify order.
 HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2")
 # pixtral: pixel_values [B, 3, Hmax, Wmax] + image_sizes; siglip2: [B, max_num_patches, P*P*3]
 # + pixel_attention_mask + spatial_shapes.

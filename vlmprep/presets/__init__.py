@@ -17,12 +17,16 @@ __all__ = ["names", "get", "from_config", "load_config", "FAMILIES"]
 #: Family modules in the order their configs are tried by ``from_config``.
 FAMILIES = (qwen, llava, internvl, siglip)
 from . import pixtral, siglip2  # noqa: E402
+
 FAMILIES += (pixtral, siglip2)
 from . import llava_next  # noqa: E402
+
 FAMILIES += (llava_next,)
 from . import idefics3  # noqa: E402
+
 FAMILIES += (idefics3,)
 from . import gemma3, mllama  # noqa: E402
+
 FAMILIES += (mllama, gemma3)
 
 _BUILDERS: dict[str, Callable[[], Pipeline]] = {}

@@ -12,8 +12,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Gemma3ImageProcessor")
 #: Gemma3Processor's ``images_kwargs`` (used where the config says null).
@@ -31,7 +30,7 @@ def _pipeline(hw: tuple[int, int], mean, std, interpolation: str = "bilinear",
     ]
     steps += normalize_steps(rescale, mean, std, do_normalize)
     # merge_size = the 4 x 4 average pool: (896 / 14)^2 / 16 = 256 soft tokens per sequence.
-    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=pool, layout="tiles"),
+    steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=pool, order="tiles"),
               ops.pack(image_token="<image_soft_token>", prefix="\n\n<start_of_image>",
                        suffix="<end_of_image>\n\n", hf_output="gemma3")]
     return Pipeline(steps, name="gemma3")

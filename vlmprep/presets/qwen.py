@@ -32,7 +32,7 @@ def _pipeline(name: str, patch: int, min_pixels: int, max_pixels: int,
     steps += normalize_steps(rescale, mean, std, do_normalize)
     steps += [
         ops.patchify(patch_size=patch, temporal_patch_size=temporal, merge_size=merge,
-                     layout="merge_grouped"),
+                     order="merge_grouped"),
         ops.pack(image_token="<|image_pad|>"),  # to_hf "auto": qwen2_vl
     ]
     return Pipeline(steps, name=name)

@@ -62,7 +62,7 @@ def test_custom_pipeline_equals_preset():
         ops.smart_resize(factor=28, min_pixels=3136, max_pixels=12_845_056,
                          interpolation="bicubic"),
         ops.normalize(rescale=1 / 255, mean=QWEN2["mean"], std=QWEN2["std"]),
-        ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2, layout="merge_grouped"),
+        ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2, order="merge_grouped"),
     ])
     assert custom.ops == vlmprep.presets.get("qwen2-vl").ops
     import numpy as np
