@@ -22,15 +22,16 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Sequence
 
-from .loader import build_info, dali_plugin, load, why_unavailable
+from .loader import build_info, dali_plugin, dali_plugin_loaded, load, why_unavailable
 from .threads import get_num_threads, local_threads, set_num_threads
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "normalize_patchify", "empty",
-           "resize", "resize_normalize_patchify", "decode_resize_normalize_patchify", "decode_jpeg",
-           "jpeg_available", "JpegDeclined", "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
+__all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "dali_plugin_loaded",
+           "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
+           "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_available", "JpegDeclined",
+           "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")

@@ -11,9 +11,12 @@ import json
 import os
 import threading
 
-__all__ = ["load", "why_unavailable", "build_info", "dali_plugin"]
+__all__ = ["load", "why_unavailable", "build_info", "dali_plugin", "dali_plugin_loaded", "DALI_OP"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+#: The DALI op the plugin registers (``fn.vlmprep_normalize_patchify``; csrc/dali).
+DALI_OP = "VlmprepNormalizePatchify"
 
 
 def _dir() -> str:
@@ -102,9 +105,19 @@ def _load_dali() -> str | None:
         import nvidia.dali.plugin_manager as pm
     except ImportError:
         return None
-    if "VlmprepNormalizePatchify" not in b.RegisteredCPUOps():
+    if DALI_OP not in b.RegisteredCPUOps():
         try:
             pm.load_library(path)
         except RuntimeError:
             return None
     return path
+
+
+def dali_plugin_loaded(device: str = "cpu") -> bool:
+    """Whether the csrc DALI plugin (``dali_plugin()``) is built and registered for ``device``
+    (``"cpu"`` or ``"gpu"``: a CPU-only build has no GPU op)."""
+    if dali_plugin() is None:
+        return False
+    import nvidia.dali.backend as backend
+    ops = backend.RegisteredGPUOps() if device == "gpu" else backend.RegisteredCPUOps()
+    return DALI_OP in ops
