@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test clean sanitize fuzz fuzz-short
+.PHONY: venv demo test lint clean sanitize fuzz fuzz-short
 
 venv: $(STAMP)
 
@@ -22,7 +22,13 @@ $(STAMP): requirements/runtime.txt requirements/test.txt setup.py $(shell find c
 demo: venv
 	$(PY) bench/demo.py
 
-test: venv
+# Lint (ruff: pycodestyle, pyflakes, import order, bugbear) and the type check (mypy on vlmprep/),
+# both configured in pyproject.toml; `make test` runs them first, so CI fails on either.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: venv lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Fuzzing (fuzz/run.py; docs/reliability.md): atheris harnesses on probe, the whole per-image path
