@@ -16,8 +16,9 @@ import skimage.data
 from matplotlib import cbook
 from PIL import Image, ImageOps
 
-import vlmprep.io.probe as probe_module
+from vlmprep.io.probe import png as probe_png
 from vlmprep.io.probe import probe
+from vlmprep.io.probe import reader as probe_reader
 
 BUDGET = 64 * 1024
 
@@ -165,12 +166,12 @@ def test_png_text_inflation_has_a_total_budget(monkeypatch):
             inflated.append(len(out))
             return out
 
-    monkeypatch.setattr(probe_module.zlib, "decompressobj", Counting)
+    monkeypatch.setattr(probe_png.zlib, "decompressobj", Counting)
     data = _png_with_text_chunks(1000, 1 << 20)
     assert len(data) < 1_100_000
     r = probe(data)
     assert (r.width, r.height) == (4, 4)  # Pillow refuses it (over 64 MiB of text in all)
-    assert sum(inflated) <= probe_module._MAX_TEXT_TOTAL
+    assert sum(inflated) <= probe_png.MAX_TEXT_TOTAL
     assert sum(inflated) >= 1 << 20  # the first chunks are still read (an XMP orientation counts)
 
 
@@ -213,7 +214,7 @@ def test_bytes_read_from_a_file_have_a_total_budget(tmp_path, monkeypatch):
     few, many = tmp_path / "few.jpg", tmp_path / "many.jpg"
     few.write_bytes(jpeg[:sof] + body * 4 + jpeg[sof:])
     many.write_bytes(jpeg[:sof] + body * 64 + jpeg[sof:])
-    monkeypatch.setattr(probe_module, "_MAX_READ", 256 * 1024)
+    monkeypatch.setattr(probe_reader, "MAX_READ", 256 * 1024)
     assert probe(str(few)).width == 24
     with pytest.raises(ImageError, match="within 262,144 bytes read"):
         probe(str(many))  # 64 blocks of 8 KiB = 512 KiB
