@@ -57,7 +57,7 @@ def _feed_content(h: "hashlib._Hash", item: Any, max_bytes: int, max_elems: int)
     FIFO or ``/dev/zero`` would block or never end); hashes arrays row by row (a broadcast
     view with 0 strides is never made contiguous whole).
     """
-    from .io.inputs import _is_ndarray, _is_torch_tensor, encoded_buffer, open_image_file
+    from .io.inputs import encoded_buffer, is_ndarray, is_torch_tensor, open_image_file
     if isinstance(item, (bytes, bytearray, memoryview)):
         try:
             item = encoded_buffer(item, max_bytes)
@@ -90,7 +90,7 @@ def _feed_content(h: "hashlib._Hash", item: Any, max_bytes: int, max_elems: int)
         h.update(repr(item.info.get("transparency")).encode())
         h.update(data)
         return True
-    if _is_ndarray(item):
+    if is_ndarray(item):
         import numpy as np
         a = np.asarray(item)
         if a.dtype.hasobject or a.ndim < 1 or a.size > max_elems:
@@ -99,7 +99,7 @@ def _feed_content(h: "hashlib._Hash", item: Any, max_bytes: int, max_elems: int)
         for row in a:  # one row contiguous at a time: memory bounded by a row
             h.update(np.ascontiguousarray(row).data)
         return True
-    if _is_torch_tensor(item):
+    if is_torch_tensor(item):
         import torch
         t = item.detach()
         if t.is_complex() or t.layout != torch.strided or t.is_meta or t.numel() > max_elems:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 from ..errors import ImageError, describe_source
 from ..ops import DEFAULT_MAX_SOURCE_BYTES
 
-__all__ = ["Source", "resolve", "encoded_buffer", "open_image_file", "read_image_file",
-           "stat_image_file"]
+__all__ = ["Source", "as_image_list", "resolve", "encoded_buffer", "open_image_file",
+           "read_image_file", "stat_image_file", "is_ndarray", "is_torch_tensor"]
 
 _ENCODED = (bytes, bytearray, memoryview)
 # A URL scheme ("http://", "s3://", "file://") or a data URI: not a local path.
@@ -63,12 +63,24 @@ def _derives(x: Any, module: str, name: str) -> bool:
     return any(c.__name__ == name and (c.__module__ or "") == module for c in type(x).__mro__)
 
 
-def _is_torch_tensor(x: Any) -> bool:
+def is_torch_tensor(x: Any) -> bool:
     return _derives(x, "torch", "Tensor")
 
 
-def _is_ndarray(x: Any) -> bool:
+def is_ndarray(x: Any) -> bool:
     return _derives(x, "numpy", "ndarray")
+
+
+def as_image_list(images: Any) -> list:
+    """The images of one call as a list: a list or tuple as given; one bare image (bytes, a
+    path, an array or tensor, a PIL image) as a batch of one, like transformers' processors."""
+    if isinstance(images, (list, tuple)):
+        return list(images)
+    if isinstance(images, (bytes, bytearray, memoryview, str, os.PathLike)) or hasattr(images, "shape") \
+            or (type(images).__module__ or "").startswith("PIL"):
+        return [images]
+    raise TypeError(f"images: expected a list of images (bytes, paths, PIL images, HWC uint8 arrays, "
+                    f"CHW uint8 tensors), got {type(images).__name__}; wrap a generator in list()")
 
 
 def resolve(item: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Source:
@@ -112,12 +124,12 @@ def _resolve(item: Any, desc: str, max_bytes: int) -> Source:
         _check_pil(item)
         w, h = item.size
         return Source("pil", item, (int(h), int(w)), None, desc)
-    if _is_ndarray(item):
+    if is_ndarray(item):
         import numpy as np
         a = item if type(item) is np.ndarray else np.asarray(item).view(np.ndarray)
         _check_array(a, layout="HWC", channel_axis=2)
         return Source("array", a, (int(a.shape[0]), int(a.shape[1])), None, desc)
-    if _is_torch_tensor(item):
+    if is_torch_tensor(item):
         _check_tensor(item)
         _check_array(item, layout="CHW", channel_axis=0)
         return Source("tensor", item, (int(item.shape[1]), int(item.shape[2])), None, desc)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ImageError
-from ..processor import Processor, _as_list
+from ..io.inputs import as_image_list
+from ..processor import Processor
 from .metrics import Metrics
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class Batcher:
             self._metrics.rejected += 1
             raise RuntimeError("closed: this Batcher was closed and takes no new requests; "
                                "create a new Batcher")
-        items = _as_list(images)
+        items = as_image_list(images)
         if self.max_request_images is not None and len(items) > self.max_request_images:
             self._metrics.rejected += 1
             raise RequestTooLarge(

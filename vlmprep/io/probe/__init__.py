@@ -110,14 +110,15 @@ def _probe(d) -> ProbeResult:
     for magic, name in _SIGNATURES:
         if head.startswith(magic):
             return _PARSERS[name](d)
+    cut: str | None  # the format whose signature the data ends inside
     if len(head) < 12 and (b"RIFF".startswith(head) or head.startswith(b"RIFF")):
-        name = "WebP"
+        cut = "WebP"
     else:
-        name = next((n for m, n in _SIGNATURES if m.startswith(head)), None)
-    if name is not None:
+        cut = next((n for m, n in _SIGNATURES if m.startswith(head)), None)
+    if cut is not None:
         raise ImageError(
-            f"expected a complete {name} file; the data ends after {len(head)} bytes, "
-            f"inside the {name} signature; {TRUNCATED}"
+            f"expected a complete {cut} file; the data ends after {len(head)} bytes, "
+            f"inside the {cut} signature; {TRUNCATED}"
         )
     raise ImageError(
         f"expected a JPEG/PNG/WebP/BMP/GIF/TIFF file; the first bytes {head[:8]!r} match none of "
