@@ -7,12 +7,13 @@ Examples::
         --json out.json --plot out.png
     vlmprep bench --preset internvl --images photos/ --backend all --batch-size 8
 
-The measuring is ``bench_harness``; this module parses flags and prints. Progress goes to stderr,
-tables (or ``--json`` without a file) to stdout.
+The measuring is ``vlmprep.bench`` (harness, images, decoders, hf, env, plot); this module only
+parses flags and prints. Progress goes to stderr, tables (or ``--json`` without a file) to stdout.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -122,7 +123,6 @@ def add_parser(sub) -> None:
 
 def _check_out(path: str, flag: str) -> None:
     """Fail before measuring, not after: the target must be a writable file path."""
-    import os
     target = Path(path)
     parent = target.resolve().parent
     if target.is_dir():
@@ -163,7 +163,7 @@ def _backends(spec: str, device: str) -> list[str]:
 
 
 def config(args: argparse.Namespace):
-    """Validate the flags -> ``bench_harness.BenchConfig`` (inputs built, nothing measured)."""
+    """Validate the flags -> ``vlmprep.bench.harness.BenchConfig`` (inputs built, nothing measured)."""
     from ..bench import images as bench_images
     from ..bench.harness import BenchConfig
     from ._common import load_pipeline
@@ -206,8 +206,6 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     from ._common import print_json
     result = measure(args)
     if args.json not in (None, "-"):

@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
 
 def collect(preset: str | None = None) -> dict:
     from .. import __version__, backends, kernels, presets
-    versions = {"python": platform.python_version(), "vlmprep": __version__}
+    versions: dict[str, str | None] = {"python": platform.python_version(), "vlmprep": __version__}
     for name in _PACKAGES:
         try:
             versions[name] = metadata.version(name)
@@ -65,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     k = info["kernels"]
     if k["built"]:
         t = k["torch_ext"]
+        cuda_kernels = f"for {t.get('cuda_archs')}" if t.get("cuda") else "not built (no nvcc)"
+        jpeg = "built (libjpeg-turbo)" if t.get("libjpeg") else f"not built: {t.get('libjpeg_reason')}"
+        dali = "loaded" if k["dali_plugin_loaded"] else f"not built: {k['dali_plugin'].get('reason')}"
         print(f"kernels: torch ops built for torch {t.get('torch')} (CUDA {t.get('torch_cuda')}), "
-              f"CUDA kernels {'for ' + str(t.get('cuda_archs')) if t.get('cuda') else 'not built (no nvcc)'}; "
-              f"JPEG fast path {'built (libjpeg-turbo)' if t.get('libjpeg') else 'not built: ' + str(t.get('libjpeg_reason'))}; "
-              f"DALI plugin {'loaded' if k['dali_plugin_loaded'] else 'not built: ' + str(k['dali_plugin'].get('reason'))}")
+              f"CUDA kernels {cuda_kernels}; JPEG fast path {jpeg}; DALI plugin {dali}")
     else:
         print(f"kernels: not available: {k['reason']}")
     print(f"presets: {', '.join(info['presets'])}")
