@@ -2,13 +2,15 @@
 
 The oracle of every result is the Processor run on that request alone: the batcher must return
 the same PackedBatch bit for bit (data movement only, so exact equality, no tolerance).
-Images are fresh random each run; the seed is printed and put in assertion messages.
+Images are fresh random each run, from the run's seed (the ``seed`` fixture: printed in the header,
+VLMPREP_TEST_SEED replays it). No speed is asserted here (that is bench/'s job): waits have a
+generous watchdog against a hang, and "off the loop" is checked by threads and by a gate that only
+the running loop can open.
 """
 from __future__ import annotations
 
 import asyncio
 import io
-import secrets
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ import vlmprep
 from vlmprep.serve import Batcher, RequestTooLarge
 
 PRESET = "qwen2-vl"
+WATCHDOG_S = 120  # a hang, not a speed bound: no step here needs more than a few seconds
 
 
 def make_proc(errors: str = "raise") -> vlmprep.Processor:
@@ -30,9 +33,7 @@ def make_proc(errors: str = "raise") -> vlmprep.Processor:
 
 
 @pytest.fixture
-def rng():
-    seed = secrets.randbits(32)
-    print(f"seed={seed}")
+def rng(seed):
     return np.random.default_rng(seed)
 
 
@@ -113,6 +114,7 @@ class Recorder:
     def __init__(self, inner, gate: bool = False, fail_first: bool = False):
         self.inner = inner
         self.calls: list[list] = []
+        self.threads: list[int] = []  # the thread of each call
         self.started = threading.Event()
         self.gate = threading.Event() if gate else None
         self.fail_first = fail_first
@@ -123,6 +125,7 @@ class Recorder:
     def _hold(self, images):
         first = not self.calls
         self.calls.append(images)
+        self.threads.append(threading.get_ident())
         self.started.set()
         if first and self.gate is not None:
             assert self.gate.wait(20), "test gate never opened"
@@ -147,7 +150,8 @@ def record(b: Batcher, **kw) -> Recorder:
     return rec
 
 
-async def until(cond, timeout: float = 10.0):
+async def until(cond, timeout: float = 60.0):
+    """Wait for ``cond()``; the timeout is a watchdog against a hang, not a speed bound."""
     t = time.monotonic()
     while not cond():
         assert time.monotonic() - t < timeout, "condition not reached"
@@ -370,24 +374,24 @@ def test_close_drains_then_refuses(rng):
     reqs = [[rand_array(rng, 30, 40)] for _ in range(20)]
 
     async def main():
-        b = Batcher(proc, max_delay_ms=20_000)  # only close() can make these run soon
+        # Only close() can make these run before the hour is up: the watchdog (a hang, not a
+        # speed bound) is far below the delay, so close() must not wait for it.
+        b = Batcher(proc, max_delay_ms=3_600_000)
         tasks = [asyncio.create_task(b.submit(r)) for r in reqs]
         await until(lambda: b.metrics()["queue_depth"] == 20)
-        t = time.monotonic()
-        await b.close()
-        took = time.monotonic() - t
+        await asyncio.wait_for(b.close(), WATCHDOG_S)
         done = [t.done() for t in tasks]
         with pytest.raises(RuntimeError, match="closed"):
             await b.submit(reqs[0])
-        async with Batcher(proc, max_delay_ms=20_000) as b2:
+        async with Batcher(proc, max_delay_ms=3_600_000) as b2:
             late = asyncio.create_task(b2.submit(reqs[1]))
             await until(lambda: b2.metrics()["queue_depth"] == 1)
         with pytest.raises(RuntimeError, match="closed"):
             await b2.submit(reqs[1])
-        return [t.result() for t in tasks], done, took, late, b.metrics()
+        return [t.result() for t in tasks], done, late, b.metrics()
 
-    out, done, took, late, m = asyncio.run(main())
-    assert all(done) and took < 10
+    out, done, late, m = asyncio.run(main())
+    assert all(done)
     for i, r in enumerate(out):
         assert_same(("ok", r), alone(proc, reqs[i]), f"request {i}")
     assert late.done() and late.exception() is None
@@ -396,36 +400,36 @@ def test_close_drains_then_refuses(rng):
 
 
 def test_event_loop_keeps_running_during_a_batch(rng):
+    """The batch runs on a worker thread, and the loop keeps running other coroutines meanwhile:
+    the worker holds the batch at a gate that only a coroutine on the loop opens, after it has
+    ticked 5 times while the batch was held. Processing on the loop thread could never open it
+    (the gate's watchdog fails the test instead of hanging)."""
     proc = make_proc()
     imgs = [rand_array(rng, 200, 300) for _ in range(60)]
 
     async def main():
         b = Batcher(proc, max_delay_ms=0)
-        ticks: list[float] = []
-        stop = False
+        rec = record(b, gate=True)
+        ticks_while_held = 0
 
         async def ticker():
-            while not stop:
-                ticks.append(time.monotonic())
-                await asyncio.sleep(0.005)
+            nonlocal ticks_while_held
+            await until(rec.started.is_set)
+            while ticks_while_held < 5:
+                ticks_while_held += 1
+                await asyncio.sleep(0.001)
+            rec.gate.set()
 
         tt = asyncio.create_task(ticker())
-        await asyncio.sleep(0.02)
-        t0 = time.monotonic()
-        res = await b.submit(imgs)
-        t1 = time.monotonic()
-        stop = True
+        res = await asyncio.wait_for(b.submit(imgs), WATCHDOG_S)
         await tt
         await b.close()
-        return res, [t for t in ticks if t0 <= t <= t1], t1 - t0
+        return res, rec, threading.get_ident(), ticks_while_held
 
-    res, during, took = asyncio.run(main())
+    res, rec, loop_thread, ticks = asyncio.run(main())
     assert res.num_images == 60
-    # Processing on the loop would give 0 ticks; off it, the 5 ms ticker keeps going (a
-    # quarter of its nominal rate leaves room for GIL contention on a busy 2-core box).
-    assert len(during) >= max(5, 0.25 * took / 0.005), (len(during), took)
-    gaps = np.diff(during) if len(during) > 1 else np.array([took])
-    assert gaps.max() < max(0.1, took / 3), (gaps.max(), took)
+    assert ticks == 5 and rec.calls
+    assert loop_thread not in rec.threads, "a batch ran on the event loop's thread"
 
 
 # -- cache --------------------------------------------------------------------------------------
