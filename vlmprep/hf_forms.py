@@ -6,24 +6,33 @@ padding. Register a new one with ``@hf_form(name)``; a pipeline picks it by ``pa
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, cast
+
+from .ops import HF_OUTPUTS
 
 if TYPE_CHECKING:
+    from .ops import canvas_tile
     from .pack import PackedBatch
     from .pipeline import Pipeline
 
 #: ``pack.hf_output`` name -> fn(batch) -> the transformers image processor's output dict.
-HF_FORMS: dict[str, "Callable[[PackedBatch], dict]"] = {}
-#: Forms called as fn(batch, images_per_sample) (None: the processor's reading of a flat list).
+HF_FORMS: dict[str, Callable[..., dict]] = {}
+#: Forms called as fn(batch, images_per_sample) (None: the processor's reading of a flat list);
+#: filled by ``hf_form(name, nesting=True)``.
 HF_NESTING_FORMS: set[str] = set()
 
 
-def hf_form(name: str):
-    """Decorator: register the ``to_hf()`` form called ``name``; loud on conflicts."""
+def hf_form(name: str, nesting: bool = False):
+    """Decorator: register the ``to_hf()`` form called ``name`` (one of ``ops.HF_OUTPUTS``);
+    ``nesting``: called as fn(batch, images_per_sample). Loud on conflicts and unknown names."""
     def deco(fn):
         if name in HF_FORMS:
             raise RuntimeError(f"to_hf form {name!r} defined twice")
+        if name not in HF_OUTPUTS:
+            raise RuntimeError(f"to_hf form {name!r}: expected one of ops.HF_OUTPUTS {HF_OUTPUTS}")
         HF_FORMS[name] = fn
+        if nesting:
+            HF_NESTING_FORMS.add(name)
         return fn
     return deco
 
@@ -46,7 +55,7 @@ def _got_ocr2(b: "PackedBatch") -> dict:
     return {"pixel_values": b.pixel_values, "num_patches": counts[ok]}
 
 
-@hf_form("idefics3")
+@hf_form("idefics3", nesting=True)
 def _idefics3(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
     """``Idefics3ImageProcessor`` (SmolVLM's too): ``pixel_values (B, max_tiles, C, M, M)``, each
     sample's tiles (its images' splits + global images) in order, zero-padded over the batch;
@@ -74,9 +83,6 @@ def _idefics3(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict
         mask[s, :n] = 1
         row += n
     return {"pixel_values": pv, "pixel_attention_mask": mask}
-
-
-HF_NESTING_FORMS.add("idefics3")
 
 
 def _llava_crops(b: "PackedBatch") -> tuple[list[int], dict]:
@@ -112,7 +118,7 @@ def _llava_next(b: "PackedBatch") -> dict:
     return _llava_crops(b)[1]
 
 
-@hf_form("llava_onevision")
+@hf_form("llava_onevision", nesting=True)
 def _llava_onevision(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
     """``LlavaOnevisionImageProcessor``: as ``llava_next`` (N = images, not samples) plus
     ``batch_num_images (num_samples,)`` int64: ``images_per_sample`` without empty samples, or
@@ -139,9 +145,6 @@ def _llava_onevision(b: "PackedBatch", images_per_sample: Sequence[int] | None) 
     return out
 
 
-HF_NESTING_FORMS.add("llava_onevision")
-
-
 def _ok_plans(b: "PackedBatch", form: str) -> list:
     """The plans of the good images, in order; loud when the batch carries none."""
     if len(b.image_plans) != b.num_images:
@@ -151,7 +154,7 @@ def _ok_plans(b: "PackedBatch", form: str) -> list:
     return [p for p in b.image_plans if p.index not in b.errors]
 
 
-@hf_form("mllama")
+@hf_form("mllama", nesting=True)
 def _mllama(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
     """``MllamaImageProcessor``: ``pixel_values (B, max_imgs, max_tiles, C, T, T)`` with each
     image's real tiles first and 0 in unused tile and image slots; ``aspect_ratio_ids
@@ -165,10 +168,10 @@ def _mllama(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
     """
     import torch
 
-    from .plan.mllama import aspect_ratio_id
+    from .plan.mllama import image_aspect_ratio_id
     plans = _ok_plans(b, "mllama")
-    max_tiles = b.pipeline.sizing.max_tiles  # type: ignore[union-attr]
-    t = b.pipeline.tile_hw[0]  # type: ignore[union-attr,index]
+    op = cast("canvas_tile", b.pipeline["canvas_tile"])  # type: ignore[index]
+    max_tiles = op.max_tiles
     samples = [len(plans)] if images_per_sample is None else [int(k) for k in images_per_sample]
     width = max(samples, default=0)
     dev = b.pixel_values.device
@@ -184,17 +187,13 @@ def _mllama(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
             p = plans[k]
             k += 1
             n = len(p.tiles)
-            ch, cw = p.canvases[0].hw
             pv[s, j, :n] = b.pixel_values[row:row + n]
-            ids[s, j] = aspect_ratio_id((ch // t, cw // t), max_tiles)
+            ids[s, j] = image_aspect_ratio_id(p, op)
             mask[s, j, :n] = 1
             num_tiles[-1].append(n)
             row += n
     return {"pixel_values": pv, "aspect_ratio_ids": ids, "aspect_ratio_mask": mask,
             "num_tiles": num_tiles}
-
-
-HF_NESTING_FORMS.add("mllama")
 
 
 @hf_form("gemma3")

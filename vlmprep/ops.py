@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 from typing import Any, ClassVar
 
 __all__ = [
-    "Op", "decode", "smart_resize", "resize", "tile", "center_crop", "normalize", "patchify", "pack",
-    "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE",
+    "Op", "decode", "smart_resize", "resize", "internvl_tile", "idefics3_tile", "anyres_tile",
+    "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "center_crop", "normalize",
+    "patchify", "pack", "tile",
+    "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "HF_OUTPUTS", "CLIP_MEAN", "CLIP_STD",
+    "LLAVA_NEXT_PINPOINTS",
 ]
 
 #: Our interpolation names, and the PIL / transformers ``resample`` integer for each.
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")
 PIL_RESAMPLE = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3}
+
+#: OpenAI CLIP's mean / std (normalize's defaults; Qwen2-VL, LLaVA, Pixtral, Mllama use them).
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 #: Pillow's decompression-bomb *error* threshold (2 x MAX_IMAGE_PIXELS).
 DEFAULT_MAX_SOURCE_PIXELS = 178_956_970
@@ -92,6 +100,12 @@ class Op:
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
 
+    @property
+    def tile_hw(self) -> tuple[int, int] | None:
+        """``(h, w)`` of every tile this op makes, when the op fixes it; None: per image (the
+        plan decides). Each sizing op (and ``center_crop``) answers for itself."""
+        return None
+
 
 @dataclass(frozen=True)
 class decode(Op):
@@ -123,7 +137,7 @@ class smart_resize(Op):
 
     Output ``(h, w)``: both multiples of ``factor``, ``min_pixels <= h*w <= max_pixels``
     (except where the ``max(factor, ...)`` clamps of transformers win); an aspect
-    ratio above ``max_aspect_ratio`` is rejected. See ``vlmprep.plan.resize``.
+    ratio above ``max_aspect_ratio`` is rejected. See ``vlmprep.plan.qwen``.
     """
 
     name: ClassVar[str] = "smart_resize"
@@ -177,24 +191,22 @@ class resize(Op):
             _check_int(self.name, "size", self.size)
         _check_interp(self.name, self.interpolation)
 
-
-#: Tile rules: how an image is cut into fixed-size tiles (see ``vlmprep.plan.tiling``).
-TILE_RULES = ("internvl",)
+    @property
+    def tile_hw(self) -> tuple[int, int] | None:
+        return (self.height, self.width) if self.mode == "fixed" else None
 
 
 @dataclass(frozen=True)
-class tile(Op):
-    """Cut the image into ``tile_size`` squares by the family's grid rule (a sizing op).
-
-    ``rule="internvl"`` (InternVL / GotOcr2 ``crop_to_patches``): choose ``cols x rows`` with
+class internvl_tile(Op):
+    """InternVL / GotOcr2 ``crop_to_patches`` (a sizing op): choose ``cols x rows`` with
     ``min_tiles <= cols*rows <= max_tiles`` closest to the image's aspect ratio, squash-resize the
-    image to ``(rows*tile_size, cols*tile_size)``, cut it row-major, and when there is more than
-    one tile append a ``thumbnail``: the whole image squashed to ``tile_size``.
+    image to ``(rows*tile_size, cols*tile_size)``, cut it row-major into ``tile_size`` squares,
+    and when there is more than one tile append a ``thumbnail``: the whole image squashed to
+    ``tile_size``. See ``vlmprep.plan.internvl``.
     """
 
-    name: ClassVar[str] = "tile"
+    name: ClassVar[str] = "internvl_tile"
     sizing: ClassVar[bool] = True
-    rule: str = "internvl"
     tile_size: int = 448
     min_tiles: int = 1
     max_tiles: int = 12
@@ -202,8 +214,6 @@ class tile(Op):
     interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
-        if self.rule not in TILE_RULES:
-            _fail(self.name, "rule", f"one of {TILE_RULES}", self.rule, "pick a rule")
         _check_int(self.name, "tile_size", self.tile_size)
         _check_int(self.name, "min_tiles", self.min_tiles)
         _check_int(self.name, "max_tiles", self.max_tiles)
@@ -211,6 +221,20 @@ class tile(Op):
             _fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
                   "lower min_tiles or raise max_tiles")
         _check_interp(self.name, self.interpolation)
+
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
+
+
+def tile(rule: str = "internvl", **fields: Any) -> internvl_tile:
+    """Deprecated spelling of ``internvl_tile`` (API.md's op ``tile``, whose only ``rule`` was
+    ``"internvl"``): warns and returns ``internvl_tile(**fields)``."""
+    warnings.warn("vlmprep.ops.tile(rule='internvl', ...) is deprecated; use "
+                  "vlmprep.ops.internvl_tile(...)", DeprecationWarning, stacklevel=2)
+    if rule != "internvl":
+        _fail("tile", "rule", "one of ('internvl',)", rule, "use vlmprep.ops.internvl_tile(...)")
+    return internvl_tile(**fields)
 
 
 @dataclass(frozen=True)
@@ -242,8 +266,9 @@ class idefics3_tile(Op):
             _fail(self.name, "split", "a bool", self.split, "pass split=True or split=False")
         _check_interp(self.name, self.interpolation)
 
-
-__all__.append("idefics3_tile")
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
 
 #: LLaVA-NeXT's checkpoint pinpoints, ``(height, width)`` (also transformers' class default).
 LLAVA_NEXT_PINPOINTS = ((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008))
@@ -305,8 +330,9 @@ class anyres_tile(Op):
         object.__setattr__(self, "square_fill", fill)
         _check_interp(self.name, self.interpolation)
 
-
-__all__.append("anyres_tile")
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
 
 
 @dataclass(frozen=True)
@@ -328,6 +354,10 @@ class canvas_tile(Op):
         _check_int(self.name, "tile_size", self.tile_size)
         _check_int(self.name, "max_tiles", self.max_tiles)
         _check_interp(self.name, self.interpolation)
+
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
 
 
 @dataclass(frozen=True)
@@ -363,8 +393,9 @@ class pan_and_scan(Op):
                   "Gemma3Processor uses 1.2")
         _check_interp(self.name, self.interpolation)
 
-
-__all__ += ["canvas_tile", "pan_and_scan"]
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.height, self.width
 
 
 @dataclass(frozen=True)
@@ -381,6 +412,10 @@ class center_crop(Op):
         _check_int(self.name, "height", self.height)
         _check_int(self.name, "width", self.width)
 
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.height, self.width
+
 
 @dataclass(frozen=True)
 class normalize(Op):
@@ -392,8 +427,8 @@ class normalize(Op):
 
     name: ClassVar[str] = "normalize"
     rescale: float = 1 / 255
-    mean: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
-    std: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
+    mean: tuple[float, float, float] = CLIP_MEAN
+    std: tuple[float, float, float] = CLIP_STD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean", _triple(self.name, "mean", self.mean))
@@ -449,13 +484,10 @@ class naflex_resize(Op):
         _check_interp(self.name, self.interpolation)
 
 
-__all__ += ["pixtral_resize", "naflex_resize"]
-
-
-#: Row orders of patchify's output. See ``vlmprep.plan.grid`` for the Given/Input/Output examples.
-ORDERS = ("merge_grouped", "tiles")
+#: Row orders of patchify's output (see ``vlmprep.plan.grid`` for Given/Input/Output examples):
+#: merge_grouped (Qwen): rows [c, t, py, px] in merge blocks; tiles: (C, H, W) images;
 #: raster (Pixtral): rows [c, py, px] in raster order; naflex (SigLIP2): rows [py, px, c].
-ORDERS += ("raster", "naflex")
+ORDERS = ("merge_grouped", "tiles", "raster", "naflex")
 
 
 @dataclass(frozen=True)
@@ -473,6 +505,9 @@ class patchify(Op):
 
     ``order="raster"`` (Pixtral) / ``"naflex"`` (SigLIP2 NaFlex): one sequence per image, rows
     in raster order, each ``[c, py, px]`` / ``[py, px, c]``; ``temporal_patch_size`` must be 1.
+
+    ``layout=``: the deprecated spelling of ``order=`` (API.md's); warns, sets ``order``, and is
+    not a field (``to_dict`` writes ``order``).
     """
 
     name: ClassVar[str] = "patchify"
@@ -480,8 +515,16 @@ class patchify(Op):
     temporal_patch_size: int = 2
     merge_size: int = 2
     order: str = "merge_grouped"
+    layout: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, layout: str | None) -> None:
+        if layout is not None:
+            warnings.warn("vlmprep.ops.patchify(layout=...) is deprecated; use order=...",
+                          DeprecationWarning, stacklevel=3)
+            if self.order not in ("merge_grouped", layout):
+                _fail(self.name, "layout", f"the same value as order ({self.order!r}) or no "
+                      f"layout", layout, "pass order= only")
+            object.__setattr__(self, "order", layout)
         _check_int(self.name, "patch_size", self.patch_size)
         _check_int(self.name, "temporal_patch_size", self.temporal_patch_size)
         _check_int(self.name, "merge_size", self.merge_size)
@@ -492,17 +535,16 @@ class patchify(Op):
                   self.temporal_patch_size, "pass temporal_patch_size=1")
 
 
-#: ``to_hf()`` forms: qwen2_vl (pixel_values + image_grid_thw), images (pixel_values
-#: ``[N, C, H, W]``), got_ocr2 (tiles + num_patches); "auto" = qwen2_vl or images by patchify order.
-HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2")
-# pixtral: pixel_values [B, 3, Hmax, Wmax] + image_sizes; siglip2: [B, max_num_patches, P*P*3]
-# + pixel_attention_mask + spatial_shapes.
-HF_OUTPUTS += ("pixtral", "siglip2")
-HF_OUTPUTS += ("idefics3",)  # pixel_values [B, max_imgs, C, M, M] + pixel_attention_mask
-# pixel_values [B, max_crops, C, T, T] + image_sizes (+ batch_num_images for OneVision)
-HF_OUTPUTS += ("llava_next", "llava_onevision")
-HF_OUTPUTS += ("mllama",)  # pixel_values [B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask
-HF_OUTPUTS += ("gemma3",)  # pixel_values [sum(1 + crops), C, S, S] + num_crops
+#: ``to_hf()`` forms (``vlmprep.hf_forms``), the transformers image processor output each gives:
+#: "auto" (qwen2_vl or images, by patchify order); qwen2_vl (pixel_values + image_grid_thw);
+#: images (pixel_values [N, C, H, W]); got_ocr2 (tiles + num_patches); pixtral ([B, 3, Hmax,
+#: Wmax] + image_sizes); siglip2 ([B, max_num_patches, P*P*3] + pixel_attention_mask +
+#: spatial_shapes); idefics3 ([B, max_imgs, C, M, M] + pixel_attention_mask); llava_next /
+#: llava_onevision ([B, max_crops, C, T, T] + image_sizes, + batch_num_images for OneVision);
+#: mllama ([B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask); gemma3 ([sum(1 + crops),
+#: C, S, S] + num_crops).
+HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2", "pixtral", "siglip2", "idefics3",
+              "llava_next", "llava_onevision", "mllama", "gemma3")
 
 
 @dataclass(frozen=True)

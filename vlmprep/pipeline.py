@@ -1,12 +1,41 @@
 """Pipeline: an ordered, frozen, printable tuple of ops (stdlib only)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable, Iterator, Mapping
 
 from .ops import OP_TYPES, Op, decode, normalize, pack, patchify
 
 __all__ = ["Pipeline"]
 
+#: Old ``to_dict()`` spellings ``from_dict`` still reads (with a DeprecationWarning):
+#: op name -> (new op name, {field that only had one value: that value});
+#: (op name, old field) -> new field.
+_OLD_OPS = {"tile": ("internvl_tile", {"rule": "internvl"})}
+_OLD_FIELDS = {("patchify", "layout"): "order"}
+
+
+def _upgrade(i: int, name: Any, od: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """An op dict written before a rename -> its current form (warns once per old spelling)."""
+    if name in _OLD_OPS:
+        new, dropped = _OLD_OPS[name]
+        for k, only in dropped.items():
+            got = od.pop(k, only)
+            if got != only:
+                raise ValueError(f"Pipeline.from_dict: op {i} ({name!r}): expected {k}={only!r} "
+                                 f"(the only one there was), got {k}={got!r}")
+        warnings.warn(f"Pipeline.from_dict: op {name!r} is now {new!r}; re-save the pipeline",
+                      DeprecationWarning, stacklevel=3)
+        name = new
+    for (op, old), field in _OLD_FIELDS.items():
+        if name == op and old in od:
+            if field in od and od[field] != od[old]:
+                raise ValueError(f"Pipeline.from_dict: op {i} ({name!r}): expected one of {old!r} "
+                                 f"(old) or {field!r}, got both with different values")
+            warnings.warn(f"Pipeline.from_dict: {name}.{old} is now {name}.{field}; re-save the "
+                          f"pipeline", DeprecationWarning, stacklevel=3)
+            od[field] = od.pop(old)
+    return name, od
 
 
 class Pipeline:
@@ -52,15 +81,16 @@ class Pipeline:
             raise ValueError(f"Pipeline: expected resize and normalize before patchify, got order "
                              f"{names}; reorder the ops")
         if "center_crop" in names and (names.index("center_crop") < names.index(sizing[0])
-                                       or sizing[0] == "tile"):
-            raise ValueError(f"Pipeline: expected center_crop after a resize (not with tile), got "
-                             f"order {names}")
+                                       or sizing[0] == "internvl_tile"):
+            raise ValueError(f"Pipeline: expected center_crop after a resize (not with "
+                             f"internvl_tile), got order {names}")
         self._ops = ops
         self._name = str(name)
         if self.patchify.order == "tiles" and self.tile_hw is None:
-            raise ValueError(f"Pipeline: patchify order 'tiles' expected one tile size for every image "
-                             f"(ops.tile, ops.center_crop or ops.resize(mode='fixed')), got "
-                             f"{names}; add a crop or use order='merge_grouped'")
+            raise ValueError(f"Pipeline: patchify order 'tiles' expected one tile size for every "
+                             f"image (a tiling op such as ops.internvl_tile, ops.center_crop or "
+                             f"ops.resize(mode='fixed')), got {names}; add a crop or use "
+                             f"order='merge_grouped'")
 
     # -- access ---------------------------------------------------------------------------------
     @property
@@ -97,23 +127,10 @@ class Pipeline:
 
     @property
     def tile_hw(self) -> tuple[int, int] | None:
-        """``(h, w)`` every tile has, when the ops fix it (tile, center_crop, fixed resize)."""
-        crop, size = self.get("center_crop"), self.sizing
-        if crop is not None:
-            return crop.height, crop.width  # type: ignore[attr-defined]
-        if size.name == "tile":
-            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
-        if size.name == "idefics3_tile":
-            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
-        if size.name == "anyres_tile":
-            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
-        if size.name == "canvas_tile":
-            return size.tile_size, size.tile_size  # type: ignore[attr-defined]
-        if size.name == "pan_and_scan":
-            return size.height, size.width  # type: ignore[attr-defined]
-        if size.name == "resize" and size.mode == "fixed":  # type: ignore[attr-defined]
-            return size.height, size.width  # type: ignore[attr-defined]
-        return None
+        """``(h, w)`` every tile has, when the ops fix it: the ``center_crop``'s, else what the
+        sizing op says (``Op.tile_hw``: tiling ops, fixed resize); None: per image."""
+        crop = self.get("center_crop")
+        return crop.tile_hw if crop is not None else self.sizing.tile_hw
 
     @property
     def patchify(self) -> patchify:
@@ -170,7 +187,7 @@ class Pipeline:
         ops = []
         for i, od in enumerate(d["ops"]):
             od = dict(od)
-            name = od.pop("op", None)
+            name, od = _upgrade(i, od.pop("op", None), od)
             if name not in OP_TYPES:
                 raise ValueError(f"Pipeline.from_dict: op {i}: expected one of {sorted(OP_TYPES)}, "
                                  f"got {name!r}")

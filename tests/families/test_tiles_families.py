@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 from hfref import CONFIGS, config, hf_outputs
-from imgdata import crop, encode, hf_view, tiled
+from _support.imgdata import crop, encode, hf_view, tiled
 
 import vlmprep
 from vlmprep.plan import plan_image
-from vlmprep.plan.tiling import internvl_grid
+from vlmprep.plan.internvl import internvl_grid
 
 FAMILIES = ["siglip", "llava-1.5", "internvl"]
 PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37)]

@@ -18,7 +18,7 @@ in the batch's output: the texts must not hold a token for them.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 if TYPE_CHECKING:
     from ..pack import PackedBatch
@@ -45,8 +45,9 @@ def placeholders_of(batch_or_plan: "PackedBatch | Plan | Sequence[str]") -> list
         raise TypeError(f"expected a PackedBatch, a Plan or a list of placeholder strings, got "
                         f"{type(batch_or_plan).__name__}")
     errors = getattr(batch_or_plan, "errors", {}) or {}
-    if len(placeholders) != batch_or_plan.num_images:
-        raise ValueError(f"expected one placeholder per image ({batch_or_plan.num_images}), got "
+    num_images = cast("PackedBatch", batch_or_plan).num_images  # has placeholders: a PackedBatch
+    if len(placeholders) != num_images:
+        raise ValueError(f"expected one placeholder per image ({num_images}), got "
                          f"{len(placeholders)}; make the batch with vlmprep.Processor")
     return [s for i, s in enumerate(placeholders) if i not in errors]
 

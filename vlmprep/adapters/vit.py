@@ -176,13 +176,13 @@ def qwen_vision_kwargs(batch: "PackedBatch", vision_tower: Any = None) -> dict[s
     from transformers import vision_utils as vu
     grid = batch.grid_thw.cpu()
     dev = batch.device
-    merge = _patchify(batch).merge_size
+    _patchify(batch)  # the batch carries its pipeline (else a clear error, before any work)
     frames = [h * w for t, h, w in grid.tolist() for _ in range(t)]
     cu = torch.tensor([0] + frames, dtype=torch.int64).cumsum(0).to(torch.int32)
     out: dict[str, Any] = {"position_ids": rotary_position_ids(batch),
                            "cu_seqlens": cu.to(dev, non_blocking=True),
                            "max_seqlen": max(frames, default=0)}
-    cfg = getattr(vision_tower, "config", None)
+    cfg: Any = getattr(vision_tower, "config", None)
     if hasattr(vision_tower, "fullatt_block_indexes"):  # Qwen2.5-VL windowed attention
         index, cu_win = vu.get_vision_window_index(grid, cfg.spatial_merge_size, cfg.window_size,
                                                    cfg.patch_size)
@@ -204,13 +204,10 @@ def qwen_vision_kwargs(batch: "PackedBatch", vision_tower: Any = None) -> dict[s
 def _normalize_lut(op) -> "torch.Tensor":
     """``(C, 256)`` float32: the float path's value for every uint8 level, per channel, computed
     with the reference backend's exact operations (so a gather gives the same bits)."""
-    import numpy as np
     import torch
-    levels = np.arange(256, dtype=np.uint8)[None, :]
-    mean = np.asarray(op.mean, np.float32)[:, None]
-    std = np.asarray(op.std, np.float32)[:, None]
-    lut = ((levels.astype(np.float64) * op.rescale).astype(np.float32) - mean) / std
-    return torch.from_numpy(np.ascontiguousarray(lut, dtype=np.float32))
+
+    from ..backends.normalize_lut import normalize_lut
+    return torch.from_numpy(normalize_lut(op))
 
 
 def normalize_on_device(batch: "PackedBatch", dtype: "torch.dtype | None" = None) -> "PackedBatch":

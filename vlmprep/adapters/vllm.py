@@ -106,11 +106,11 @@ def prompt_inputs(prompt: str, batch: "PackedBatch", embeds: "torch.Tensor | Seq
             if per != tokens:
                 raise _fail("image_grid_thw", f"prod(grid) // {merge}**2 == tokens {tokens}",
                             f"{per}", "make the batch with vlmprep.Processor (one grid per image)")
-            image = {"image_embeds": flat, "image_grid_thw": grid}
+            image: Any = {"image_embeds": flat, "image_grid_thw": grid}
         else:
-            image = list(torch.split(flat, tokens))
-            if len({n for n in tokens}) == 1 and tokens:
-                image = torch.stack(image)  # (num_images, feature_size, hidden)
+            parts = list(torch.split(flat, tokens))
+            # (num_images, feature_size, hidden) when every image has as many tokens
+            image = torch.stack(parts) if len(set(tokens)) == 1 and tokens else parts
         return {"prompt": prompt, "multi_modal_data": {"image": image}}
 
     if form != "qwen2_vl":

@@ -77,21 +77,14 @@ def class_names(cfg: dict) -> dict[str, str]:
 
 
 def processor_kwargs(cfg: dict, pipeline: "Pipeline") -> dict[str, Any]:
-    """Constructor kwargs: the config's values plus what the model's Processor forces."""
+    """Constructor kwargs: the config's values plus what the model's Processor forces (each
+    family's ``presets.<family>.processor_forces``)."""
+    from .. import presets
     kw = {k: v for k, v in cfg.items() if k not in _DROP and v is not None}
     if cfg.get("do_center_crop"):
         kw.update(do_center_crop=True, crop_size=cfg["crop_size"])
-    name = pipeline.name
-    if name == "internvl":  # InternVLProcessor forces crop_to_patches=True
-        kw["crop_to_patches"] = True
-    elif name == "llava-next":  # LlavaNextProcessor's images_kwargs force do_pad=True
-        kw["do_pad"] = True
-    elif name == "pixtral":  # PixtralProcessor passes patch_size = patch * spatial_merge_size
-        p = pipeline.patchify
-        kw["patch_size"] = p.patch_size * p.merge_size
-    elif name == "gemma3":  # Gemma3Processor's images_kwargs fill the null pan-and-scan fields
-        kw.update(do_pan_and_scan=False, pan_and_scan_min_crop_size=256,
-                  pan_and_scan_max_num_crops=4, pan_and_scan_min_ratio_to_activate=1.2)
+    if pipeline.name in presets.names():  # a hand-built pipeline: the config's values only
+        kw.update(presets.family(pipeline.name).processor_forces(pipeline))
     return kw
 
 

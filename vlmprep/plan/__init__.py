@@ -1,15 +1,15 @@
-"""Exact integer geometry, shared by every backend and by ``Processor.plan()``."""
-from .plan import Canvas, ImagePlan, Plan, plan_image, plan_images
-from .resize import longest_edge, shortest_edge, smart_resize
+"""Exact integer geometry, shared by every backend and by ``Processor.plan()``.
 
-__all__ = ["Canvas", "ImagePlan", "Plan", "plan_image", "plan_images", "smart_resize", "shortest_edge",
-           "longest_edge"]
+``plan.py`` holds the types and the rule registry (``SIZING_RULES``); each sizing op's rule lives
+in its own module (``qwen``: smart_resize, ``resize``, ``internvl``, ``anyres``, ``idefics3``,
+``mllama``: canvas_tile, ``gemma3``: pan_and_scan, ``pixtral``, ``naflex``) and registers itself
+when imported here; ``grid.py``: patch grids and token counts; ``boxes.py``: box helpers.
+"""
+from . import anyres, gemma3, idefics3, internvl, mllama, naflex, pixtral, qwen, resize
+from .plan import SIZING_RULES, Canvas, ImagePlan, Plan, plan_image, plan_images
+from .qwen import smart_resize
+from .resize import longest_edge, shortest_edge
 
-from . import (  # noqa: E402,F401  (register pixtral_resize, naflex_resize)  # noqa: E402,F401  (register canvas_tile, pan_and_scan)
-           anyres,  # noqa: E402,F401  (registers the anyres_tile sizing rule)
-           gemma3,
-           idefics3,  # noqa: E402,F401  (registers the idefics3_tile sizing rule)
-           mllama,
-           naflex,
-           pixtral,
-)
+__all__ = ["Canvas", "ImagePlan", "Plan", "SIZING_RULES", "plan_image", "plan_images",
+           "smart_resize", "shortest_edge", "longest_edge",
+           "anyres", "gemma3", "idefics3", "internvl", "mllama", "naflex", "pixtral", "qwen", "resize"]

@@ -21,7 +21,8 @@ from typing import Sequence
 
 from ..ops import anyres_tile
 from ..pipeline import Pipeline
-from .plan import Box, Canvas, Sizing, sizing_rule
+from .boxes import grid_boxes
+from .plan import Canvas, Sizing, sizing_rule
 
 __all__ = ["select_best_resolution", "patch_output_size", "padding", "unpadded_features",
            "anyres_tokens", "multi_image_tokens"]
@@ -139,7 +140,7 @@ def _anyres_tile(op: anyres_tile, hw: tuple[int, int], pipeline: Pipeline) -> Si
     rhw = patch_output_size(h, w, (ph, pw))
     canvases = [Canvas(rhw, size=(ph, pw), offset=padding(rhw, (ph, pw)), fill=(0, 0, 0)),
                 Canvas((t, t))]
-    grid: list[Box] = [(r * t, c * t, t, t) for r in range(ph // t) for c in range(pw // t)]
+    grid = grid_boxes(ph // t, pw // t, t)
     n = anyres_tokens(op, h, w, patch)
     return Sizing(canvases, [(0, 0, t, t)] + grid, [1] + [0] * len(grid), image_tokens=n,
                   placeholder=token * n)

@@ -17,7 +17,8 @@ import math
 from ..ops import pan_and_scan
 from ..pipeline import Pipeline
 from . import grid
-from .plan import Box, Canvas, Sizing, sizing_rule
+from .boxes import Box
+from .plan import Canvas, Sizing, sizing_rule
 
 __all__ = ["pan_and_scan_crops"]
 

@@ -17,7 +17,8 @@ import math
 
 from ..ops import idefics3_tile
 from ..pipeline import Pipeline
-from .plan import Box, Canvas, Sizing, sizing_rule
+from .boxes import grid_boxes
+from .plan import Canvas, Sizing, sizing_rule
 
 __all__ = ["rescale_to_longest_edge", "resize_to_tiles", "split_grid", "num_image_tokens",
            "placeholder", "FAKE_TOKEN", "GLOBAL_TAG"]
@@ -128,7 +129,7 @@ def _idefics3_tile(op: idefics3_tile, hw: tuple[int, int], pipeline: Pipeline) -
     else:
         h2, w2 = t, t
     canvases = [Canvas((h1, w1)), Canvas((h2, w2), parent=0)]
-    tiles: list[Box] = [(r * t, c * t, t, t) for r in range(rows) for c in range(cols)]
+    tiles = grid_boxes(rows, cols, t)
     tile_canvas = [1] * len(tiles)
     if tiles:
         canvases.append(Canvas((t, t), parent=1))

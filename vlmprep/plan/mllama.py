@@ -17,9 +17,11 @@ from functools import lru_cache
 
 from ..ops import canvas_tile
 from ..pipeline import Pipeline
-from .plan import Box, Canvas, Sizing, sizing_rule
+from .boxes import grid_boxes
+from .plan import Canvas, ImagePlan, Sizing, sizing_rule
 
-__all__ = ["tile_arrangements", "aspect_ratio_id", "mllama_canvas", "mllama_fit"]
+__all__ = ["tile_arrangements", "aspect_ratio_id", "image_aspect_ratio_id", "mllama_canvas",
+           "mllama_fit"]
 
 
 @lru_cache(maxsize=16)
@@ -36,6 +38,16 @@ def tile_arrangements(max_tiles: int) -> tuple[tuple[int, int], ...]:
 def aspect_ratio_id(arrangement: tuple[int, int], max_tiles: int) -> int:
     """1-based id of ``(tiles_h, tiles_w)`` as ``MllamaImageProcessor`` reports it."""
     return tile_arrangements(max_tiles).index(tuple(arrangement)) + 1
+
+
+def image_aspect_ratio_id(plan: ImagePlan, op: canvas_tile) -> int:
+    """``aspect_ratio_id`` of a planned image: the arrangement of its canvas (``canvases[0]``,
+    ``tiles_h * tile_size x tiles_w * tile_size``).
+
+    Given 1080x1920 (canvas 1120x1120), tile 560, up to 4 -> 6.
+    """
+    ch, cw = plan.canvases[0].hw
+    return aspect_ratio_id((ch // op.tile_size, cw // op.tile_size), op.max_tiles)
 
 
 def mllama_canvas(height: int, width: int, tile_size: int, max_tiles: int) -> tuple[int, int]:
@@ -86,5 +98,5 @@ def _canvas_tile(op: canvas_tile, hw: tuple[int, int], pipeline: Pipeline) -> Si
     a, b = mllama_canvas(hw[0], hw[1], t, op.max_tiles)
     rhw = mllama_fit(hw[0], hw[1], a * t, b * t, t)
     canvas = Canvas(rhw, size=(a * t, b * t), offset=(0, 0), fill=(0, 0, 0))
-    tiles: list[Box] = [(r * t, c * t, t, t) for r in range(a) for c in range(b)]
+    tiles = grid_boxes(a, b, t)
     return Sizing([canvas], tiles, [0] * len(tiles), image_tokens=1)

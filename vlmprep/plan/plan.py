@@ -9,20 +9,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
-from ..ops import center_crop, decode, resize, smart_resize, tile
+from ..ops import OP_TYPES, center_crop, decode
 from ..pipeline import Pipeline
-from . import grid, tiling
-from . import resize as rules
+from . import grid
+from .boxes import Box, center_crop_box
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..io.probe import ProbeResult
 
-__all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SIZING_RULES", "sizing_rule", "plan_image",
-           "plan_images"]
+__all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SIZING_RULES", "sizing_rule", "one_canvas",
+           "plan_image", "plan_images"]
 
-Box = tuple[int, int, int, int]  # (top, left, height, width)
 RGB = tuple[int, int, int]
 
 
@@ -112,62 +111,30 @@ class Sizing:
     resized_hw: tuple[int, int] | None = None
 
 
-#: sizing op name -> rule(op, (H, W), pipeline) -> Sizing. One per sizing op; loud on conflicts.
+#: sizing op name -> rule(op, (H, W), pipeline) -> Sizing: the one registry of plan rules, filled
+#: by ``@sizing_rule`` in each rule's module (``vlmprep.plan`` imports them all); loud on conflicts.
 SIZING_RULES: dict[str, Callable[[Any, tuple[int, int], Pipeline], Sizing]] = {}
 
 
 def sizing_rule(op_name: str):
-    """Decorator: register the plan rule of sizing op ``op_name``."""
+    """Decorator: register the plan rule of sizing op ``op_name`` (an ``ops`` sizing op)."""
     def deco(fn):
         if op_name in SIZING_RULES:
             raise RuntimeError(f"sizing rule for op {op_name!r} defined twice")
+        if op_name not in OP_TYPES or not OP_TYPES[op_name].sizing:
+            raise RuntimeError(f"sizing rule for {op_name!r}: expected the name of a sizing op "
+                               f"in vlmprep.ops, got an unknown or non-sizing name")
         SIZING_RULES[op_name] = fn
         return fn
     return deco
 
 
-def _one_canvas(rhw: tuple[int, int], pipeline: Pipeline) -> Sizing:
-    """The whole resized image as one tile, or the centre crop of it."""
+def one_canvas(rhw: tuple[int, int], pipeline: Pipeline) -> Sizing:
+    """The whole resized image as one tile, or the pipeline's ``center_crop`` box of it."""
     crop = pipeline.get("center_crop")
-    if isinstance(crop, center_crop):
-        # transformers: top = (H - h) // 2, floor; negative when the crop is larger (zero pad).
-        box = ((rhw[0] - crop.height) // 2, (rhw[1] - crop.width) // 2, crop.height, crop.width)
-    else:
-        box = (0, 0, rhw[0], rhw[1])
+    box = (center_crop_box(rhw, crop.tile_hw) if isinstance(crop, center_crop)
+           else (0, 0, rhw[0], rhw[1]))
     return Sizing([Canvas(rhw)], [box], [0])
-
-
-@sizing_rule("smart_resize")
-def _smart_resize(op: smart_resize, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
-    rhw = rules.smart_resize(hw[0], hw[1], op.factor, op.min_pixels, op.max_pixels,
-                             op.max_aspect_ratio)
-    return _one_canvas(rhw, pipeline)
-
-
-@sizing_rule("resize")
-def _resize(op: resize, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
-    if op.mode == "fixed":
-        rhw = (op.height, op.width)
-    elif op.mode == "shortest_edge":
-        rhw = rules.shortest_edge(hw[0], hw[1], op.size)
-    else:
-        rhw = rules.longest_edge(hw[0], hw[1], op.size)
-    return _one_canvas(rhw, pipeline)
-
-
-@sizing_rule("tile")
-def _tile(op: tile, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
-    """Row-major tiles of the resized canvas, then the thumbnail (its own canvas) if > 1 tile."""
-    cols, rows = tiling.internvl_grid(hw[0], hw[1], op.tile_size, op.min_tiles, op.max_tiles)
-    t = op.tile_size
-    canvases = [Canvas((rows * t, cols * t))]
-    tiles: list[Box] = [(r * t, c * t, t, t) for r in range(rows) for c in range(cols)]
-    tile_canvas = [0] * len(tiles)
-    if op.thumbnail and len(tiles) > 1:
-        canvases.append(Canvas((t, t)))
-        tiles.append((0, 0, t, t))
-        tile_canvas.append(1)
-    return Sizing(canvases, tiles, tile_canvas)
 
 
 def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
@@ -191,7 +158,12 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
     if header is not None:
         from ..io.decode import check_decode_cost
         check_decode_cost(header, dec.max_decode_bytes)
-    sz = SIZING_RULES[pipeline.sizing.name](pipeline.sizing, (h, w), pipeline)
+    rule = SIZING_RULES.get(pipeline.sizing.name)
+    if rule is None:
+        raise NotImplementedError(f"plan: expected a plan rule for sizing op "
+                                  f"{pipeline.sizing.name!r}, got none; rules exist for "
+                                  f"{sorted(SIZING_RULES)} (add one with @sizing_rule)")
+    sz = rule(pipeline.sizing, (h, w), pipeline)
     pf = pipeline.patchify
     grids = [grid.patch_grid((b[2], b[3]), pf) for b in sz.tiles]
     pk = pipeline.pack
@@ -222,7 +194,7 @@ def plan_images(pipeline: Pipeline, sizes: Sequence[tuple[int, int] | ImageError
         try:
             out.append(plan_image(pipeline, hw, i, headers[i] if headers is not None else None))
         except ImageError as e:
-            out.append(ImagePlan(index=i, source_hw=tuple(hw), error=e.at(index=i)))
+            out.append(ImagePlan(index=i, source_hw=(hw[0], hw[1]), error=e.at(index=i)))
     return out
 
 

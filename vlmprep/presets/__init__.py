@@ -7,48 +7,56 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ..pipeline import Pipeline
-from . import internvl, llava, qwen, siglip
+from . import gemma3, idefics3, internvl, llava, llava_next, mllama, pixtral, qwen, siglip, siglip2
 
-__all__ = ["names", "get", "from_config", "load_config", "FAMILIES"]
+__all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES"]
 
-#: Family modules in the order their configs are tried by ``from_config``.
-FAMILIES = (qwen, llava, internvl, siglip)
-from . import pixtral, siglip2  # noqa: E402
+#: The family modules, in the order their configs are tried by ``from_config``. Each has
+#: ``PRESETS`` (name -> builder), ``IMAGE_PROCESSOR_TYPES``, ``matches(cfg)``, ``from_config(cfg)``
+#: and ``processor_forces(pipeline)``. Every list of presets is derived from this tuple.
+FAMILIES = (qwen, llava, internvl, siglip, pixtral, siglip2, llava_next, idefics3, mllama, gemma3)
 
-FAMILIES += (pixtral, siglip2)
-from . import llava_next  # noqa: E402
 
-FAMILIES += (llava_next,)
-from . import idefics3  # noqa: E402
+def _registry() -> dict[str, Any]:
+    """preset name -> its family module; loud on a name defined twice."""
+    out: dict[str, Any] = {}
+    for fam in FAMILIES:
+        for name in fam.PRESETS:
+            if name in out:
+                raise RuntimeError(f"preset {name!r} defined twice ({out[name].__name__}, "
+                                   f"{fam.__name__})")
+            out[name] = fam
+    return out
 
-FAMILIES += (idefics3,)
-from . import gemma3, mllama  # noqa: E402
 
-FAMILIES += (mllama, gemma3)
-
-_BUILDERS: dict[str, Callable[[], Pipeline]] = {}
-for _fam in FAMILIES:
-    for _name, _fn in _fam.PRESETS.items():
-        if _name in _BUILDERS:  # loud on conflicts
-            raise RuntimeError(f"preset {_name!r} defined twice")
-        _BUILDERS[_name] = _fn
+_FAMILY_OF = _registry()
 
 
 def names() -> list[str]:
     """Preset names, e.g. ``['qwen2-vl', 'qwen3-vl']``."""
-    return sorted(_BUILDERS)
+    return sorted(_FAMILY_OF)
+
+
+def _key(name: str) -> str:
+    key = name.lower().replace("_", "-") if isinstance(name, str) else name
+    if key not in _FAMILY_OF:
+        raise KeyError(f"unknown preset {name!r}; expected one of {names()}, or build a "
+                       f"vlmprep.Pipeline yourself")
+    return key
+
+
+def family(name: str) -> Any:
+    """The family module (``vlmprep.presets.<family>``) that defines preset ``name``."""
+    return _FAMILY_OF[_key(name)]
 
 
 def get(name: str, **overrides: Any) -> Pipeline:
     """The preset's Pipeline with the public checkpoint's values, changed by ``overrides``."""
-    key = name.lower().replace("_", "-") if isinstance(name, str) else name
-    if key not in _BUILDERS:
-        raise KeyError(f"unknown preset {name!r}; expected one of {names()}, or build a "
-                       f"vlmprep.Pipeline yourself")
-    return _BUILDERS[key]().replace(**overrides)
+    key = _key(name)
+    return _FAMILY_OF[key].PRESETS[key]().replace(**overrides)
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:

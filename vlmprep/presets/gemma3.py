@@ -12,12 +12,13 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Gemma3ImageProcessor")
-#: Gemma3Processor's ``images_kwargs`` (used where the config says null).
-PAN_AND_SCAN_DEFAULTS = {"do_pan_and_scan": False, "pan_and_scan_min_crop_size": 256,
-                         "pan_and_scan_max_num_crops": 4, "pan_and_scan_min_ratio_to_activate": 1.2}
+#: Gemma3Processor's ``images_kwargs`` (used where the config says null): off, min crop 256, max
+#: 4 crops, ratio 1.2, which are the ``pan_and_scan`` op's defaults (defined there once).
+PAN_AND_SCAN_DEFAULTS = {k: getattr(ops.pan_and_scan(), k) for k in ops.pan_and_scan.field_names()
+                         if "pan_and_scan" in k}
 
 
 def _pipeline(hw: tuple[int, int], mean, std, interpolation: str = "bilinear",
@@ -37,7 +38,7 @@ def _pipeline(hw: tuple[int, int], mean, std, interpolation: str = "bilinear",
 
 
 def gemma3() -> Pipeline:
-    return _pipeline((896, 896), (0.5,) * 3, (0.5,) * 3)
+    return _pipeline((896, 896), HALF, HALF)
 
 
 def matches(cfg: Mapping[str, Any]) -> bool:
@@ -48,7 +49,7 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     """``Gemma3ImageProcessor`` config -> Pipeline; null pan-and-scan fields take
     Gemma3Processor's defaults. ``image_seq_length`` (256) must match the 4 x 4 pooled grid."""
     hw = config_hw(cfg, "size", (224, 224))
-    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    mean, std, rescale, do_norm = config_normalize(cfg, HALF, HALF)
     pas = {k: need(cfg, k, v) for k, v in PAN_AND_SCAN_DEFAULTS.items()}
     pas["do_pan_and_scan"] = bool(pas["do_pan_and_scan"])
     pipe = _pipeline(hw, mean, std, config_interpolation(cfg, "bilinear"), rescale, do_norm, **pas)
@@ -58,6 +59,12 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
         raise ValueError(f"preprocessor_config: image_seq_length expected {grid} ((size / 14)^2 "
                          f"pooled 4 x 4), got {seq!r}; build the Pipeline by hand for this model")
     return pipe
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: ``Gemma3Processor``'s images_kwargs fill the (null) pan-and-scan fields."""
+    return dict(PAN_AND_SCAN_DEFAULTS)
 
 
 PRESETS = {"gemma3": gemma3}

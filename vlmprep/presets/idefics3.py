@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import HALF, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Idefics3ImageProcessor") + config_types("SmolVLMImageProcessor")
 
@@ -26,7 +26,7 @@ KNOWN_TILES = {364: (14, 2), 512: (16, 4), 384: (14, 3)}
 
 
 def _pipeline(longest_edge: int, tile_size: int, split: bool = True, image_seq_len: int | None = None,
-              mean=(0.5,) * 3, std=(0.5,) * 3, interpolation: str = "lanczos",
+              mean=HALF, std=HALF, interpolation: str = "lanczos",
               rescale: float = 1 / 255, do_normalize: bool = True) -> Pipeline:
     patch, scale = KNOWN_TILES.get(tile_size, (14, 2))
     if image_seq_len is None:
@@ -72,12 +72,18 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
             raise ValueError(f"preprocessor_config: {key} expected true (every public Idefics3 / "
                              f"SmolVLM checkpoint), got false; vlmprep's idefics3 preset always "
                              f"resizes and pads: remove the key or build a Pipeline by hand")
-    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    mean, std, rescale, do_norm = config_normalize(cfg, HALF, HALF)
     seq = cfg.get("image_seq_len")
     return _pipeline(_edge(cfg, "size", 4 * 364), _edge(cfg, "max_image_size", 364),
                      bool(need(cfg, "do_image_splitting", True)),
                      None if seq is None else int(seq), mean, std,
                      config_interpolation(cfg, "lanczos"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: none for this family."""
+    return {}
 
 
 PRESETS = {"idefics3": idefics3}

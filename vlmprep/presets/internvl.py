@@ -9,10 +9,17 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    config_hw,
+    config_interpolation,
+    config_normalize,
+    config_types,
+    need,
+    normalize_steps,
+)
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_PROCESSOR_TYPES = config_types("GotOcr2ImageProcessor")
 
 
@@ -21,7 +28,7 @@ def _pipeline(tile_size: int, min_tiles: int, max_tiles: int, mean, std,
               patch: int = 14) -> Pipeline:
     steps: list[ops.Op] = [
         ops.decode(),
-        ops.tile(rule="internvl", tile_size=tile_size, min_tiles=min_tiles, max_tiles=max_tiles,
+        ops.internvl_tile(tile_size=tile_size, min_tiles=min_tiles, max_tiles=max_tiles,
                  thumbnail=True, interpolation=interpolation),
     ]
     steps += normalize_steps(rescale, mean, std, do_normalize)
@@ -48,6 +55,12 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     mean, std, rescale, do_norm = config_normalize(cfg, IMAGENET_MEAN, IMAGENET_STD)
     return _pipeline(h, int(need(cfg, "min_patches", 1)), int(need(cfg, "max_patches", 12)), mean,
                      std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: ``InternVLProcessor`` forces ``crop_to_patches=True``."""
+    return {"crop_to_patches": True}
 
 
 PRESETS = {"internvl": internvl}

@@ -10,10 +10,17 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import (
+    CLIP_MEAN,
+    CLIP_STD,
+    config_hw,
+    config_interpolation,
+    config_normalize,
+    config_types,
+    need,
+    normalize_steps,
+)
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 IMAGE_PROCESSOR_TYPES = config_types("CLIPImageProcessor")
 
 
@@ -51,6 +58,12 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
     return _pipeline(short, config_hw(cfg, "crop_size", (224, 224)), int(need(cfg, "patch_size", 14)),
                      mean, std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: none for this family."""
+    return {}
 
 
 PRESETS = {"llava-1.5": llava_1_5}

@@ -13,15 +13,22 @@ padded to a square with the mean colour and give one tile: ``multi_image=True``.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import (
+    CLIP_MEAN,
+    CLIP_STD,
+    HALF,
+    config_hw,
+    config_interpolation,
+    config_normalize,
+    config_types,
+    need,
+    normalize_steps,
+)
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-ONEVISION_MEAN = ONEVISION_STD = (0.5, 0.5, 0.5)
 #: OneVision's pinpoints: every (384 i, 384 j), i, j in 1..6, row-major (the checkpoint's order).
 ONEVISION_PINPOINTS = tuple((384 * i, 384 * j) for i in range(1, 7) for j in range(1, 7))
 
@@ -36,7 +43,8 @@ def _pipeline(name: str, tile_size: int, pinpoints, mean, std, *, patch: int = 1
               rescale: float = 1 / 255, do_normalize: bool = True,
               square_mean=None, hf_output: str = "llava_next") -> Pipeline:
     # OneVision's pad-to-square colour is int(255 * m) of the processor's image_mean.
-    fill = tuple(int(m * 255) for m in (square_mean if square_mean is not None else mean))
+    fill = cast("tuple[int, int, int]",
+                tuple(int(m * 255) for m in (square_mean if square_mean is not None else mean)))
     steps: list[ops.Op] = [
         ops.decode(),
         ops.anyres_tile(tile_size=tile_size, pinpoints=tuple(map(tuple, pinpoints)),
@@ -57,7 +65,7 @@ def llava_next() -> Pipeline:
 
 
 def llava_onevision() -> Pipeline:
-    return _pipeline("llava-onevision", 384, ONEVISION_PINPOINTS, ONEVISION_MEAN, ONEVISION_STD,
+    return _pipeline("llava-onevision", 384, ONEVISION_PINPOINTS, HALF, HALF,
                      max_num_patches=9, num_additional_image_tokens=0, strategy="full",
                      hf_output="llava_onevision")
 
@@ -114,6 +122,12 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
         num_additional_image_tokens=int(need(cfg, "num_additional_image_tokens", 1)),
         strategy=str(need(cfg, "vision_feature_select_strategy", "default")),
         interpolation=config_interpolation(cfg, "bicubic"), rescale=rescale, do_normalize=do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: ``LlavaNextProcessor``'s images_kwargs force ``do_pad=True`` (OneVision: none)."""
+    return {"do_pad": True} if pipeline.name == "llava-next" else {}
 
 
 PRESETS = {"llava-next": llava_next, "llava-onevision": llava_onevision}

@@ -11,10 +11,18 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import (
+    CLIP_MEAN,
+    CLIP_STD,
+    HALF,
+    config_hw,
+    config_interpolation,
+    config_normalize,
+    config_types,
+    need,
+    normalize_steps,
+)
 
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 IMAGE_PROCESSOR_TYPES = config_types("MllamaImageProcessor")
 
 
@@ -50,9 +58,15 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     h, w = config_hw(cfg, "size", (224, 224))
     if h != w:
         raise ValueError(f"preprocessor_config: 'size' expected a square tile, got {h}x{w}")
-    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    mean, std, rescale, do_norm = config_normalize(cfg, HALF, HALF)
     return _pipeline(h, int(need(cfg, "max_image_tiles", 4)), mean, std,
                      config_interpolation(cfg, "bilinear"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: none for this family."""
+    return {}
 
 
 PRESETS = {"mllama": mllama}

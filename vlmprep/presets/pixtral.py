@@ -12,10 +12,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
-
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+from ._config import CLIP_MEAN, CLIP_STD, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("PixtralImageProcessor")
 
@@ -78,6 +75,13 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
     return _pipeline(patch, merge, _side(cfg, "size", ("longest_edge", "height", "width"), 1024),
                      mean, std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: ``PixtralProcessor`` passes ``patch_size = patch * spatial_merge_size``."""
+    p = pipeline.patchify
+    return {"patch_size": p.patch_size * p.merge_size}
 
 
 PRESETS = {"pixtral": pixtral}

@@ -9,10 +9,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, need, normalize_steps
-
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+from ._config import CLIP_MEAN, CLIP_STD, HALF, config_interpolation, config_normalize, need, normalize_steps
 
 #: Image-processor class names (4.x and 5.x spellings) that this family's configs carry.
 IMAGE_PROCESSOR_TYPES = (
@@ -45,7 +42,7 @@ def qwen2_vl() -> Pipeline:
 
 def qwen3_vl() -> Pipeline:
     """Qwen3-VL-*: patch 16, merge 2, pixels 65,536..16,777,216, mean = std = 0.5."""
-    return _pipeline("qwen3-vl", 16, 65_536, 16_777_216, (0.5,) * 3, (0.5,) * 3)
+    return _pipeline("qwen3-vl", 16, 65_536, 16_777_216, HALF, HALF)
 
 
 def matches(cfg: Mapping[str, Any]) -> bool:
@@ -75,6 +72,12 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
         name, patch, int(min_pixels), int(max_pixels), mean, std,
         temporal=int(need(cfg, "temporal_patch_size", 2)), merge=int(need(cfg, "merge_size", 2)),
         interpolation=config_interpolation(cfg, "bicubic"), rescale=rescale, do_normalize=do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: none for this family."""
+    return {}
 
 
 PRESETS = {"qwen2-vl": qwen2_vl, "qwen3-vl": qwen3_vl}

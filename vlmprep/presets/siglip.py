@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("SiglipImageProcessor")
 
@@ -26,7 +26,7 @@ def _pipeline(hw: tuple[int, int], patch: int, mean, std, interpolation: str = "
 
 
 def siglip() -> Pipeline:
-    return _pipeline((384, 384), 14, (0.5,) * 3, (0.5,) * 3)
+    return _pipeline((384, 384), 14, HALF, HALF)
 
 
 def matches(cfg: Mapping[str, Any]) -> bool:
@@ -36,9 +36,15 @@ def matches(cfg: Mapping[str, Any]) -> bool:
 def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     """``SiglipImageProcessor`` config -> Pipeline (the patch size lives in the model config:
     14 unless the image-processor config carries ``patch_size``)."""
-    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    mean, std, rescale, do_norm = config_normalize(cfg, HALF, HALF)
     return _pipeline(config_hw(cfg, "size", (224, 224)), int(need(cfg, "patch_size", 14)), mean,
                      std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: none for this family."""
+    return {}
 
 
 PRESETS = {"siglip": siglip}

@@ -14,12 +14,12 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import HALF, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Siglip2ImageProcessor")
 
 
-def _pipeline(patch: int = 16, max_num_patches: int = 256, mean=(0.5,) * 3, std=(0.5,) * 3,
+def _pipeline(patch: int = 16, max_num_patches: int = 256, mean=HALF, std=HALF,
               interpolation: str = "bilinear", rescale: float = 1 / 255,
               do_normalize: bool = True) -> Pipeline:
     steps: list[ops.Op] = [ops.decode(),
@@ -48,9 +48,15 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
         raise ValueError("preprocessor_config: do_resize=false is not supported for SigLIP2 "
                          "NaFlex (patchify needs sides that are multiples of the patch); "
                          "expected do_resize=true")
-    mean, std, rescale, do_norm = config_normalize(cfg, (0.5,) * 3, (0.5,) * 3)
+    mean, std, rescale, do_norm = config_normalize(cfg, HALF, HALF)
     return _pipeline(int(need(cfg, "patch_size", 16)), int(need(cfg, "max_num_patches", 256)),
                      mean, std, config_interpolation(cfg, "bilinear"), rescale, do_norm)
+
+
+def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
+    """Image-processor kwargs the model's transformers Processor passes whatever the saved config
+    says: none for this family."""
+    return {}
 
 
 PRESETS = {"siglip2-naflex": siglip2_naflex}
