@@ -29,7 +29,7 @@ def _write(harness: str, name: str, data: bytes) -> None:
 def main() -> None:
     import hostile_corpus as hc
     import numpy as np
-    from imgdata import FORMATS, crop, encode, png16
+    from _support.imgdata import FORMATS, crop, encode, png16
     rgb = crop("astronaut", 24, 32, top=40, left=150)
     files = {f: encode(rgb, f) for f in FORMATS}
     files["png16"] = png16(np.full((8, 12), 40000, np.uint16))

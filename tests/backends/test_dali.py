@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import devices
-from imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
+from _support.imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
 
 import vlmprep
 
@@ -102,7 +102,7 @@ def test_normalized_output(preset, dtype):
 def test_parity_with_transformers_pil(preset):
     # Against the oracle itself (transformers' PIL processor, checkpoint config), to_hf form.
     from hfref import CONFIGS, hf_outputs
-    from imgdata import hf_view
+    from _support.imgdata import hf_view
     from PIL import Image
     items = _photos()[:3]
     oracle_in = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(items[2])]

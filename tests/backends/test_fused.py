@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vlmprep
-from tests.imgdata import encode, tiled
+from _support.imgdata import encode, tiled
 from vlmprep import kernels as vk
 from vlmprep.backends import fused
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hfref import CONFIGS, config, hf_outputs
-from imgdata import FORMATS, crop, encode, hf_view, tiled
+from _support.imgdata import FORMATS, crop, encode, hf_view, tiled
 
 import vlmprep
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from imgdata import crop
+from _support.imgdata import crop
 
 import vlmprep
 from vlmprep import ops

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from imgdata import crop, encode, with_exif_orientation
+from _support.imgdata import crop, encode, with_exif_orientation
 
 
 def _run(*args):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hfref import CONFIGS, hf_outputs
-from imgdata import crop, tiled
+from _support.imgdata import crop, tiled
 
 import vlmprep
 

@@ -18,7 +18,7 @@ import functools
 import pytest
 import torch
 from hfref import CONFIGS, hf_processor
-from imgdata import crop, tiled
+from _support.imgdata import crop, tiled
 
 import vlmprep
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from hfref import CONFIGS, config, hf_outputs, hf_processor
-from imgdata import crop, encode, hf_view, tiled
+from _support.imgdata import crop, encode, hf_view, tiled
 
 import vlmprep
 from vlmprep.plan import plan_image

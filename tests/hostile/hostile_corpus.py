@@ -14,7 +14,7 @@ unmapped page, FIFOs, released memoryviews and 2 GB sparse files exist only ther
       decoded_px: pixels a decode of this item may legitimately hold (the header's claim when
                   the plan accepts it); the peak-memory bound is computed from it (worker).
 
-Photos come from scikit-image / matplotlib package data (tests/imgdata.py), encoded with
+Photos come from scikit-image / matplotlib package data (tests/_support/imgdata.py), encoded with
 Pillow / OpenCV; headers are patched by hand where no encoder writes the hostile form.
 ``full=True`` (VLMPREP_HOSTILE_FULL=1) makes the sweeps denser and the bombs issue-sized.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from imgdata import crop, encode, png16, tiled
+from _support.imgdata import crop, encode, png16, tiled
 from PIL import Image, ImageOps
 
 __all__ = ["Case", "Group", "groups", "oracle_rgb", "GROUP_NAMES", "GROUP_MODES", "ALL_MODES"]
@@ -424,7 +424,7 @@ def _formats(full: bool) -> Group:
     for fmt in ("jpeg", "png"):  # 1 x 201: the family's aspect-ratio rule rejects it
         cases.append(Case(f"1x201/{fmt}", _const(encode(tiled("chelsea", 1, 201), fmt)), "bad"))
     # EXIF orientation 1..8 (the probe's size must equal the decoded one)
-    from imgdata import with_exif_orientation
+    from _support.imgdata import with_exif_orientation
     for o in range(1, 9):
         data = with_exif_orientation(crop("rocket", 40, 70), o)
         cases.append(Case(f"exif_orient_{o}/jpeg", _const(data), "good",

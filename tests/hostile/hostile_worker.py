@@ -39,7 +39,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]  # tests/hostile and tests/ (imgdata, _support)
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # tests/hostile and tests/ (_support)
 
 _MiB = 1 << 20
 # Peak-memory bound of one call on [g0, item, g1] (proc mode):
@@ -404,7 +404,7 @@ def _warm_up(be: Backend) -> None:
                  "webp_animated", "gif", "bmp", "tiff", "tiff_16_rgb"):
         be.proc([be.goods[0], f[name], be.goods[1]])
     from _support.guarded import guarded_copy
-    from imgdata import tiled
+    from _support.imgdata import tiled
     be.proc([guarded_copy(tiled("astronaut", 17, 9))])
 
 
@@ -444,7 +444,7 @@ def main() -> None:
         proto.flush()
 
     import hostile_corpus
-    from imgdata import crop, encode
+    from _support.imgdata import crop, encode
     builders = hostile_corpus.groups(args.full)
     groups = {g: builders[g]() for g in args.groups.split(",")}
     backends = args.backends.split(",")

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from imgdata import crop, encode
+from _support.imgdata import crop, encode
 
 import vlmprep
 

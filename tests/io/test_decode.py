@@ -5,7 +5,7 @@ import io
 
 import numpy as np
 import pytest
-from imgdata import crop, encode, png16, with_alpha, with_exif_orientation
+from _support.imgdata import crop, encode, png16, with_alpha, with_exif_orientation
 from PIL import Image, ImageOps
 
 import vlmprep

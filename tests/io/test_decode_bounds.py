@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 import pytest
-from imgdata import crop, encode
+from _support.imgdata import crop, encode
 from PIL import Image
 
 import vlmprep

@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 import pytest
-from imgdata import crop, encode, with_exif_orientation
+from _support.imgdata import crop, encode, with_exif_orientation
 from PIL import Image
 
 from vlmprep.errors import ImageError

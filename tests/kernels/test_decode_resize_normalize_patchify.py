@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.imgdata import tiled
+from _support.imgdata import tiled
 
 SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 

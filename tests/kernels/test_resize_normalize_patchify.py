@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.imgdata import tiled
+from _support.imgdata import tiled
 
 SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "uint8": torch.uint8}
