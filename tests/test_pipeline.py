@@ -55,7 +55,7 @@ def test_round_trip_json():
         vlmprep.Pipeline.from_dict({"ops": [{"op": "nope"}]})
 
 
-def test_custom_pipeline_equals_preset():
+def test_custom_pipeline_equals_preset(seed):
     # The API.md example: a user-built pipeline works wherever a preset name does.
     custom = vlmprep.Pipeline([
         ops.decode(),
@@ -66,7 +66,7 @@ def test_custom_pipeline_equals_preset():
     ])
     assert custom.ops == vlmprep.presets.get("qwen2-vl").ops
     import numpy as np
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     img = rng.integers(0, 256, (61, 97, 3), dtype=np.uint8)
     a = vlmprep.Processor(custom, backend="reference")([img])
     b = vlmprep.Processor("qwen2-vl", backend="reference")([img])
@@ -118,14 +118,14 @@ def test_from_pretrained(tmp_path, cfg, want):
 
 
 @pytest.mark.hf
-def test_from_pretrained_matches_transformers_flags(tmp_path):
+def test_from_pretrained_matches_transformers_flags(tmp_path, seed):
     # do_normalize=false / do_rescale=false behave as in transformers' PIL backend.
     import numpy as np
     from PIL import Image
     from transformers import Qwen2VLImageProcessorPil
     cfg = {"image_processor_type": "Qwen2VLImageProcessor", "do_normalize": False,
            "min_pixels": 3136, "max_pixels": 12845056}
-    img = np.random.default_rng().integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    img = np.random.default_rng(seed).integers(0, 256, (50, 70, 3), dtype=np.uint8)
     ours = vlmprep.Processor.from_pretrained(_write(tmp_path, cfg), backend="reference")([img])
     theirs = Qwen2VLImageProcessorPil(do_normalize=False, min_pixels=3136, max_pixels=12845056)(
         [Image.fromarray(img)], return_tensors="pt")
@@ -138,3 +138,68 @@ def test_from_pretrained_errors(tmp_path):
     d = _write(tmp_path, {"image_processor_type": "SomethingElse"})
     with pytest.raises(ValueError, match="not a family vlmprep knows"):
         vlmprep.Processor.from_pretrained(d)
+
+
+# -- deprecated spellings (API.md's): they keep working, warn, and give the current form ----------
+def test_patchify_layout_is_a_deprecated_alias_of_order():
+    with pytest.warns(DeprecationWarning, match="order"):
+        old = ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2,
+                           layout="merge_grouped")
+    assert old == ops.patchify(patch_size=14, order="merge_grouped")
+    with pytest.warns(DeprecationWarning):
+        assert ops.patchify(temporal_patch_size=1, layout="raster").order == "raster"
+    assert "layout" not in old.to_dict() and "layout" not in ops.patchify.field_names()
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="pass order= only"):
+        ops.patchify(temporal_patch_size=1, order="tiles", layout="raster")
+
+
+def test_tile_is_a_deprecated_alias_of_internvl_tile():
+    with pytest.warns(DeprecationWarning, match="internvl_tile"):
+        old = ops.tile(rule="internvl", tile_size=448, max_tiles=6)
+    assert old == ops.internvl_tile(tile_size=448, max_tiles=6)
+    assert old.name == "internvl_tile" and "rule" not in old.to_dict()
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="rule"):
+        ops.tile(rule="llava")
+    assert "tile" not in ops.OP_TYPES  # a function, not an op: one name per op
+
+
+def test_from_dict_reads_old_spellings():
+    new = vlmprep.presets.get("internvl")
+    d = json.loads(json.dumps(new.to_dict()))
+    for od in d["ops"]:
+        if od["op"] == "internvl_tile":
+            od.update(op="tile", rule="internvl")
+        if od["op"] == "patchify":
+            od["layout"] = od.pop("order")
+    with pytest.warns(DeprecationWarning) as rec:
+        assert vlmprep.Pipeline.from_dict(d) == new
+    assert {"tile", "layout"} <= {w for r in rec for w in ("tile", "layout") if w in str(r.message)}
+    bad = json.loads(json.dumps(d))
+    next(od for od in bad["ops"] if od["op"] == "tile")["rule"] = "other"
+    with pytest.raises(ValueError, match="rule='internvl'"):
+        vlmprep.Pipeline.from_dict(bad)
+
+
+# -- registries: every name list is derived from one declaration ---------------------------------
+def test_every_sizing_op_has_one_plan_rule_and_owns_its_tile_size():
+    from vlmprep.plan import SIZING_RULES
+    sizing = {n for n, t in ops.OP_TYPES.items() if t.sizing}
+    assert set(SIZING_RULES) == sizing
+    assert set(ops.OP_TYPES) <= set(ops.__all__)
+    # Each preset's tile size comes from its sizing op (or its centre crop), as the op says.
+    want = {"siglip": (384, 384), "llava-1.5": (336, 336), "internvl": (448, 448),
+            "llava-next": (336, 336), "llava-onevision": (384, 384), "mllama": (560, 560),
+            "idefics3": (364, 364), "gemma3": (896, 896), "qwen2-vl": None, "qwen3-vl": None,
+            "pixtral": None, "siglip2-naflex": None}
+    assert {n: vlmprep.presets.get(n).tile_hw for n in vlmprep.presets.names()} == want
+    assert ops.resize(mode="shortest_edge", size=336).tile_hw is None
+
+
+def test_hf_forms_and_presets_come_from_their_registries():
+    from vlmprep.hf_forms import HF_FORMS
+    assert set(HF_FORMS) == set(ops.HF_OUTPUTS) - {"auto"}
+    fams = vlmprep.presets.FAMILIES
+    assert vlmprep.presets.names() == sorted(n for f in fams for n in f.PRESETS)
+    for name in vlmprep.presets.names():
+        assert vlmprep.presets.get(name).name == name
+        assert name in vlmprep.presets.family(name).PRESETS
