@@ -20,8 +20,8 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from conftest import devices
 from _support.imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
+from conftest import devices
 
 import vlmprep
 
@@ -101,8 +101,8 @@ def test_normalized_output(preset, dtype):
 @pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl", "internvl", "idefics3"])
 def test_parity_with_transformers_pil(preset):
     # Against the oracle itself (transformers' PIL processor, checkpoint config), to_hf form.
-    from hfref import CONFIGS, hf_outputs
     from _support.imgdata import hf_view
+    from hfref import CONFIGS, hf_outputs
     from PIL import Image
     items = _photos()[:3]
     oracle_in = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(items[2])]

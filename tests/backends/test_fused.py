@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _support.imgdata import encode, tiled
 
 import vlmprep
-from _support.imgdata import encode, tiled
 from vlmprep import kernels as vk
 from vlmprep.backends import fused
 

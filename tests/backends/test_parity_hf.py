@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hfref import CONFIGS, config, hf_outputs
 from _support.imgdata import FORMATS, crop, encode, hf_view, tiled
+from hfref import CONFIGS, config, hf_outputs
 
 import vlmprep
 

@@ -13,8 +13,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from hfref import CONFIGS, config, hf_outputs, hf_processor
 from _support.imgdata import crop, encode, hf_view, tiled
+from hfref import CONFIGS, config, hf_outputs, hf_processor
 
 import vlmprep
 from vlmprep.plan import plan_image

@@ -15,8 +15,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from hfref import CONFIGS, config, hf_outputs, hf_processor
 from _support.imgdata import crop, encode, hf_view, tiled
+from hfref import CONFIGS, config, hf_outputs, hf_processor
 
 import vlmprep
 from vlmprep.pack import concat

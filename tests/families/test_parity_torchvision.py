@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hfref import CONFIGS, hf_outputs
 from _support.imgdata import crop, tiled
+from hfref import CONFIGS, hf_outputs
 
 import vlmprep
 

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from hfref import CONFIGS, config, hf_outputs
 from _support.imgdata import crop, encode, hf_view, tiled
+from hfref import CONFIGS, config, hf_outputs
 
 import vlmprep
 from vlmprep.plan import plan_image

@@ -17,8 +17,8 @@ import functools
 
 import pytest
 import torch
-from hfref import CONFIGS, hf_processor
 from _support.imgdata import crop, tiled
+from hfref import CONFIGS, hf_processor
 
 import vlmprep
 

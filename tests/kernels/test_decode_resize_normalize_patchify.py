@@ -12,9 +12,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from _support.imgdata import tiled
+from PIL import Image
 
 SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 

@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from _support.imgdata import tiled
 
 SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
