@@ -1,9 +1,12 @@
 """Markers and central skips. Devices are test parameters; skipping says why, in one place.
 
 Markers: gpu (needs CUDA), dali (needs nvidia-dali), hf (needs transformers as the oracle),
-slow (long; run with -m slow or in the full suite). Random tests take the ``seed`` fixture
-(one seed per run, printed in the header; VLMPREP_TEST_SEED replays it). Figures a test measured
-(tests/_support/figures.py ``record``) are printed in the terminal summary.
+slow (long: the hostile corpus, the batcher soak, real bench runs). Slow tests are in the default
+suite; ``pytest -m "not slow"`` leaves them out for a quick run, ``-m slow`` runs only them.
+Random tests take the ``seed`` fixture (one seed per run, printed in the header;
+VLMPREP_TEST_SEED replays it). Figures a test measured (tests/_support/figures.py ``record``)
+are printed in the terminal summary. Shared helpers (test photos and encoders, the seed, the
+figures) live in tests/_support/.
 """
 from __future__ import annotations
 
@@ -59,7 +62,8 @@ def _has(mod: str) -> str | None:
     return None if importlib.util.find_spec(mod) is not None else f"{mod} is not installed"
 
 
-_SKIP = {"gpu": _cuda, "dali": lambda: _has("nvidia.dali") if _has("nvidia") is None else "nvidia-dali is not installed",
+_SKIP = {"gpu": _cuda,
+         "dali": lambda: _has("nvidia.dali") if _has("nvidia") is None else "nvidia-dali is not installed",
          "hf": lambda: _has("transformers")}
 
 

@@ -65,6 +65,7 @@ def test_flags_parse():
     assert bench_images.parse_size("640x480") == ("640x480", (480, 640))
 
 
+@pytest.mark.slow  # a real bench run on every backend
 def test_json_schema_and_plot(tmp_path, capsys):
     out_json, png = tmp_path / "r.json", tmp_path / "r.png"
     rc, out, err = _main([*TINY, "--threads", "1", "--dtype", "float32,uint8", "--backend", "all",
@@ -214,6 +215,7 @@ def test_checkpoint_configs_resolve_to_the_presets():
         bench_hf.checkpoint_config("nope")
 
 
+@pytest.mark.slow  # a real bench run in a child process
 def test_without_transformers():
     """Without transformers: bench runs; --compare hf says to install it."""
     code = (

@@ -56,6 +56,7 @@ def _run(session) -> dict:
 _PARAMS = [(g, b, m) for g in _groups() for b in _backends() for m in GROUP_MODES.get(g, ALL_MODES)]
 
 
+@pytest.mark.slow  # the whole corpus in child processes: ~2 minutes
 @pytest.mark.parametrize("group,backend,mode", _PARAMS, ids=["-".join(p) for p in _PARAMS])
 def test_hostile(request, group, backend, mode):
     res = _run(request.session)

@@ -5,8 +5,8 @@ Asserted: no request is lost, answered twice or given another's images (each ima
 colour unique to its request and position, so a result is checked by content, row by row,
 against the colour's expected patch row; geometry against the plan of its size), every bad item
 is exactly its own request's error at its own index, and RSS stays flat across rounds after a
-warm-up. CI runs the small version (~2,000 requests); VLMPREP_SOAK=1 runs the heavy one and
-prints its figures.
+warm-up. CI runs the small version (~2,000 requests); VLMPREP_SOAK=1 runs the heavy one. Its
+figures are shown in the run's terminal summary (tests/_support/figures.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import random
 import time
 
 import numpy as np
+import pytest
 import torch
+from _support import figures
 from PIL import Image
 
 import vlmprep
@@ -66,7 +68,7 @@ class World:
         self.fifo = str(fifo)
         self.dir = str(tmp_path)
         self.bad_kinds = {
-            "corrupt bytes": lambda: os.urandom(300),
+            "corrupt bytes": lambda: self.rng.randbytes(300),
             "truncated png": lambda: _png(np.zeros((40, 40, 3), np.uint8) + 7)[:80],
             "fifo": lambda: self.fifo,
             "/dev/zero": lambda: "/dev/zero",
@@ -190,9 +192,10 @@ async def _round(b: Batcher, world: World, k0: int, n: int, stats: collections.C
     return started
 
 
-def test_soak(tmp_path):
+@pytest.mark.slow
+def test_soak(tmp_path, seed):
     proc = vlmprep.Processor(PRESET, backend="auto", dtype="uint8", errors="skip")
-    world = World(proc, tmp_path, random.Random(int.from_bytes(os.urandom(4), "little")))
+    world = World(proc, tmp_path, random.Random(seed))
     stats: collections.Counter = collections.Counter()
     rss: list[int] = []
 
@@ -223,7 +226,7 @@ def test_soak(tmp_path):
     assert m["cancelled"] <= stats["cancelled"]
     assert m["queue_depth"] == 0 and m["running"] == 0
     growth = rss[-1] - rss[0]
-    figures = {
+    measured = {
         "requests": total, "clients in flight": CLIENTS, "wall s": round(wall, 1),
         "requests/s": round(total / wall), "images": stats["images"],
         "batches": m["batches"], "batch_size_p50": m["batch_size_p50"],
@@ -232,7 +235,7 @@ def test_soak(tmp_path):
         "RSS growth after warm-up MiB": round(growth / 2**20, 1),
         **{k: v for k, v in sorted(stats.items()) if k.startswith(("error", "cancel", "refused"))},
     }
-    print("\nsoak figures:", figures)
+    figures.record("serve: batcher soak", ", ".join(f"{k} {v}" for k, v in measured.items()))
     # Flat memory: the rounds after warm-up add at most 64 MiB (no per-request leak: 2,000+
     # requests leaking even 32 KiB each would exceed it).
-    assert growth < 64 << 20, figures
+    assert growth < 64 << 20, measured
