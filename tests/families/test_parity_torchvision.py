@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _support import figures
 from _support.imgdata import crop, tiled
 from hfref import CONFIGS, hf_outputs
 
@@ -27,7 +28,6 @@ import vlmprep
 pytestmark = pytest.mark.hf
 
 BOUND = (24, 0.5)
-FIGURES: dict = {}
 
 # A small mixed batch of real photos of odd sizes per family: an upscale, a downscale and (where
 # the family resizes both ways) a shape that shrinks one side and grows the other.
@@ -104,14 +104,9 @@ def test_uint8_matches_hf_torchvision_backend(preset, backend):
                        _valid(preset, want_pv, want, ntiles))
     # The whole tensor, padding included: both pad with the same values (measured: equal).
     pmx, _ = _levels(hf["pixel_values"], want_pv)
-    FIGURES[(preset, backend)] = (mx, mean, pmx)
-    print(f"{preset} {backend} vs hf-torchvision: max {mx:.0f} mean {mean:.4f} levels "
-          f"(whole tensor incl. padding max {pmx:.0f})")
+    figures.record("families vs transformers' torchvision backend, levels",
+                   f"{preset}/{backend}: max {mx:.0f} mean {mean:.4f} (whole tensor incl. padding "
+                   f"max {pmx:.0f})")
     assert mx <= BOUND[0] and mean <= BOUND[1], (preset, backend, mx, mean)
     assert pmx <= BOUND[0], (preset, backend, pmx)
 
-
-def test_print_figures(capsys):
-    with capsys.disabled():
-        for (preset, backend), (mx, mean, pmx) in sorted(FIGURES.items()):
-            print(f"  hf-torchvision {preset}/{backend}: max {mx:.0f} mean {mean:.4f} levels")

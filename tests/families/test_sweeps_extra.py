@@ -5,7 +5,6 @@ Every sweep includes 1x1 and extreme aspect ratios (1xN, Nx1).
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,12 +28,7 @@ def _sizes(seed: int, hi: int = 6000, extreme: int = 5000) -> list[tuple[int, in
     return list(dict.fromkeys(sizes))
 
 
-def _seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
-
-
-def test_siglip_fixed_squash():
-    seed = _seed()
+def test_siglip_fixed_squash(seed):
     pipe = vlmprep.presets.get("siglip")
     sizes = _sizes(seed)
     assert len(sizes) >= 2000 and (1, 1) in sizes and (1, 5000) in sizes
@@ -44,9 +38,8 @@ def test_siglip_fixed_squash():
             (384, 384), [(0, 0, 384, 384)], [(1, 27, 27)], (384 // 14) ** 2, 729), (seed, hw)
 
 
-def test_llava15_resize_and_center_crop():
+def test_llava15_resize_and_center_crop(seed):
     from transformers.image_transforms import get_resize_output_image_size
-    seed = _seed()
     pipe = vlmprep.presets.get("llava-1.5")
     sizes = _sizes(seed)
     sizes += [(h, w) for h in (1, 335, 336, 337, 672, 673) for w in (1, 3, 335, 336, 337, 1009)]
@@ -61,9 +54,8 @@ def test_llava15_resize_and_center_crop():
         assert p.num_tokens == 576 and p.grid_thw == [(1, 24, 24)], (seed, h, w)
 
 
-def test_idefics3_rows_cols_and_tokens():
+def test_idefics3_rows_cols_and_tokens(seed):
     from transformers import Idefics3Processor
-    seed = _seed()
     hf = hf_processor("idefics3", "pil")
     fake = SimpleNamespace(_merge_kwargs=lambda **kw: {"images_kwargs": {}}, image_seq_len=169,
                            image_processor=hf, tokenizer=lambda t, add_special_tokens=False:
@@ -80,11 +72,10 @@ def test_idefics3_rows_cols_and_tokens():
         assert p.num_tokens == n_tok, (seed, hw)
 
 
-def test_pixtral_resize_and_prompt():
+def test_pixtral_resize_and_prompt(seed):
     from transformers.image_utils import ChannelDimension
     from transformers.models.pixtral.image_processing_pil_pixtral import get_resize_output_image_size
     from transformers.models.pixtral.processing_pixtral import PixtralProcessor
-    seed = _seed()
     fake = SimpleNamespace(patch_size=16, spatial_merge_size=1, image_token="[IMG]",
                            image_break_token="[IMG_BREAK]", image_end_token="[IMG_END]")
     pipe = vlmprep.presets.get("pixtral")
@@ -104,9 +95,8 @@ def test_pixtral_resize_and_prompt():
     assert n_ok >= 2000
 
 
-def test_siglip2_naflex_size_and_tokens():
+def test_siglip2_naflex_size_and_tokens(seed):
     from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
-    seed = _seed()
     pipe = vlmprep.presets.get("siglip2-naflex")
     for h, w in _sizes(seed, extreme=20000):
         rh, rw = get_image_size_for_max_num_patches(h, w, 16, 256)
@@ -116,9 +106,8 @@ def test_siglip2_naflex_size_and_tokens():
         assert p.num_tokens == n and p.grid_thw == [(1, rh // 16, rw // 16)], (seed, h, w)
 
 
-def test_gemma3_squash_and_pan_and_scan():
+def test_gemma3_squash_and_pan_and_scan(seed):
     from transformers import Gemma3Processor
-    seed = _seed()
     hf = hf_processor("gemma3", "pil")
     pas_kw = {"pan_and_scan_min_crop_size": 256, "pan_and_scan_max_num_crops": 4,
               "pan_and_scan_min_ratio_to_activate": 1.2}

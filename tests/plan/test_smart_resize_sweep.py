@@ -9,15 +9,14 @@ Oracles (transformers 5.24.0):
   - for a few sizes, the full processor run on real pixels (``image_grid_thw``, ``pixel_values``
     rows, and the number of ``<|image_pad|>`` ids it puts in ``input_ids``).
 
-The random part of the sweep is fresh every run; its seed is printed and is part of every failure
-message. Reproduce a failure with ``VLMPREP_TEST_SEED=<seed> pytest tests/plan/test_smart_resize_sweep.py``.
+The random part of the sweep is fresh every run; its seed (the run's ``seed`` fixture, printed in
+the session header) is part of every failure message. Reproduce a failure with
+``VLMPREP_TEST_SEED=<seed> pytest tests/plan/test_smart_resize_sweep.py``.
 """
 from __future__ import annotations
 
 import math
-import os
 import random
-import secrets
 
 import numpy as np
 import pytest
@@ -51,13 +50,6 @@ def _t(x) -> tuple:
 
 # -- fixtures -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def seed() -> int:
-    s = int(os.environ.get("VLMPREP_TEST_SEED") or secrets.randbits(32))
-    print(f"\n[smart_resize sweep] VLMPREP_TEST_SEED={s}")
-    return s
-
-
-@pytest.fixture(scope="module")
 def tf():
     """The transformers oracle objects, one set per config."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -77,7 +69,7 @@ def tf():
                    special_tokens=True)
 
     out = {"smart_resize_tv": tv_mod.smart_resize, "smart_resize_pil": pil_mod.smart_resize}
-    for name, (factor, lo, hi, patch, _, _) in CONFIGS.items():
+    for name, (_factor, lo, hi, patch, _, _) in CONFIGS.items():
         kw = dict(size={"shortest_edge": lo, "longest_edge": hi}, patch_size=patch, merge_size=MERGE)
         if name == "qwen3-vl":
             kw.update(image_mean=[0.5] * 3, image_std=[0.5] * 3)
