@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+from _support import figures
 from _support.imgdata import crop, encode, with_exif_orientation
 
 
@@ -17,7 +18,7 @@ def _run(*args):
 def test_plan_sizes_table_and_json():
     rc, out, _ = _run("plan", "--preset", "qwen2-vl", "--size", "1920x1080")
     assert rc == 0
-    line = [l for l in out.splitlines() if l.startswith("1920x1080")][0].split()
+    line = [s for s in out.splitlines() if s.startswith("1920x1080")][0].split()
     # PEERS.md 2.1: 1080x1920 (HxW) -> 1092x1932, grid (1, 78, 138), 2691 tokens.
     assert line[2] == "1932x1092" and line[-2] == "2691"
     rc, out, _ = _run("plan", "--preset", "qwen3-vl", "--size", "1920x1080", "--json")
@@ -70,4 +71,4 @@ def test_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     dt, mods = out.split(" ", 1)
     assert mods.strip() == "[]"  # neither torch, numpy, PIL nor DALI imported
-    print(f"import vlmprep: {float(dt) * 1000:.1f} ms")
+    figures.record("cli: import cost", f"import vlmprep + presets.get: {float(dt) * 1000:.1f} ms")

@@ -55,8 +55,8 @@ def _tensor_bytes(b):
 
 
 # -- keys ---------------------------------------------------------------------------------------
-def test_keys_follow_content_and_config(proc, tmp_path):
-    rng = np.random.default_rng()
+def test_keys_follow_content_and_config(seed, proc, tmp_path):
+    rng = np.random.default_rng(seed)
     cache = OutputCache(1 << 20)
     a = _img(rng, 40, 60)
     k = cache.key_for(a, proc)
@@ -100,8 +100,8 @@ def test_keys_follow_content_and_config(proc, tmp_path):
 
 
 # -- get / put ----------------------------------------------------------------------------------
-def test_hits_misses_and_lru_order(proc):
-    rng = np.random.default_rng()
+def test_hits_misses_and_lru_order(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8) for _ in range(4)]  # 16 rows each
     one = [proc([im]) for im in imgs]
     size = _tensor_bytes(one[0])
@@ -130,8 +130,8 @@ def test_hits_misses_and_lru_order(proc):
     assert cache.nbytes == before and len(cache) == 2
 
 
-def test_byte_bound(proc):
-    rng = np.random.default_rng()
+def test_byte_bound(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = [_img(rng) for _ in range(24)]
     batch = proc(imgs)
     parts = list(batch.split())
@@ -164,8 +164,8 @@ def test_byte_bound(proc):
         OutputCache(-1)
 
 
-def test_thread_safety_under_concurrent_put_get(proc):
-    rng = np.random.default_rng()
+def test_thread_safety_under_concurrent_put_get(seed, proc):
+    rng = np.random.default_rng(seed)
     parts = list(proc([_img(rng, 20, 90) for _ in range(30)]).split())
     sizes = [_tensor_bytes(p) for p in parts]
     cache = OutputCache(max_bytes=sum(sizes) // 2)
@@ -202,8 +202,8 @@ def test_thread_safety_under_concurrent_put_get(proc):
 
 # -- with the DataLoader ------------------------------------------------------------------------
 @pytest.mark.parametrize("nw", [0, 2])
-def test_loader_processes_a_repeated_image_once(proc, nw):
-    rng = np.random.default_rng()
+def test_loader_processes_a_repeated_image_once(seed, proc, nw):
+    rng = np.random.default_rng(seed)
     imgs = [_img(rng) for _ in range(10)]
     data = _png(imgs[3])
     # Every image twice (second pass in another order), plus its PNG bytes and a repeat
@@ -230,8 +230,8 @@ def test_loader_processes_a_repeated_image_once(proc, nw):
     assert counting.images == 0 and cache.hits == 10 + 21
 
 
-def test_loader_cache_with_skipped_images():
-    rng = np.random.default_rng()
+def test_loader_cache_with_skipped_images(seed):
+    rng = np.random.default_rng(seed)
     skip = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
     imgs = [_img(rng) for _ in range(4)]
     sources = [imgs[0], b"junk", imgs[1], imgs[0], b"junk", imgs[2], imgs[3]]

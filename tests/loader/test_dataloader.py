@@ -82,8 +82,8 @@ def _assert_rows_match_proc(proc, sources_by_id, batches):
 
 
 # -- packing ------------------------------------------------------------------------------------
-def test_token_budget_packing(proc):
-    rng = np.random.default_rng()
+def test_token_budget_packing(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 70)
     # Two images far above the budget (420x420 -> 15x15 merged = 225 tokens).
     imgs[11] = rng.integers(0, 256, (420, 420, 3), dtype=np.uint8)
@@ -108,8 +108,8 @@ def test_token_budget_packing(proc):
     _assert_rows_match_proc(proc, imgs, batches)
 
 
-def test_batch_size_mode_and_both_limits(proc):
-    rng = np.random.default_rng()
+def test_batch_size_mode_and_both_limits(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 30)
     keep = list(DataLoader(imgs, proc, batch_size=7, max_batch_tokens=None, num_workers=1))
     assert [len(ids) for ids, _ in keep] == [7, 7, 7, 7, 2]
@@ -132,8 +132,8 @@ def test_batch_size_mode_and_both_limits(proc):
         assert len(ids) == 4 or sum(b.num_tokens) + tok[nxt[0]] > 40
 
 
-def test_last_batch_policy_token_mode(proc):
-    rng = np.random.default_rng()
+def test_last_batch_policy_token_mode(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 40)
     keep = [ids for ids, _ in DataLoader(imgs, proc, max_batch_tokens=70, num_workers=0)]
     drop_loader = DataLoader(imgs, proc, max_batch_tokens=70, num_workers=2, drop_last=True)
@@ -153,8 +153,8 @@ def test_last_batch_policy_token_mode(proc):
                                          drop_last=True)] == [[0], [1], [2]]
 
 
-def test_group_by_size_sorts_within_windows(proc):
-    rng = np.random.default_rng()
+def test_group_by_size_sorts_within_windows(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 48)
     tok = _tokens(proc, imgs)
     loader = DataLoader(imgs, proc, batch_size=4, max_batch_tokens=None, group_by_size=True,
@@ -168,8 +168,8 @@ def test_group_by_size_sorts_within_windows(proc):
 
 
 # -- order --------------------------------------------------------------------------------------
-def test_deterministic_order_across_runs_and_workers(proc):
-    rng = np.random.default_rng()
+def test_deterministic_order_across_runs_and_workers(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 40)
     runs = []
     for nw in (0, 1, 3, 3):
@@ -186,8 +186,8 @@ def test_deterministic_order_across_runs_and_workers(proc):
     assert sorted(other) == list(range(40)) and other != _flat(ref)
 
 
-def test_shuffle_differs_across_epochs(proc):
-    rng = np.random.default_rng()
+def test_shuffle_differs_across_epochs(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 30, 20, 60)
     loader = DataLoader(imgs, proc, batch_size=5, max_batch_tokens=None, shuffle=True, seed=1)
     e0 = _flat(list(loader))
@@ -212,10 +212,10 @@ def test_shuffle_differs_across_epochs(proc):
 # -- resume -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 @pytest.mark.parametrize("mode", ["tokens", "tokens+group", "count+shuffle"])
-def test_resume_yields_exactly_the_rest(proc, kind, mode):
+def test_resume_yields_exactly_the_rest(seed, proc, kind, mode):
     if kind == "iterable" and "shuffle" in mode:
         mode = "count"
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 36)
     items = [{"id": f"img-{i}", "image": im} for i, im in enumerate(imgs)]
     by_id = {d["id"]: d["image"] for d in items}
@@ -259,8 +259,8 @@ def test_resume_yields_exactly_the_rest(proc, kind, mode):
     assert [ids for ids, _ in head] + [ids for ids, _ in loader] == [ids for ids, _ in full]
 
 
-def test_resume_state_is_validated(proc):
-    imgs = _images(np.random.default_rng(), 6, 20, 40)
+def test_resume_state_is_validated(seed, proc):
+    imgs = _images(np.random.default_rng(seed), 6, 20, 40)
     state = DataLoader(imgs, proc, batch_size=2, max_batch_tokens=None).state_dict()
     with pytest.raises(ValueError, match="num_samples expected 5"):
         DataLoader(imgs[:5], proc, batch_size=2, max_batch_tokens=None).load_state_dict(state)
@@ -293,8 +293,8 @@ def _bad_mix(rng):
 
 
 @pytest.mark.parametrize("nw", [0, 2])
-def test_errors_skip_reports_and_keeps_the_rest(nw):
-    rng = np.random.default_rng()
+def test_errors_skip_reports_and_keeps_the_rest(seed, nw):
+    rng = np.random.default_rng(seed)
     proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
     items, bad_ids = _bad_mix(rng)
     loader = DataLoader(items, proc, batch_size=4, max_batch_tokens=None, num_workers=nw)
@@ -318,8 +318,8 @@ def test_errors_skip_reports_and_keeps_the_rest(nw):
 
 
 @pytest.mark.parametrize("bad_pos", [3, 9])
-def test_errors_raise_names_the_sample(proc, bad_pos):
-    rng = np.random.default_rng()
+def test_errors_raise_names_the_sample(seed, proc, bad_pos):
+    rng = np.random.default_rng(seed)
     items = [{"id": f"s{i}", "image": im} for i, im in enumerate(_images(rng, 12, 20, 90))]
     items[bad_pos] = {"id": "bad-7", "image": b"garbage bytes"}
     loader = DataLoader(items, proc, batch_size=4, max_batch_tokens=None, num_workers=2)
@@ -340,8 +340,8 @@ def test_errors_raise_names_the_sample(proc, bad_pos):
         list(DataLoader(items, proc, batch_size=4, max_batch_tokens=None, num_workers=0))
 
 
-def test_dict_sources_ids_and_fields(proc):
-    rng = np.random.default_rng()
+def test_dict_sources_ids_and_fields(seed, proc):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 9, 20, 80)
     from PIL import Image
     buf = io.BytesIO()
@@ -360,8 +360,8 @@ def test_dict_sources_ids_and_fields(proc):
 
 
 @pytest.mark.gpu
-def test_cuda_worker_streams():
-    rng = np.random.default_rng()
+def test_cuda_worker_streams(seed):
+    rng = np.random.default_rng(seed)
     imgs = _images(rng, 24)
     gpu = vlmprep.Processor("qwen2-vl", backend="torch", device="cuda")
     batches = list(DataLoader(imgs, gpu, max_batch_tokens=60, num_workers=3))
@@ -373,8 +373,8 @@ def test_cuda_worker_streams():
 
 
 # -- collate ------------------------------------------------------------------------------------
-def test_collate_hf_keys_and_cu_seqlens(proc):
-    imgs = _images(np.random.default_rng(), 5)
+def test_collate_hf_keys_and_cu_seqlens(seed, proc):
+    imgs = _images(np.random.default_rng(seed), 5)
     batch = proc(imgs)
     out = collate_hf(batch)
     assert set(out) == {"pixel_values", "image_grid_thw", "cu_seqlens"}
@@ -386,8 +386,8 @@ def test_collate_hf_keys_and_cu_seqlens(proc):
         collate_hf(imgs)
 
 
-def test_hf_collate_fn_in_torch_dataloader(proc):
-    imgs = _images(np.random.default_rng(), 6)
+def test_hf_collate_fn_in_torch_dataloader(seed, proc):
+    imgs = _images(np.random.default_rng(seed), 6)
     ds = [{"image": im, "label": i} for i, im in enumerate(imgs)]
     fn = hf_collate_fn(proc)
     import pickle
@@ -404,10 +404,10 @@ def test_hf_collate_fn_in_torch_dataloader(proc):
 
 
 @pytest.mark.hf
-def test_collate_hf_equals_transformers(proc):
+def test_collate_hf_equals_transformers(seed, proc):
     from PIL import Image
     from transformers import Qwen2VLImageProcessorPil
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     pils = [Image.fromarray(a) for a in _images(rng, 7, 30, 300)]
     hf = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=12845056)
     want = hf(images=pils, return_tensors="pt")

@@ -79,8 +79,8 @@ def _sources(tmp_path, rng):
 
 @pytest.mark.parametrize("nw", [0, 2])
 @pytest.mark.parametrize("cached", [False, True])
-def test_hostile_sources_are_skipped_and_the_loader_lives(tmp_path, nw, cached):
-    rng = np.random.default_rng()
+def test_hostile_sources_are_skipped_and_the_loader_lives(seed, tmp_path, nw, cached):
+    rng = np.random.default_rng(seed)
     items, by_id, bad, fifo = _sources(tmp_path, rng)
     proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
     cache = OutputCache(64 << 20) if cached else None
@@ -108,7 +108,7 @@ def test_hostile_sources_are_skipped_and_the_loader_lives(tmp_path, nw, cached):
     # Resume after 2 batches: exactly the rest, skipped samples included.
     loader = make()
     it = iter(loader)
-    head = _watchdog(lambda: [next(it) for _ in range(2)])
+    head = _watchdog(lambda it=it: [next(it) for _ in range(2)])  # bound now: `it` is deleted below
     state = json.loads(json.dumps(loader.state_dict()))
     del it
     resumed = make()
@@ -117,8 +117,8 @@ def test_hostile_sources_are_skipped_and_the_loader_lives(tmp_path, nw, cached):
     assert [i for b_ids, _ in head + rest for i in b_ids] == ids
 
 
-def test_loader_with_a_bad_item_in_errors_raise_names_it_and_stays_usable(tmp_path):
-    rng = np.random.default_rng()
+def test_loader_with_a_bad_item_in_errors_raise_names_it_and_stays_usable(seed, tmp_path):
+    rng = np.random.default_rng(seed)
     items, by_id, bad, fifo = _sources(tmp_path, rng)
     proc = vlmprep.Processor("qwen2-vl", backend="reference")
     loader = DataLoader(items, proc, batch_size=3, max_batch_tokens=None, num_workers=2,
