@@ -8,6 +8,7 @@
 # dali and torch on CUDA); (3) bench/gpu_check.py: parity of every backend on CUDA vs the
 # reference, batch invariance, kernel vs twin, kernel bandwidth vs a device copy, timings;
 # (4) `vlmprep bench` at 720p/1080p/4K against transformers' torchvision processor on CUDA.
+# Steps 2-4 all run even when one fails; the script then prints which failed and exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cuda}
@@ -24,13 +25,40 @@ fi
 .venv/bin/python -m vlmprep.cli.main info
 mkdir -p bench/results
 tag="$(hostname)_$(date +%Y%m%d)"
+failed=()
+# step NAME CMD...: run it; a failure is recorded (named in the summary), the next step still runs
+step() {
+  local name=$1; shift
+  local rc=0
+  "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "gpu_check: FAILED: $name (exit $rc)" >&2
+    failed+=("$name (exit $rc)")
+  fi
+}
+gpu_tests() {  # full log kept; the tail printed; pytest's own exit status returned
+  local log="bench/results/gpu_tests_$tag.log"
+  local rc=0
+  .venv/bin/python -m pytest -q -m gpu -rA tests/kernels tests/backends -p no:warnings >"$log" 2>&1 || rc=$?
+  tail -15 "$log"
+  [ "$rc" -eq 0 ] || echo "gpu tests: pytest exited $rc; full log: $log" >&2
+  return "$rc"
+}
 if [ "$DEVICE" != "cpu" ]; then
-  .venv/bin/python -m pytest -q -m gpu -rA tests/kernels tests/backends -p no:warnings | tail -15 || true
+  step "gpu tests (pytest -m gpu tests/kernels tests/backends)" gpu_tests
 fi
-.venv/bin/python bench/gpu_check.py --device "$DEVICE" --json "bench/results/gpu_check_$tag.json"
+step "bench/gpu_check.py" \
+  .venv/bin/python bench/gpu_check.py --device "$DEVICE" --json "bench/results/gpu_check_$tag.json"
 if [ "$DEVICE" != "cpu" ]; then
-  .venv/bin/python -m vlmprep.cli.main bench --preset qwen2-vl --synthetic 720p,1080p,4k \
-    --backend dali,torch --device "$DEVICE" --batch-size 8 --compare hf \
-    --json "bench/results/gpu_bench_$tag.json" || true
+  step "vlmprep bench" .venv/bin/python -m vlmprep.cli.main bench --preset qwen2-vl \
+    --synthetic 720p,1080p,4k --backend dali,torch --device "$DEVICE" --batch-size 8 --compare hf \
+    --json "bench/results/gpu_bench_$tag.json"
 fi
 echo "wrote bench/results/gpu_check_$tag.json"
+if [ "${#failed[@]}" -ne 0 ]; then
+  printf 'gpu_check: FAILED %d step(s):' "${#failed[@]}" >&2
+  printf ' [%s]' "${failed[@]}" >&2
+  echo >&2
+  exit 1
+fi
+echo "gpu_check: all steps passed"
