@@ -16,6 +16,7 @@ libasan preloaded (see the Makefile).
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,28 @@ SANITIZE = os.environ.get("VLMPREP_SANITIZE") == "1"
 # -fno-wrapv: Python's own flags carry -fwrapv, which would hide signed overflow from UBSan.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all",
                   "-fno-wrapv"]
-CSRC = os.path.join("csrc")
 KERNELS_DIR = os.path.join(HERE, "vlmprep", "kernels")
 INFO_PATH = os.path.join(KERNELS_DIR, "_build_info.json")
+
+
+def _read_version() -> str:
+    """``__version__`` from vlmprep/__init__.py, read as text (the package is not imported:
+    its dependencies may not be installed yet)."""
+    with open(os.path.join(HERE, "vlmprep", "__init__.py"), encoding="utf-8") as f:
+        m = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M)
+    if m is None:
+        raise SystemExit('vlmprep setup: no `__version__ = "..."` line in vlmprep/__init__.py')
+    return m.group(1)
+
+
+def _sources() -> dict:
+    """csrc/sources.json: each compiled part's sources, listed once (paths from the repo root)."""
+    with open(os.path.join(HERE, "csrc", "sources.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+SOURCES = _sources()
+INCLUDE_DIRS = [os.path.join(HERE, d) for d in SOURCES["include_dirs"]]
 
 
 def _log(msg: str) -> None:
@@ -104,12 +124,13 @@ def _torch_extension():
         _log("no C++ compiler: kernels not built (pure Python)")
         return None, {}
     nvcc = None if SANITIZE else _nvcc()
-    sources = ["csrc/torch/ops.cpp", "csrc/torch/host_cache.cpp", "csrc/kernels/normalize_patchify_cpu.cc", "csrc/kernels/resize.cc", "csrc/kernels/resize_avx512.cc",
-               "csrc/kernels/resize_normalize_patchify_cpu.cc", "csrc/kernels/normalize_patchify_bands.cc"]
+    manifest = SOURCES["torch_ext"]
+    sources = list(manifest["cpu"])
     cflags = ["-O3", "-g0", "-std=c++20", "-fvisibility=hidden"]  # torch 2.14 headers need C++20
     ldflags = []
     if SANITIZE:  # -O1 -g: readable reports at a bearable speed
-        cflags = ["-O1", "-g", "-std=c++20", "-fvisibility=hidden", "-Wno-maybe-uninitialized", *SANITIZE_FLAGS]
+        cflags = ["-O1", "-g", "-std=c++20", "-fvisibility=hidden", "-Wno-maybe-uninitialized",
+                  *SANITIZE_FLAGS]
         ldflags = list(SANITIZE_FLAGS)
     cfg = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cxx": cxx,
            "python": sys.version.split()[0]}
@@ -117,7 +138,7 @@ def _torch_extension():
     cfg["libjpeg"] = jpeg
     macros, libs = [], []
     if jpeg:
-        sources.append("csrc/kernels/jpeg_rows.cc")
+        sources += manifest["libjpeg"]
         macros.append(("VLMPREP_WITH_LIBJPEG", "1"))
         libs.append("jpeg")
     else:
@@ -127,14 +148,12 @@ def _torch_extension():
         os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(_archs())
         cfg.update(cuda=True, nvcc=nvcc, cuda_archs=os.environ["TORCH_CUDA_ARCH_LIST"])
         ext = ce.CUDAExtension(
-            "vlmprep.kernels._vlmprep_torch", sources + ["csrc/kernels/normalize_patchify.cu"],
-            include_dirs=[os.path.join(HERE, "csrc", "include")],
+            "vlmprep.kernels._vlmprep_torch", sources + manifest["cuda"], include_dirs=INCLUDE_DIRS,
             define_macros=[("VLMPREP_WITH_CUDA", "1")] + macros, libraries=libs,
             extra_compile_args={"cxx": cflags, "nvcc": ["-O3", "-std=c++20"]})
     else:
         cfg.update(cuda=False, nvcc=None, cuda_archs=None)
-        ext = ce.CppExtension("vlmprep.kernels._vlmprep_torch", sources,
-                              include_dirs=[os.path.join(HERE, "csrc", "include")],
+        ext = ce.CppExtension("vlmprep.kernels._vlmprep_torch", sources, include_dirs=INCLUDE_DIRS,
                               define_macros=macros, libraries=libs,
                               extra_compile_args={"cxx": cflags}, extra_link_args=ldflags)
     cfg["sanitize"] = SANITIZE
@@ -156,14 +175,13 @@ def _build_dali_plugin(build_temp: str) -> dict:
     cflags, lflags = sc.get_compile_flags(), sc.get_link_flags()
     nvcc = _nvcc()
     cuda_home = _cuda_home()
-    inc = ["-Icsrc/include"] + ([f"-I{cuda_home}/include"] if cuda_home else [])
+    inc = [f"-I{d}" for d in INCLUDE_DIRS] + ([f"-I{cuda_home}/include"] if cuda_home else [])
     os.makedirs(build_temp, exist_ok=True)
     objs = []
     common = ["-std=c++20", "-O3", "-fPIC", "-Wno-free-nonheap-object"]
     t0 = time.time()
     try:
-        for src in ("csrc/dali/normalize_patchify_op.cc", "csrc/kernels/normalize_patchify_cpu.cc",
-                    "csrc/kernels/normalize_patchify_bands.cc"):
+        for src in SOURCES["dali_plugin"]["cpu"]:
             obj = os.path.join(build_temp, os.path.basename(src) + ".dali.o")
             defs = ["-DVLMPREP_WITH_CUDA=1"] if nvcc else []
             subprocess.run(["g++", *common, *defs, *cflags, *inc, "-c", src, "-o", obj], check=True)
@@ -176,7 +194,7 @@ def _build_dali_plugin(build_temp: str) -> dict:
                 gencode += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
                 if a.endswith("+PTX"):
                     gencode += ["-gencode", f"arch=compute_{num},code=compute_{num}"]
-            for src in ("csrc/dali/normalize_patchify_op.cu", "csrc/kernels/normalize_patchify.cu"):
+            for src in SOURCES["dali_plugin"]["cuda"]:
                 obj = os.path.join(build_temp, os.path.basename(src) + ".dali.o")
                 subprocess.run([nvcc, "-std=c++20", "-O3", "-Xcompiler", "-fPIC,-Wno-free-nonheap-object",
                                 *cflags, *inc, *gencode, "-c", src, "-o", obj], check=True)
@@ -242,7 +260,7 @@ else:
 
 setup(
     name="vlmprep",
-    version="0.1.0",
+    version=_read_version(),
     description="Exact, fast image preprocessing for vision-language models",
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",

@@ -1,5 +1,5 @@
 """GPU check of the compiled normalize_patchify: the CUDA kernel against its CPU twin
-(bit-exact, every layout and dtype, a ragged batch) and its achieved bandwidth next to a
+(bit-exact, every order and dtype, a ragged batch) and its achieved bandwidth next to a
 device-to-device copy of the same bytes in the same run (goal: >= 70% of the copy).
 Called by bench/gpu_check.py; `--device cpu` runs the twin against itself (a dry run)."""
 from __future__ import annotations
@@ -13,17 +13,17 @@ CASES = [("merge_grouped", 14, 2, 2), ("merge_grouped", 16, 2, 2), ("raster", 16
          ("naflex", 16, 1, 1), ("tiles", 14, 1, 1)]
 
 
-def _elems(h: int, w: int, layout: str, P: int, T: int) -> int:
-    return 3 * h * w if layout == "tiles" else (h // P) * (w // P) * 3 * T * P * P
+def _elems(h: int, w: int, order: str, P: int, T: int) -> int:
+    return 3 * h * w if order == "tiles" else (h // P) * (w // P) * 3 * T * P * P
 
 
-def _run(imgs, table, layout, P, m, T, dtype, device):
-    n = [_elems(i.shape[0], i.shape[1], layout, P, T) for i in imgs]
+def _run(imgs, lut, order, P, m, T, dtype, device):
+    n = [_elems(i.shape[0], i.shape[1], order, P, T) for i in imgs]
     out = torch.full((sum(n),), 0xAB if dtype == torch.uint8 else float("nan"), dtype=dtype,
                      device=device)
     kernels.normalize_patchify([i.to(device) for i in imgs],
-                               None if table is None else table.to(device), out,
-                               np.cumsum([0] + n)[:-1].tolist(), layout, P, m, T)
+                               None if lut is None else lut.to(device), out,
+                               np.cumsum([0] + n)[:-1].tolist(), order, P, m, T)
     return out
 
 
@@ -37,25 +37,25 @@ def check(device: str) -> tuple[list[dict], bool]:
     if kernels.why_unavailable():
         return [{"check": "kernels", "result": f"not built: {kernels.why_unavailable()}"}], False
     rng = np.random.default_rng(0)
-    for layout, P, m, T in CASES:
-        q = P * (m if layout == "merge_grouped" else 1)
+    for order, P, m, T in CASES:
+        q = P * (m if order == "merge_grouped" else 1)
         imgs = [torch.from_numpy(rng.integers(0, 256, ((k % 3 + 1) * q * 3, (k % 4 + 1) * q * 2, 3),
                                               dtype=np.uint8)) for k in range(7)]
         for dtype in (torch.float32, torch.bfloat16, torch.uint8):
-            table = None if dtype == torch.uint8 else torch.randn(3, 256).to(dtype)
-            got = _run(imgs, table, layout, P, m, T, dtype, device).cpu()
-            want = _run(imgs, table, layout, P, m, T, dtype, "cpu")
+            lut = None if dtype == torch.uint8 else torch.randn(3, 256).to(dtype)
+            got = _run(imgs, lut, order, P, m, T, dtype, device).cpu()
+            want = _run(imgs, lut, order, P, m, T, dtype, "cpu")
             same = bool(torch.equal(got.view(torch.uint8), want.view(torch.uint8)))
             ok &= same
-            rows.append({"check": f"kernel_vs_twin {layout} P{P} {str(dtype)[6:]}",
+            rows.append({"check": f"kernel_vs_twin {order} P{P} {str(dtype)[6:]}",
                          "result": "bit-exact" if same else "MISMATCH"})
     # Bandwidth: 8 resized 1080p Qwen2-VL images (1092x1932) -> float32 rows.
     imgs = [torch.randint(0, 256, (1092, 1932, 3), dtype=torch.uint8, device=device) for _ in range(8)]
-    table = torch.randn(3, 256, device=device)
+    lut = torch.randn(3, 256, device=device)
     n = _elems(1092, 1932, "merge_grouped", 14, 2)
     out = torch.empty(8 * n, device=device)
     offs = [k * n for k in range(8)]
-    call = lambda: kernels.normalize_patchify(imgs, table, out, offs, "merge_grouped", 14, 2, 2)  # noqa: E731
+    call = lambda: kernels.normalize_patchify(imgs, lut, out, offs, "merge_grouped", 14, 2, 2)  # noqa: E731
     src = torch.empty_like(out)
     copy = lambda: out.copy_(src)  # noqa: E731
     times = {}

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(_common.ROOT, "tests"))  # tests/_support/guarde
 
 CLEAN = (RuntimeError, ValueError, TypeError, OverflowError, IndexError)
 FILTERS = ("bilinear", "bicubic", "lanczos", "nearest", "", "BICUBIC")
-LAYOUTS = ("merge_grouped", "raster", "naflex", "tiles", "", "nope")
+ORDERS = ("merge_grouped", "raster", "naflex", "tiles", "", "nope")
 EDGE = (0, -1, 1, 2, 3, 7, 8, 13, 14, 16, 28, 2**28, 2**28 + 1, 2**31 - 1, 2**31, 2**32 + 3,
         2**63 - 1, -2**63)
 _JPEG: list[bytes] = []
@@ -114,12 +114,13 @@ def _offset(fdp, need: int) -> int:
 
 
 def _params(fdp):
-    layout = LAYOUTS[fdp.ConsumeIntInRange(0, len(LAYOUTS) - 1)]
-    patch = (14, 16, 1, 2, 28)[fdp.ConsumeIntInRange(0, 4)] if fdp.ConsumeIntInRange(0, 7) else \
-        EDGE[fdp.ConsumeIntInRange(0, len(EDGE) - 1)]
-    merge = fdp.ConsumeIntInRange(1, 3) if fdp.ConsumeIntInRange(0, 7) else EDGE[fdp.ConsumeIntInRange(0, len(EDGE) - 1)]
-    temporal = fdp.ConsumeIntInRange(1, 2) if fdp.ConsumeIntInRange(0, 7) else EDGE[fdp.ConsumeIntInRange(0, len(EDGE) - 1)]
-    return layout, patch, merge, temporal
+    order = ORDERS[fdp.ConsumeIntInRange(0, len(ORDERS) - 1)]
+    def edge() -> int:
+        return EDGE[fdp.ConsumeIntInRange(0, len(EDGE) - 1)]
+    patch_size = (14, 16, 1, 2, 28)[fdp.ConsumeIntInRange(0, 4)] if fdp.ConsumeIntInRange(0, 7) else edge()
+    merge_size = fdp.ConsumeIntInRange(1, 3) if fdp.ConsumeIntInRange(0, 7) else edge()
+    temporal_patch_size = fdp.ConsumeIntInRange(1, 2) if fdp.ConsumeIntInRange(0, 7) else edge()
+    return order, patch_size, merge_size, temporal_patch_size
 
 
 def _need(h: int, w: int, temporal: int) -> int:
@@ -145,14 +146,14 @@ def test_one_input(data: bytes) -> None:
         elif op in (1, 2):
             img = _image(fdp)
             h, w = _out_hw(fdp)
-            layout, patch, merge, temporal = _params(fdp)
+            order, patch, merge, temporal = _params(fdp)
             backing, out = _out(fdp, _need(h, w, temporal))
             lut = _lut(fdp, out.dtype)
             off = _offset(fdp, out.numel())
             f = FILTERS[fdp.ConsumeIntInRange(0, 2)]
             try:
                 if op == 1:
-                    k.resize_normalize_patchify(img, (h, w), f, lut, out, off, layout, patch, merge, temporal)
+                    k.resize_normalize_patchify(img, (h, w), f, lut, out, off, order, patch, merge, temporal)
                 else:
                     data_b = bytearray(_jpeg())
                     for _ in range(fdp.ConsumeIntInRange(0, 8)):  # damage a few bytes
@@ -161,20 +162,20 @@ def test_one_input(data: bytes) -> None:
                     cut = fdp.ConsumeIntInRange(0, len(data_b))
                     src = (37, 53) if fdp.ConsumeIntInRange(0, 3) else (_side(fdp), _side(fdp))
                     k.decode_resize_normalize_patchify(bytes(data_b[:cut] if fdp.ConsumeBool() else data_b),
-                                                       src, (h, w), f, lut, out, off, layout, patch,
+                                                       src, (h, w), f, lut, out, off, order, patch,
                                                        merge, temporal)
             finally:
                 _guard_intact(backing, out.numel())
         elif op == 3:
             n_img = fdp.ConsumeIntInRange(0, 3)
             imgs = [_image(fdp) for _ in range(n_img)]
-            layout, patch, merge, temporal = _params(fdp)
+            order, patch, merge, temporal = _params(fdp)
             need = sum(_need(int(i.shape[0]), int(i.shape[1]), temporal) for i in imgs if i.dim() == 3)
             backing, out = _out(fdp, need)
             lut = _lut(fdp, out.dtype)
             offs = [_offset(fdp, out.numel()) for _ in range(n_img + (1 if fdp.ConsumeIntInRange(0, 9) == 0 else 0))]
             try:
-                k.normalize_patchify(imgs, lut, out, offs, layout, patch, merge, temporal)
+                k.normalize_patchify(imgs, lut, out, offs, order, patch, merge, temporal)
             finally:
                 _guard_intact(backing, out.numel())
         elif op == 4:

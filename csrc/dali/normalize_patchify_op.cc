@@ -1,17 +1,8 @@
-// CPU side of the DALI plugin: schema, layout parsing, the CPU op (one task per sample on
-// DALI's thread pool, each running the CPU twin on its sample).
+// CPU side of the DALI plugin: schema, the CPU op (one task per sample on DALI's thread pool,
+// each running the CPU twin on its sample).
 #include "normalize_patchify_op.h"
 
 namespace vlmprep_dali {
-
-vlmprep::Layout ParseLayout(const std::string& s) {
-  if (s == "merge_grouped") return vlmprep::Layout::kMergeGrouped;
-  if (s == "raster") return vlmprep::Layout::kRaster;
-  if (s == "naflex") return vlmprep::Layout::kNaflex;
-  if (s == "tiles") return vlmprep::Layout::kTiles;
-  DALI_FAIL("vlmprep_normalize_patchify: layout: expected merge_grouped, raster, naflex or tiles, got '" +
-            s + "'");
-}
 
 template <>
 void NormalizePatchify<dali::CPUBackend>::RunImpl(dali::Workspace& ws) {
@@ -40,12 +31,12 @@ namespace dali {
 
 DALI_SCHEMA(VlmprepNormalizePatchify)
     .DocStr(R"(vlmprep's fused normalize + patchify: HWC uint8 images -> packed ViT rows in the
-family's layout (merge_grouped, raster, naflex; or CHW tiles), normalized through a per-channel
+family's row order (merge_grouped, raster, naflex; or CHW tiles), normalized through a per-channel
 256-entry table (float32) or left as uint8.)")
     .NumInput(1)
     .NumOutput(1)
     .InputLayout(0, "HWC")
-    .AddArg("layout", "merge_grouped | raster | naflex | tiles", DALI_STRING)
+    .AddArg("order", "merge_grouped | raster | naflex | tiles", DALI_STRING)
     .AddArg("patch_size", "patch side P", DALI_INT32)
     .AddOptionalArg("merge_size", "m (merge_grouped)", 1)
     .AddOptionalArg("temporal_patch_size", "T copies of a still image (merge_grouped)", 1)

@@ -1,6 +1,6 @@
-// DALI binding of normalize_patchify: fn.vlmprep_normalize_patchify(images, layout=..., ...).
+// DALI binding of normalize_patchify: fn.vlmprep_normalize_patchify(images, order=..., ...).
 // Input: HWC uint8 images (ragged batch). Output per sample: (rows, row_length) for patch
-// layouts, (3, h, w) for "tiles", float32 (through `lut`, (3*256) floats) or uint8 (no lut).
+// orders, (3, h, w) for "tiles", float32 (through `lut`, (3*256) floats) or uint8 (no lut).
 // Thin: parses arguments, fills vlmprep::NormalizePatchifyParams, calls the kernel or its twin.
 #pragma once
 
@@ -10,10 +10,9 @@
 
 #include "dali/pipeline/operator/operator.h"
 #include "vlmprep/normalize_patchify.h"
+#include "vlmprep/parse.h"
 
 namespace vlmprep_dali {
-
-vlmprep::Layout ParseLayout(const std::string& s);
 
 template <typename Backend>
 class NormalizePatchify : public dali::Operator<Backend> {
@@ -21,11 +20,14 @@ class NormalizePatchify : public dali::Operator<Backend> {
   explicit NormalizePatchify(const dali::OpSpec& spec)
       : dali::Operator<Backend>(spec),
         lut_(spec.template GetRepeatedArgument<float>("lut")) {
-    params_.layout = ParseLayout(spec.template GetArgument<std::string>("layout"));
-    params_.patch = spec.template GetArgument<int>("patch_size");
-    const bool mg = params_.layout == vlmprep::Layout::kMergeGrouped;
-    params_.merge = mg ? spec.template GetArgument<int>("merge_size") : 1;
-    params_.temporal = mg ? spec.template GetArgument<int>("temporal_patch_size") : 1;
+    const auto order = spec.template GetArgument<std::string>("order");
+    if (!vlmprep::parse_order(order, &params_.order))
+      DALI_FAIL("vlmprep_normalize_patchify: order: expected " + std::string(vlmprep::kOrderNames) +
+                ", got '" + order + "'");
+    params_.patch_size = spec.template GetArgument<int>("patch_size");
+    const bool mg = params_.order == vlmprep::Order::kMergeGrouped;
+    params_.merge_size = mg ? spec.template GetArgument<int>("merge_size") : 1;
+    params_.temporal_patch_size = mg ? spec.template GetArgument<int>("temporal_patch_size") : 1;
     dtype_ = spec.template GetArgument<dali::DALIDataType>("dtype");
     DALI_ENFORCE(dtype_ == DALI_FLOAT || dtype_ == DALI_UINT8,
                  "vlmprep_normalize_patchify: dtype: expected FLOAT or UINT8");
@@ -33,13 +35,12 @@ class NormalizePatchify : public dali::Operator<Backend> {
     DALI_ENFORCE(dtype_ == DALI_UINT8 || lut_.size() == 3 * 256,
                  "vlmprep_normalize_patchify: a FLOAT output needs lut with 3*256 values (the "
                  "per-channel table of normalized values), got " + std::to_string(lut_.size()));
-    DALI_ENFORCE(params_.patch >= 1 && params_.merge >= 1 && params_.temporal >= 1 &&
-                     params_.patch <= vlmprep::kMaxSide && params_.merge <= vlmprep::kMaxSide &&
-                     params_.temporal <= vlmprep::kMaxSide,
+    const int32_t P = params_.patch_size, m = params_.merge_size, T = params_.temporal_patch_size;
+    DALI_ENFORCE(P >= 1 && m >= 1 && T >= 1 && P <= vlmprep::kMaxSide && m <= vlmprep::kMaxSide &&
+                     T <= vlmprep::kMaxSide,
                  "vlmprep_normalize_patchify: patch_size, merge_size, temporal_patch_size: expected "
-                 "integers in [1, " + std::to_string(vlmprep::kMaxSide) + "], got " +
-                     std::to_string(params_.patch) + ", " + std::to_string(params_.merge) + ", " +
-                     std::to_string(params_.temporal) + "; pass the family's values");
+                 "integers in [1, " + std::to_string(vlmprep::kMaxSide) + "], got " + std::to_string(P) +
+                     ", " + std::to_string(m) + ", " + std::to_string(T) + "; pass the family's values");
   }
 
  protected:
@@ -48,7 +49,7 @@ class NormalizePatchify : public dali::Operator<Backend> {
     const int n = in.num_samples();
     out.resize(1);
     out[0].type = dtype_;
-    out[0].shape.resize(n, params_.layout == vlmprep::Layout::kTiles ? 3 : 2);
+    out[0].shape.resize(n, params_.order == vlmprep::Order::kTiles ? 3 : 2);
     for (int i = 0; i < n; ++i) {
       const auto sh = in.tensor_shape(i);
       DALI_ENFORCE(sh.size() == 3 && sh[2] == 3,
@@ -64,7 +65,7 @@ class NormalizePatchify : public dali::Operator<Backend> {
       DALI_ENFORCE(bad == nullptr, "vlmprep_normalize_patchify: sample " + std::to_string(i) +
                                        " (" + std::to_string(sh[0]) + "x" + std::to_string(sh[1]) +
                                        "): " + (bad ? bad : ""));
-      if (params_.layout == vlmprep::Layout::kTiles)
+      if (params_.order == vlmprep::Order::kTiles)
         out[0].shape.set_tensor_shape(i, dali::TensorShape<>(3, sh[0], sh[1]));
       else
         out[0].shape.set_tensor_shape(

@@ -1,11 +1,11 @@
-// JpegRows (jpeg.h): libjpeg-turbo's scanline decoder with errors as return values.
+// JpegRows (jpeg_rows.h): libjpeg-turbo's scanline decoder with errors as return values.
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
 
 #include <jpeglib.h>
 
-#include "vlmprep/jpeg.h"
+#include "vlmprep/jpeg_rows.h"
 
 namespace vlmprep {
 

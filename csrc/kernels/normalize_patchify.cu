@@ -13,11 +13,11 @@ using kernel::kRowsPerBlock;
 using kernel::kThreads;
 using kernel::normalize_patchify_kernel;
 
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 int launch(const NormalizePatchifyParams& p, int64_t max_rows, cudaStream_t stream) {
   if (p.num_samples == 0 || max_rows == 0) return 0;
   const dim3 grid(unsigned((max_rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(p.num_samples));
-  normalize_patchify_kernel<T, kTable><<<grid, kThreads, 0, stream>>>(p);
+  normalize_patchify_kernel<T, kLut><<<grid, kThreads, 0, stream>>>(p);
   return int(cudaGetLastError());
 }
 

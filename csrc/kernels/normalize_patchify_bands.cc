@@ -1,12 +1,12 @@
 // The band path of the CPU twin (normalize_patchify_cpu.h: BandPath).
 //
 // Step 1, per band row, 4 patches (4P pixels) at a time: three 64-byte loads hold R, G, B
-// interleaved; two byte permutes gather one channel's values; the table lookup is done per
-// byte of the output value (a float's 4 bytes are 4 tables of 256 bytes, each looked up with
-// two 128-entry permutes and a blend on the index's top bit); unpacks put the bytes of each
-// value together. The gather order is chosen so that after the unpacks' lane-wise interleave
-// each patch's P values sit in one 16-value slot, stored to the plane patch-major:
-// plane[c][patch row][patch column][py][px], so one patch's P x P values are contiguous.
+// interleaved; two byte permutes gather one channel's values; the lut lookup is done per
+// byte of the output value (lut_planes: a float's 4 bytes are 4 planes of 256 bytes, each
+// looked up with two 128-entry permutes and a blend on the index's top bit); unpacks put the
+// bytes of each value together. The gather order is chosen so that after the unpacks'
+// lane-wise interleave each patch's P values sit in one 16-value slot, stored to the plane
+// patch-major: plane[c][patch row][patch column][py][px], so one patch's P x P values are contiguous.
 // Step 2, per output row: its [c, t] blocks are P x P runs of the planes; LineStream writes the
 // band's rows (contiguous in the output) as whole 64-byte lines, each one unaligned load (two
 // where it joins two runs) and one non-temporal store: no staging copy, no regular stores
@@ -27,8 +27,8 @@ bool BandPath::usable(const NormalizePatchifyParams& p) {
   if (!cpu_isa_allows_avx512()) return false;
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
-  return has && (p.layout == Layout::kTiles ||
-                 ((p.layout == Layout::kMergeGrouped || p.layout == Layout::kRaster) && p.patch <= 16));
+  return has && (p.order == Order::kTiles ||
+                 ((p.order == Order::kMergeGrouped || p.order == Order::kRaster) && p.patch_size <= 16));
 }
 
 
@@ -43,8 +43,8 @@ int order(int q, int nb) {
   return q;
 }
 
-// One table byte plane looked up for 64 indices: entries 0..127 and 128..255 by two permutes,
-// chosen by the index's top bit.
+// One byte plane of lut_planes looked up for 64 indices: entries 0..127 and 128..255 by two
+// permutes, chosen by the index's top bit.
 VLMPREP_VBMI inline __m512i lookup(const uint8_t* plane, __m512i idx) {
   const __m512i lo = _mm512_permutex2var_epi8(_mm512_loadu_si512(plane), idx, _mm512_loadu_si512(plane + 64));
   const __m512i hi = _mm512_permutex2var_epi8(_mm512_loadu_si512(plane + 128), idx,
@@ -80,22 +80,22 @@ struct BandGather {
 
 namespace {
 
-// Channel c of up to 64 pixels (a, b, d: their 192 interleaved bytes) through the table:
+// Channel c of up to 64 pixels (a, b, d: their 192 interleaved bytes) through lut_planes:
 // out[k] holds output values 64k / kBytes ... in order (kBytes vectors).
 template <int kBytes>
 VLMPREP_VBMI inline void convert(const BandGather& g, int c, __m512i a, __m512i b, __m512i d,
-                                 const uint8_t* table, __m512i* out) {
+                                 const uint8_t* lut_planes, __m512i* out) {
   __m512i idx = _mm512_permutex2var_epi8(a, _mm512_load_si512(g.lo_idx[c]), b);
   idx = _mm512_mask_permutexvar_epi8(idx, g.hi_mask[c], _mm512_load_si512(g.hi_idx[c]), d);
   if constexpr (kBytes == 1) {
     out[0] = idx;
   } else if constexpr (kBytes == 2) {
-    const uint8_t* t = table + size_t(c) * 2 * 256;
+    const uint8_t* t = lut_planes + size_t(c) * 2 * 256;
     const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
     out[0] = _mm512_unpacklo_epi8(r0, r1);
     out[1] = _mm512_unpackhi_epi8(r0, r1);
   } else {
-    const uint8_t* t = table + size_t(c) * 4 * 256;
+    const uint8_t* t = lut_planes + size_t(c) * 4 * 256;
     const __m512i r0 = lookup(t, idx), r1 = lookup(t + 256, idx);
     const __m512i r2 = lookup(t + 512, idx), r3 = lookup(t + 768, idx);
     const __m512i x01l = _mm512_unpacklo_epi8(r0, r1), x01h = _mm512_unpackhi_epi8(r0, r1);
@@ -119,7 +119,7 @@ VLMPREP_VBMI inline void load_pixels(const uint8_t* s, int n, __m512i* a, __m512
 // each patch's P values land in one 16-value slot, stored with one masked store.
 template <int kBytes>
 VLMPREP_VBMI void row_to_planes(const BandGather& g, const uint8_t* src, int width, int P, int y,
-                                const uint8_t* table, uint8_t* planes, int64_t plane_stride) {
+                                const uint8_t* lut_planes, uint8_t* planes, int64_t plane_stride) {
   const int cols = width / P;
   const int64_t patch_bytes = int64_t(P) * P * kBytes;
   uint8_t* row_base = planes + (int64_t(y / P) * cols * P * P + int64_t(y % P) * P) * kBytes;
@@ -129,7 +129,7 @@ VLMPREP_VBMI void row_to_planes(const BandGather& g, const uint8_t* src, int wid
     load_pixels(src + int64_t(pc0) * P * 3, n * P, &a, &b, &d);
     for (int c = 0; c < 3; ++c) {
       __m512i v[kBytes];
-      convert<kBytes>(g, c, a, b, d, table, v);
+      convert<kBytes>(g, c, a, b, d, lut_planes, v);
       uint8_t* out = row_base + c * plane_stride + int64_t(pc0) * patch_bytes;  // patch pc0, line y % P
       const __mmask16 m = __mmask16((1u << P) - 1);
       if constexpr (kBytes == 1) {
@@ -224,15 +224,16 @@ class LineStream {
 };
 
 template <int kBytes>
-VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const BandGather& g, const uint8_t* table,
-                           std::vector<uint8_t>& planes, const NPSample& s, bool stream) {
-  const int P = p.patch;
+VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const BandGather& g,
+                           const uint8_t* lut_planes, std::vector<uint8_t>& planes, const NPSample& s,
+                           bool stream) {
+  const int P = p.patch_size;
   const int64_t plane_stride = int64_t(s.height) * s.width * kBytes;
   if (planes.size() < size_t(3 * plane_stride)) planes.resize(size_t(3 * plane_stride));
   for (int y = 0; y < s.height; ++y)
-    row_to_planes<kBytes>(g, s.src + int64_t(y) * s.row_stride, s.width, P, y, table, planes.data(),
-                          plane_stride);
-  const int T = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
+    row_to_planes<kBytes>(g, s.src + int64_t(y) * s.row_stride, s.width, P, y, lut_planes,
+                          planes.data(), plane_stride);
+  const int T = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
   const int cols = s.width / P;
   const int64_t rows = num_rows(p, s.height, s.width);
   const int64_t block = int64_t(P) * P * kBytes;
@@ -247,11 +248,11 @@ VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const BandGather& g
   out.finish();
 }
 
-// One tile of the tiles layout: source line y -> line y of the tile's three CHW planes, 64
+// One tile of the tiles order: source line y -> line y of the tile's three CHW planes, 64
 // pixels at a time straight from registers into one LineStream per plane.
 template <int kBytes>
-VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const BandGather& g, const uint8_t* table,
-                           const NPSample& s, bool stream) {
+VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const BandGather& g,
+                           const uint8_t* lut_planes, const NPSample& s, bool stream) {
   const int64_t plane = int64_t(s.height) * s.width * kBytes;
   uint8_t* base = static_cast<uint8_t*>(p.out) + s.out_offset * kBytes;
   LineStream out[3] = {LineStream(base, stream), LineStream(base + plane, stream),
@@ -264,7 +265,7 @@ VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const BandGather& g
       load_pixels(src + int64_t(x) * 3, n, &a, &b, &d);
       for (int c = 0; c < 3; ++c) {
         __m512i v[kBytes];
-        convert<kBytes>(g, c, a, b, d, table, v);
+        convert<kBytes>(g, c, a, b, d, lut_planes, v);
         for (int k = 0, left = n * kBytes; k < kBytes && left > 0; ++k, left -= 64)
           out[c].put_vec(v[k], left < 64 ? left : 64);
       }
@@ -276,35 +277,36 @@ VLMPREP_VBMI void run_tile(const NormalizePatchifyParams& p, const BandGather& g
 }  // namespace
 
 BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {
-  const int nb = dtype_size(p.dtype), P = p.patch;
-  // Patch layouts: slot k of a 64-value step holds patch k's P pixels (see row_to_planes);
+  const int nb = dtype_size(p.dtype), P = p.patch_size;
+  // Patch orders: slot k of a 64-value step holds patch k's P pixels (see row_to_planes);
   // tiles: pixels in order.
-  if (p.layout == Layout::kTiles)
+  if (p.order == Order::kTiles)
     gather.reset(new BandGather(nb, [](int v) { return v; }));
   else
     gather.reset(new BandGather(nb, [P](int s) { return s % 16 < P ? (s / 16) * P + s % 16 : 0; }));
   if (p.dtype == DType::kUInt8) return;
-  table.resize(size_t(3) * nb * 256);
+  lut_planes.resize(size_t(3) * nb * 256);
   const uint8_t* lut = static_cast<const uint8_t*>(p.lut);
   for (int c = 0; c < 3; ++c)
     for (int v = 0; v < 256; ++v)
-      for (int b = 0; b < nb; ++b) table[(size_t(c) * nb + b) * 256 + v] = lut[(size_t(c) * 256 + v) * nb + b];
+      for (int b = 0; b < nb; ++b)
+        lut_planes[(size_t(c) * nb + b) * 256 + v] = lut[(size_t(c) * 256 + v) * nb + b];
 }
 
 BandPath::~BandPath() = default;
 
 void BandPath::run(const NPSample& s, bool stream) {
-  if (p.layout == Layout::kTiles) {
+  if (p.order == Order::kTiles) {
     switch (dtype_size(p.dtype)) {
-      case 4: return run_tile<4>(p, *gather, table.data(), s, stream);
-      case 2: return run_tile<2>(p, *gather, table.data(), s, stream);
-      default: return run_tile<1>(p, *gather, table.data(), s, stream);
+      case 4: return run_tile<4>(p, *gather, lut_planes.data(), s, stream);
+      case 2: return run_tile<2>(p, *gather, lut_planes.data(), s, stream);
+      default: return run_tile<1>(p, *gather, lut_planes.data(), s, stream);
     }
   }
   switch (dtype_size(p.dtype)) {
-    case 4: return run_band<4>(p, *gather, table.data(), planes, s, stream);
-    case 2: return run_band<2>(p, *gather, table.data(), planes, s, stream);
-    default: return run_band<1>(p, *gather, table.data(), planes, s, stream);
+    case 4: return run_band<4>(p, *gather, lut_planes.data(), planes, s, stream);
+    case 2: return run_band<2>(p, *gather, lut_planes.data(), planes, s, stream);
+    default: return run_band<1>(p, *gather, lut_planes.data(), planes, s, stream);
   }
 }
 

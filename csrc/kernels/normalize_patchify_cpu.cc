@@ -110,11 +110,11 @@ inline void stream_fence() {
 }
 
 // out[i] = table[c][v] (or v itself for uint8 output, where no table exists).
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 struct Map {
   const T* lut;
   T operator()(int c, uint8_t v) const {
-    if constexpr (kTable) return lut[c * 256 + v]; else return T(v);
+    if constexpr (kLut) return lut[c * 256 + v]; else return T(v);
   }
 };
 
@@ -134,14 +134,14 @@ void patch_row_fixed(const uint8_t* base, int64_t stride, T* dst, M map) {
   }
 }
 
-// One patch row of a patch layout, written in column order.
+// One patch row of a patch order, written in column order.
 template <typename T, typename M>
 void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T* dst, M map) {
   int32_t y0, x0;
   row_origin(p, s.width, r, &y0, &x0);
-  const int32_t P = p.patch;
+  const int32_t P = p.patch_size;
   const uint8_t* base = s.src + int64_t(y0) * s.row_stride + int64_t(x0) * 3;
-  if (p.layout == Layout::kNaflex) {  // [py, px, c]: the source line, channels kept interleaved
+  if (p.order == Order::kNaflex) {  // [py, px, c]: the source line, channels kept interleaved
     for (int32_t py = 0; py < P; ++py) {
       const uint8_t* line = base + int64_t(py) * s.row_stride;
       T* d = dst + int64_t(py) * P * 3;
@@ -149,7 +149,7 @@ void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T
     }
     return;
   }
-  const int32_t T_ = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
+  const int32_t T_ = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
   const int64_t plane = int64_t(P) * P;
   if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, dst, map);
   if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, dst, map);
@@ -181,12 +181,12 @@ void tile_line(const NPSample& s, int32_t y, T* dst, M map, std::vector<T>& line
   }
 }
 
-// Work units: output rows (patch layouts) or source lines (tiles); unit_start[i] is sample i's
+// Work units: output rows (patch orders) or source lines (tiles); unit_start[i] is sample i's
 // first unit, so a thread's range [u0, u1) maps back to (sample, unit) without a search per unit.
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& unit_start,
                int64_t u0, int64_t u1, bool stream) {
-  Map<T, kTable> map{static_cast<const T*>(p.lut)};
+  Map<T, kLut> map{static_cast<const T*>(p.lut)};
   T* out = static_cast<T*>(p.out);
   std::vector<T> row;  // a tile line, built before it is streamed
   RowWriter writer(stream);
@@ -196,7 +196,7 @@ void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& uni
     while (u >= unit_start[i + 1]) ++i;
     const NPSample& s = p.samples[i];
     const int64_t k = u - unit_start[i];
-    if (p.layout == Layout::kTiles) {
+    if (p.order == Order::kTiles) {
       tile_line<T>(s, int32_t(k), out + s.out_offset, map, row, stream);
     } else {
       const size_t bytes = size_t(row_length(p, s.height, s.width)) * sizeof(T);
@@ -210,30 +210,30 @@ void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& uni
   if (stream) stream_fence();
 }
 
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 void run(const NormalizePatchifyParams& p, int num_threads) {
   std::vector<int64_t> unit_start(p.num_samples + 1, 0);
   int64_t bytes = 0;
   for (int32_t i = 0; i < p.num_samples; ++i) {
     const NPSample& s = p.samples[i];
-    unit_start[i + 1] = unit_start[i] + (p.layout == Layout::kTiles ? s.height
+    unit_start[i + 1] = unit_start[i] + (p.order == Order::kTiles ? s.height
                                          : num_rows(p, s.height, s.width));
     bytes += int64_t(s.height) * s.width * 3;
   }
   const int64_t units = unit_start.back();
   const int64_t out_bytes =
-      bytes / 3 * (p.layout == Layout::kMergeGrouped ? p.temporal : 1) * 3 * dtype_size(p.dtype);
+      bytes / 3 * (p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1) * 3 * dtype_size(p.dtype);
   const bool stream = normalize_patchify_streams(out_bytes);
   parallel_ranges(units, bytes, num_threads, [&](int64_t u0, int64_t u1) {
-    run_units<T, kTable>(p, unit_start, u0, u1, stream);
+    run_units<T, kLut>(p, unit_start, u0, u1, stream);
   });
 }
 
 // The band path over a whole batch: work units are bands of P * merge image rows (each
 // sample's height is a multiple), split across threads like the rows.
 void run_bands(const NormalizePatchifyParams& p, int num_threads) {
-  const int band = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
-  const int T = p.layout == Layout::kMergeGrouped ? p.temporal : 1;
+  const int band = p.patch_size * (p.order == Order::kMergeGrouped ? p.merge_size : 1);
+  const int T = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
   std::vector<int64_t> band_start(p.num_samples + 1, 0);
   int64_t bytes = 0;
   for (int32_t i = 0; i < p.num_samples; ++i) {
@@ -257,14 +257,14 @@ void run_bands(const NormalizePatchifyParams& p, int num_threads) {
   parallel_ranges(units, bytes, num_threads, work);
 }
 
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 void run_sample(const NormalizePatchifyParams& p, const NPSample& s, bool stream) {
-  const int64_t units = p.layout == Layout::kTiles ? s.height : num_rows(p, s.height, s.width);
+  const int64_t units = p.order == Order::kTiles ? s.height : num_rows(p, s.height, s.width);
   NormalizePatchifyParams one = p;
   one.num_samples = 1;
   one.samples = &s;
   const std::vector<int64_t> unit_start = {0, units};
-  run_units<T, kTable>(one, unit_start, 0, units, stream);
+  run_units<T, kLut>(one, unit_start, 0, units, stream);
 }
 
 }  // namespace
@@ -280,7 +280,7 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
   }
 }
 
-// The tiles layout on the band path: one unit per tile, split across threads.
+// The tiles order on the band path: one unit per tile, split across threads.
 void run_tiles(const NormalizePatchifyParams& p, int num_threads) {
   int64_t bytes = 0;
   for (int32_t i = 0; i < p.num_samples; ++i) bytes += int64_t(p.samples[i].height) * p.samples[i].width * 3;
@@ -293,7 +293,7 @@ void run_tiles(const NormalizePatchifyParams& p, int num_threads) {
 
 void normalize_patchify_cpu(const NormalizePatchifyParams& p, int num_threads) {
   if (BandPath::usable(p)) {
-    return p.layout == Layout::kTiles ? run_tiles(p, num_threads) : run_bands(p, num_threads);
+    return p.order == Order::kTiles ? run_tiles(p, num_threads) : run_bands(p, num_threads);
   }
   switch (p.dtype) {
     case DType::kFloat32: return run<float, true>(p, num_threads);

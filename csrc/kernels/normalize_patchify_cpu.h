@@ -25,23 +25,23 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
 namespace vlmprep {
 
 // The band path (normalize_patchify_bands.cc), when the CPU has AVX-512 VBMI (and
-// VLMPREP_CPU_ISA allows): table lookups 64 values at a time with byte permutes, output lines
+// VLMPREP_CPU_ISA allows): lut lookups 64 values at a time with byte permutes, output lines
 // written whole from registers. merge_grouped / raster (patch <= 16): a band's pixels first
 // become patch-major planes, then each row is copied together from them. tiles: each source
 // line goes straight to its three CHW plane lines.
-struct BandGather;  // the byte-permute controls of the layout (normalize_patchify_bands.cc)
+struct BandGather;  // the byte-permute controls of the order (normalize_patchify_bands.cc)
 
 struct BandPath {
   // Whether the path applies to p (decided once per image).
   static bool usable(const NormalizePatchifyParams& p);
   explicit BandPath(const NormalizePatchifyParams& p);  // p.lut as byte planes, the controls
   ~BandPath();
-  // Every output row of band sample s (a whole tile for the tiles layout), as
+  // Every output row of band sample s (a whole tile for the tiles order), as
   // normalize_patchify_sample_cpu writes them.
   void run(const NPSample& s, bool stream);
 
   const NormalizePatchifyParams& p;
-  std::vector<uint8_t> table;   // [c][byte of the value][256]: the table's byte planes
+  std::vector<uint8_t> lut_planes;  // [c][byte of the value][256]: the lut's byte planes
   std::vector<uint8_t> planes;  // [c][patch row][patch column][py][px] values of the output type
   std::unique_ptr<BandGather> gather;
 };

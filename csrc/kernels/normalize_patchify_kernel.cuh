@@ -15,16 +15,16 @@ namespace kernel {
 constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = 16;
 
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 __global__ void normalize_patchify_kernel(NormalizePatchifyParams p) {
-  __shared__ T table[kTable ? kChannels * 256 : 1];
+  __shared__ T lut_s[kLut ? kChannels * 256 : 1];
   __shared__ int32_t row_y[kRowsPerBlock], row_x[kRowsPerBlock], row_c[kRowsPerBlock];
-  if constexpr (kTable) {
+  if constexpr (kLut) {
     const T* lut = static_cast<const T*>(p.lut);
-    for (int k = threadIdx.x; k < kChannels * 256; k += blockDim.x) table[k] = lut[k];
+    for (int k = threadIdx.x; k < kChannels * 256; k += blockDim.x) lut_s[k] = lut[k];
   }
   const NPSample s = p.samples[blockIdx.y];
-  const bool tiles = p.layout == Layout::kTiles;
+  const bool tiles = p.order == Order::kTiles;
   // Kernel rows: patch rows, or (c, y) lines of a tile.
   const int64_t rows = tiles ? int64_t(kChannels) * s.height : num_rows(p, s.height, s.width);
   const int64_t D = tiles ? s.width : row_length(p, s.height, s.width);
@@ -52,7 +52,7 @@ __global__ void normalize_patchify_kernel(NormalizePatchifyParams p) {
       const int32_t cc = tiles ? row_c[k] : c;
       const uint8_t v = s.src[int64_t(row_y[k] + dy) * s.row_stride + int64_t(row_x[k] + dx) * 3 + cc];
       T y;
-      if constexpr (kTable) y = table[cc * 256 + v]; else y = T(v);
+      if constexpr (kLut) y = lut_s[cc * 256 + v]; else y = T(v);
       out[k * D + j] = y;
     }
   }

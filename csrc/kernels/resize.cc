@@ -48,10 +48,10 @@ double filter_lanczos(double x) { return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc
 
 
 // Weights of one axis, in Pillow's arithmetic order (so the same doubles, the same ints).
-Coeffs coeffs(int in_size, int out_size, Filter f) {
-  double (*fn)(double) = f == Filter::kBilinear ? filter_bilinear
-                         : f == Filter::kBicubic ? filter_bicubic : filter_lanczos;
-  const double support0 = f == Filter::kBilinear ? 1.0 : f == Filter::kBicubic ? 2.0 : 3.0;
+Coeffs coeffs(int in_size, int out_size, Interpolation f) {
+  double (*fn)(double) = f == Interpolation::kBilinear ? filter_bilinear
+                         : f == Interpolation::kBicubic ? filter_bicubic : filter_lanczos;
+  const double support0 = f == Interpolation::kBilinear ? 1.0 : f == Interpolation::kBicubic ? 2.0 : 3.0;
   const double scale = double(float(in_size) - 0.0f) / out_size;
   const double filterscale = scale < 1.0 ? 1.0 : scale;
   const double support = support0 * filterscale;
@@ -329,7 +329,7 @@ ResizeRows::ResizeRows(const ResizeParams& p) : p_(p), w_(new Weights) {
   w.need_h = p.out_w != p.in_w;
   w.need_v = p.out_h != p.in_h;
   if (w.need_h) {
-    w.ch = coeffs(p.in_w, p.out_w, p.filter);
+    w.ch = coeffs(p.in_w, p.out_w, p.interpolation);
     if (p.in_w >= w.ch.ksize) {
       w.ch = widen(w.ch, p.in_w);
       w.use_h512 = resize_avx512_usable() && horizontal512_plan(w.ch, p.in_w, p.out_w, &w.h512);
@@ -338,7 +338,7 @@ ResizeRows::ResizeRows(const ResizeParams& p) : p_(p), w_(new Weights) {
 #endif
     }
   }
-  if (w.need_v) w.cv = coeffs(p.in_h, p.out_h, p.filter);
+  if (w.need_v) w.cv = coeffs(p.in_h, p.out_h, p.interpolation);
   w.use_v512 = w.need_v && resize_avx512_usable();
   // Pillow 13's pass order (resize.h): the pixels depend on it through the rounding between.
   const int shrink = p.in_h - p.out_h;

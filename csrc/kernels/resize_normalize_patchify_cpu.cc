@@ -1,4 +1,4 @@
-// The fused CPU fast path (resize_normalize_patchify.h, jpeg.h): ResizeRows produces one band
+// The fused CPU fast path (resize_normalize_patchify.h; JPEG rows from jpeg_rows.h): ResizeRows produces one band
 // of resized rows into a small buffer, the normalize_patchify twin writes that band's output
 // rows. With a JPEG source the decoder fills the source rows as the bands need them.
 #include "vlmprep/resize_normalize_patchify.h"
@@ -14,7 +14,7 @@
 #include "normalize_patchify_cpu.h"
 #include "resize_rows.h"
 #if defined(VLMPREP_WITH_LIBJPEG)
-#include "vlmprep/jpeg.h"
+#include "vlmprep/jpeg_rows.h"
 #endif
 
 namespace vlmprep {
@@ -32,8 +32,8 @@ struct Bands {
   bool stream = false, vector_path = false;
 
   Bands(const ResizeRows& rr_, const NormalizePatchifyParams& p_, const NPSample& s_) : rr(rr_), p(p_), s(s_) {
-    // A band's output rows are contiguous, and it is the unit the layout's row order needs whole.
-    band = p.patch * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
+    // A band's output rows are contiguous, and it is the unit the row order needs whole.
+    band = p.patch_size * (p.order == Order::kMergeGrouped ? p.merge_size : 1);
     count = s.height / band;
     band_rows = num_rows(p, band, s.width);
     row_len = row_length(p, band, s.width);
@@ -65,10 +65,10 @@ struct Worker {
   }
 };
 
-// Checks the sample against the resize and the layout; nullptr when they agree.
+// Checks the sample against the resize and the order; nullptr when they agree.
 const char* check(const ResizeParams& r, const NormalizePatchifyParams& p) {
   if (const char* bad = ResizeRows::check(r)) return bad;
-  if (p.layout == Layout::kTiles) return "the tiles layout is not fused: resize, then normalize_patchify";
+  if (p.order == Order::kTiles) return "the tiles order is not fused: resize, then normalize_patchify";
   if (p.num_samples != 1) return "expected exactly one sample";
   const NPSample& s = p.samples[0];
   if (s.height != r.out_h || s.width != r.out_w) return "the sample's size is not the resized size";

@@ -17,16 +17,17 @@
 #include "host_cache.h"
 #include "vlmprep/limits.h"
 #include "vlmprep/normalize_patchify.h"
+#include "vlmprep/parse.h"
 #include "vlmprep/resize.h"
 #include "vlmprep/resize_normalize_patchify.h"
 #if defined(VLMPREP_WITH_LIBJPEG)
-#include "vlmprep/jpeg.h"
+#include "vlmprep/jpeg_rows.h"
 #endif
 
 namespace {
 
 using vlmprep::DType;
-using vlmprep::Layout;
+using vlmprep::Order;
 using vlmprep::kMaxSide;
 
 // Every int argument is checked in int64 before it is narrowed to the kernels' int32: a value
@@ -55,13 +56,11 @@ std::string span_text(int64_t offset, int64_t n) {
          (fits ? std::to_string(offset + n) : std::to_string(offset) + " + " + std::to_string(n)) + ")";
 }
 
-Layout parse_layout(const std::string& s) {
-  if (s == "merge_grouped") return Layout::kMergeGrouped;
-  if (s == "raster") return Layout::kRaster;
-  if (s == "naflex") return Layout::kNaflex;
-  if (s == "tiles") return Layout::kTiles;
-  TORCH_CHECK(false, "normalize_patchify: layout: expected merge_grouped, raster, naflex or tiles, got '",
-              s, "'");
+Order order_arg(const std::string& s) {
+  Order o{};
+  TORCH_CHECK(vlmprep::parse_order(s, &o), "normalize_patchify: order: expected ", vlmprep::kOrderNames,
+              ", got '", s, "'");
+  return o;
 }
 
 DType parse_dtype(const at::Tensor& out) {
@@ -76,17 +75,16 @@ DType parse_dtype(const at::Tensor& out) {
 }
 
 // The common parameters of normalize_patchify and resize_normalize_patchify, checked.
-vlmprep::NormalizePatchifyParams layout_params(const char* op, const at::Tensor& out,
-                                               const std::string& layout, int64_t patch,
-                                               int64_t merge, int64_t temporal) {
+vlmprep::NormalizePatchifyParams order_params(const char* op, const at::Tensor& out, const std::string& order,
+                                              int64_t patch_size, int64_t merge_size,
+                                              int64_t temporal_patch_size) {
   vlmprep::NormalizePatchifyParams p{};
-  p.layout = parse_layout(layout);
+  p.order = order_arg(order);
   p.dtype = parse_dtype(out);
-  TORCH_CHECK(patch >= 1 && (p.layout != Layout::kMergeGrouped || (merge >= 1 && temporal >= 1)),
-              op, ": expected patch, merge, temporal >= 1, got ", patch, ", ", merge, ", ", temporal);
-  p.patch = int_arg(op, "patch", patch, 1, kMaxSide);
-  p.merge = p.layout == Layout::kMergeGrouped ? int_arg(op, "merge", merge, 1, kMaxSide) : 1;
-  p.temporal = p.layout == Layout::kMergeGrouped ? int_arg(op, "temporal", temporal, 1, kMaxSide) : 1;
+  const bool mg = p.order == Order::kMergeGrouped;
+  p.patch_size = int_arg(op, "patch_size", patch_size, 1, kMaxSide);
+  p.merge_size = mg ? int_arg(op, "merge_size", merge_size, 1, kMaxSide) : 1;
+  p.temporal_patch_size = mg ? int_arg(op, "temporal_patch_size", temporal_patch_size, 1, kMaxSide) : 1;
   TORCH_CHECK(out.is_contiguous(), op, ": out: expected a contiguous tensor, got strides ",
               out.strides(), "; pass a contiguous buffer (or a contiguous slice of one)");
   return p;
@@ -108,10 +106,11 @@ const void* lut_pointer(const char* op, const std::optional<at::Tensor>& lut, co
 // lut: (3, 256) of out's dtype (None for uint8 out); out: contiguous, offsets[i] its first
 // element for image i. Every element the images' rows cover is written exactly once.
 void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& lut,
-                        at::Tensor out, at::IntArrayRef offsets, std::string layout,
-                        int64_t patch, int64_t merge, int64_t temporal, int64_t num_threads) {
+                        at::Tensor out, at::IntArrayRef offsets, std::string order,
+                        int64_t patch_size, int64_t merge_size, int64_t temporal_patch_size,
+                        int64_t num_threads) {
   vlmprep::NormalizePatchifyParams p =
-      layout_params("normalize_patchify", out, layout, patch, merge, temporal);
+      order_params("normalize_patchify", out, order, patch_size, merge_size, temporal_patch_size);
   TORCH_CHECK(int64_t(images.size()) == int64_t(offsets.size()),
               "normalize_patchify: expected one offset per image, got ", images.size(),
               " images and ", offsets.size(), " offsets");
@@ -137,7 +136,7 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
     s.out_offset = offsets[i];
     const char* bad = vlmprep::check_sample(p, s);
     TORCH_CHECK(bad == nullptr, "normalize_patchify: images[", i, "] (", im.size(0), "x", im.size(1),
-                ", patch ", patch, ", merge ", p.merge, "): ", bad ? bad : "");
+                ", patch_size ", patch_size, ", merge_size ", p.merge_size, "): ", bad ? bad : "");
     int64_t n = 0;
     vlmprep::sample_elements(p, s.height, s.width, &n);  // fits: check_sample said so
     TORCH_CHECK(vlmprep::range_ok(s.out_offset, n, out.numel()),
@@ -177,12 +176,11 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
 #endif
 }
 
-vlmprep::Filter parse_filter(const std::string& s) {
-  if (s == "bilinear") return vlmprep::Filter::kBilinear;
-  if (s == "bicubic") return vlmprep::Filter::kBicubic;
-  if (s == "lanczos") return vlmprep::Filter::kLanczos;
-  TORCH_CHECK(false, "resize: filter: expected bilinear, bicubic or lanczos, got '", s,
-              "' (nearest: use PIL)");
+vlmprep::Interpolation interpolation_arg(const std::string& s) {
+  vlmprep::Interpolation i{};
+  TORCH_CHECK(vlmprep::parse_interpolation(s, &i), "resize: interpolation: expected ",
+              vlmprep::kInterpolationNames, ", got '", s, "' (nearest: use PIL)");
+  return i;
 }
 
 void check_resize_input(const char* op, const at::Tensor& image, int64_t height, int64_t width) {
@@ -199,20 +197,22 @@ void check_resize_input(const char* op, const at::Tensor& image, int64_t height,
 }
 
 // The parameters of the fused ops: one (height, width) sample whose rows go to out from element
-// `offset` in a patch layout; `s` (the caller's, pointed to by the result) describes it.
+// `offset` in a patch order; `s` (the caller's, pointed to by the result) describes it.
 vlmprep::NormalizePatchifyParams one_sample_params(const char* op, int64_t height, int64_t width,
                                                    const std::optional<at::Tensor>& lut, at::Tensor& out,
-                                                   int64_t offset, const std::string& layout, int64_t patch,
-                                                   int64_t merge, int64_t temporal, vlmprep::NPSample* s) {
-  vlmprep::NormalizePatchifyParams p = layout_params(op, out, layout, patch, merge, temporal);
-  TORCH_CHECK(p.layout != Layout::kTiles, op, ": layout: expected merge_grouped, raster or naflex, "
+                                                   int64_t offset, const std::string& order,
+                                                   int64_t patch_size, int64_t merge_size,
+                                                   int64_t temporal_patch_size, vlmprep::NPSample* s) {
+  vlmprep::NormalizePatchifyParams p =
+      order_params(op, out, order, patch_size, merge_size, temporal_patch_size);
+  TORCH_CHECK(p.order != Order::kTiles, op, ": order: expected merge_grouped, raster or naflex, "
               "got tiles; resize, then call normalize_patchify");
   p.lut = lut_pointer(op, lut, out);
   const int32_t h = side_arg(op, "height", height), w = side_arg(op, "width", width);
   *s = vlmprep::NPSample{nullptr, int64_t(3) * w, h, w, offset};
   const char* bad = vlmprep::check_sample(p, *s);
-  TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch ", patch, ", merge ", p.merge, "): ",
-              bad ? bad : "");
+  TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch_size ", patch_size, ", merge_size ",
+              p.merge_size, "): ", bad ? bad : "");
   int64_t n = 0;
   vlmprep::sample_elements(p, s->height, s->width, &n);  // fits: check_sample said so
   TORCH_CHECK(vlmprep::range_ok(offset, n, out.numel()), op, ": the ", height, "x", width,
@@ -224,25 +224,26 @@ vlmprep::NormalizePatchifyParams one_sample_params(const char* op, int64_t heigh
   return p;
 }
 
-// image: (h, w, 3) uint8 CPU -> the rows of its (height, width) resize in `layout`, written
+// image: (h, w, 3) uint8 CPU -> the rows of its (height, width) resize in `order`, written
 // to out from element `offset`: the bytes of resize then normalize_patchify, band by band.
 void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t width,
-                               std::string filter, const std::optional<at::Tensor>& lut,
-                               at::Tensor out, int64_t offset, std::string layout, int64_t patch,
-                               int64_t merge, int64_t temporal, int64_t num_threads) {
+                               std::string interpolation, const std::optional<at::Tensor>& lut,
+                               at::Tensor out, int64_t offset, std::string order, int64_t patch_size,
+                               int64_t merge_size, int64_t temporal_patch_size, int64_t num_threads) {
   const char* op = "resize_normalize_patchify";
   check_resize_input(op, image, height, width);
   TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device(),
               "; on a GPU, resize there and call normalize_patchify");
   vlmprep::NPSample s{};
   const vlmprep::NormalizePatchifyParams p =
-      one_sample_params(op, height, width, lut, out, offset, layout, patch, merge, temporal, &s);
+      one_sample_params(op, height, width, lut, out, offset, order, patch_size, merge_size,
+                        temporal_patch_size, &s);
   const vlmprep::ResizeParams r{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                                 int32_t(image.size(1)), nullptr, int32_t(height), int32_t(width),
-                                parse_filter(filter)};
+                                interpolation_arg(interpolation)};
   const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, threads_arg(num_threads));
-  TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch ", patch, ", merge ", p.merge,
-              "): ", bad ? bad : "");
+  TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch_size ", patch_size, ", merge_size ",
+              p.merge_size, "): ", bad ? bad : "");
 }
 
 // The JPEG bytes of a decode op: a contiguous 1-D uint8 CPU tensor.
@@ -260,22 +261,25 @@ void check_jpeg_input(const char* op, const at::Tensor& data, int64_t src_h, int
 }
 
 // data: a JPEG file's bytes, src_h x src_w (probed) -> the rows of its (height, width) resize in
-// `layout` from element `offset` of out. When the fast path cannot (damaged or unusual data:
+// `order` from element `offset` of out. When the fast path cannot (damaged or unusual data:
 // decode with Pillow instead; out is then partly written) it raises "...: declined: <why>".
 void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int64_t src_w,
-                                             int64_t height, int64_t width, std::string filter,
-                                             const std::optional<at::Tensor>& lut, at::Tensor out,
-                                             int64_t offset, std::string layout, int64_t patch,
-                                             int64_t merge, int64_t temporal, int64_t num_threads) {
+                                      int64_t height, int64_t width, std::string interpolation,
+                                      const std::optional<at::Tensor>& lut, at::Tensor out,
+                                      int64_t offset, std::string order, int64_t patch_size,
+                                      int64_t merge_size, int64_t temporal_patch_size,
+                                      int64_t num_threads) {
   const char* op = "decode_resize_normalize_patchify";
   check_jpeg_input(op, data, src_h, src_w);
   TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
   TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device());
   vlmprep::NPSample s{};
   const vlmprep::NormalizePatchifyParams p =
-      one_sample_params(op, height, width, lut, out, offset, layout, patch, merge, temporal, &s);
+      one_sample_params(op, height, width, lut, out, offset, order, patch_size, merge_size,
+                        temporal_patch_size, &s);
 #if defined(VLMPREP_WITH_LIBJPEG)
-  const vlmprep::ResizeParams r{nullptr, 0, 0, 0, nullptr, int32_t(height), int32_t(width), parse_filter(filter)};
+  const vlmprep::ResizeParams r{nullptr, 0, 0, 0, nullptr, int32_t(height), int32_t(width),
+                                interpolation_arg(interpolation)};
   const char* bad = vlmprep::decode_resize_normalize_patchify_cpu(
       data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h), int(src_w), r, p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, op, ": declined: ", bad ? bad : "");
@@ -301,14 +305,14 @@ at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w) {
 }
 
 // image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact.
-at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string filter,
+at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string interpolation,
                   int64_t num_threads) {
   check_resize_input("resize", image, height, width);
   // Both sides <= 2^28 (checked): height * width * 3 fits int64.
   at::Tensor out = vlmprep_empty_host(height * width * 3).view({height, width, 3});
   vlmprep::ResizeParams p{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                           int32_t(image.size(1)), out.data_ptr<uint8_t>(), int32_t(height),
-                          int32_t(width), parse_filter(filter)};
+                          int32_t(width), interpolation_arg(interpolation)};
   const char* bad = vlmprep::resize_cpu(p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, "resize: ", bad ? bad : "");
   return out;
@@ -317,15 +321,15 @@ at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::s
 }  // namespace
 
 TORCH_LIBRARY(vlmprep, m) {
-  m.def("normalize_patchify(Tensor[] images, Tensor? lut, Tensor(a!) out, int[] offsets, str layout, "
-        "int patch, int merge, int temporal, int num_threads=1) -> ()");
-  m.def("resize(Tensor image, int height, int width, str filter, int num_threads=1) -> Tensor");
-  m.def("resize_normalize_patchify(Tensor image, int height, int width, str filter, Tensor? lut, "
-        "Tensor(a!) out, int offset, str layout, int patch, int merge, int temporal, "
+  m.def("normalize_patchify(Tensor[] images, Tensor? lut, Tensor(a!) out, int[] offsets, str order, "
+        "int patch_size, int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
+  m.def("resize(Tensor image, int height, int width, str interpolation, int num_threads=1) -> Tensor");
+  m.def("resize_normalize_patchify(Tensor image, int height, int width, str interpolation, Tensor? lut, "
+        "Tensor(a!) out, int offset, str order, int patch_size, int merge_size, int temporal_patch_size, "
         "int num_threads=1) -> ()");
   m.def("decode_resize_normalize_patchify(Tensor data, int src_h, int src_w, int height, int width, "
-        "str filter, Tensor? lut, Tensor(a!) out, int offset, str layout, int patch, int merge, "
-        "int temporal, int num_threads=1) -> ()");
+        "str interpolation, Tensor? lut, Tensor(a!) out, int offset, str order, int patch_size, "
+        "int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
   m.def("decode_jpeg(Tensor data, int src_h, int src_w) -> Tensor");
 }
 

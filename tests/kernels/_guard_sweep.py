@@ -24,8 +24,8 @@ FILTERS = ("bilinear", "bicubic", "lanczos")
 PIL_FILTER = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS}
 DTYPES = {"float32": (np.float32, torch.float32), "bfloat16": (np.uint16, torch.bfloat16),
           "uint8": (np.uint8, torch.uint8)}
-# layout, patch, merge, temporal (the families' and small odd ones: rows of 6 to 96 bytes)
-LAYOUTS = [("merge_grouped", 14, 2, 2), ("merge_grouped", 2, 2, 3), ("merge_grouped", 16, 1, 1),
+# order, patch, merge, temporal (the families' and small odd ones: rows of 6 to 96 bytes)
+ORDERS = [("merge_grouped", 14, 2, 2), ("merge_grouped", 2, 2, 3), ("merge_grouped", 16, 1, 1),
            ("raster", 16, 1, 1), ("raster", 3, 1, 1), ("naflex", 16, 1, 1), ("naflex", 5, 1, 1)]
 
 _failures: list[str] = []
@@ -76,15 +76,15 @@ def _pil_resize(img: np.ndarray, hw, f: str) -> np.ndarray:
     return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), PIL_FILTER[f]))
 
 
-def _table(dtype: str):
+def _lut(dtype: str):
     if dtype == "uint8":
         return None, None
     t = torch.from_numpy(_rng().standard_normal((3, 256)).astype(np.float32) * 3).to(DTYPES[dtype][1])
     return t, t.float().numpy()
 
 
-def _want(img: np.ndarray, table_np, layout, P, m, T, dtype) -> torch.Tensor:
-    return torch.from_numpy(rows(img, table_np, layout, P, m, T)).to(DTYPES[dtype][1])
+def _want(img: np.ndarray, lut_np, order, P, m, T, dtype) -> torch.Tensor:
+    return torch.from_numpy(rows(img, lut_np, order, P, m, T)).to(DTYPES[dtype][1])
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -126,8 +126,8 @@ def sweep_resize() -> None:
 
 # ------------------------------------------------------------------------ normalize_patchify
 
-def _np_sizes(layout, P, m):
-    if layout == "tiles":
+def _np_sizes(order, P, m):
+    if order == "tiles":
         return [(1, 1), (17, 9), (9, 17), (1, 80), (80, 1)] + [(2, w) for w in range(1, 81, 3)] \
             + [(3, b // 3 + d) for b in (64, 128, 192) for d in (-1, 0, 1)]
     q = P * m
@@ -138,25 +138,25 @@ def sweep_normalize_patchify() -> None:
     from vlmprep import kernels
     rng = _rng()
     k = 0
-    for layout, P, m, T in LAYOUTS + [("tiles", 14, 1, 1)]:
+    for order, P, m, T in ORDERS + [("tiles", 14, 1, 1)]:
         for dtype in DTYPES:
-            table, table_np = _table(dtype)
-            for h, w in _np_sizes(layout, P, m):
+            lut, lut_np = _lut(dtype)
+            for h, w in _np_sizes(order, P, m):
                 k += 1
                 # Two images: the second is last in the output, so its rows meet the page.
                 imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for _ in range(2)]
-                want = torch.cat([_want(i, table_np, layout, P, m, T, dtype) for i in imgs])
-                n0 = len(rows(imgs[0], None, layout, P, m, T))
+                want = torch.cat([_want(i, lut_np, order, P, m, T, dtype) for i in imgs])
+                n0 = len(rows(imgs[0], None, order, P, m, T))
                 for where in ("end", "start", "crop"):
                     srcs = [dict(_inputs(i))[where] for i in imgs]
                     for isa in ISAS:
                         _isa(isa)
                         kernels.set_num_threads(1 + k % 2)
                         out = _out(want.numel(), dtype, "start" if where == "start" else "end")
-                        _case(f"normalize_patchify {h}x{w} {layout} P{P} m{m} T{T} {dtype} input and "
+                        _case(f"normalize_patchify {h}x{w} {order} P{P} m{m} T{T} {dtype} input and "
                               f"output at the {where} {isa}")
-                        kernels.normalize_patchify(srcs, table, out, [0, n0], layout, P, m, T)
-                        _expect(_same(out, want), f"normalize_patchify {h}x{w} {layout} P{P} m{m} T{T} "
+                        kernels.normalize_patchify(srcs, lut, out, [0, n0], order, P, m, T)
+                        _expect(_same(out, want), f"normalize_patchify {h}x{w} {order} P{P} m{m} T{T} "
                                                   f"{dtype} {where} {isa}")
 
 
@@ -169,7 +169,7 @@ def sweep_resize_normalize_patchify() -> None:
     k = 0
     for H, W in srcs:
         img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-        for j, (layout, P, m, T) in enumerate(LAYOUTS):
+        for j, (order, P, m, T) in enumerate(ORDERS):
             q = P * m
             for a, b in ((1, 1), (1, 3), (2, 1), (3, 5)):
                 k += 1
@@ -178,18 +178,18 @@ def sweep_resize_normalize_patchify() -> None:
                     continue
                 f = FILTERS[k % 3]
                 dtype = list(DTYPES)[(k + j) % 3]
-                table, table_np = _table(dtype)
-                want = _want(_pil_resize(img, hw, f), table_np, layout, P, m, T, dtype)
+                lut, lut_np = _lut(dtype)
+                want = _want(_pil_resize(img, hw, f), lut_np, order, P, m, T, dtype)
                 for where, src in _inputs(img):
                     for isa in ISAS:
                         _isa(isa)
                         kernels.set_num_threads(1 + k % 2)
                         out = _out(want.numel(), dtype, "start" if where == "start" else "end")
-                        _case(f"resize_normalize_patchify {H}x{W} -> {hw[0]}x{hw[1]} {f} {layout} P{P} "
+                        _case(f"resize_normalize_patchify {H}x{W} -> {hw[0]}x{hw[1]} {f} {order} P{P} "
                               f"m{m} T{T} {dtype} input and output at the {where} {isa}")
-                        kernels.resize_normalize_patchify(src, hw, f, table, out, 0, layout, P, m, T)
+                        kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, order, P, m, T)
                         _expect(_same(out, want), f"resize_normalize_patchify {H}x{W} -> {hw} {f} "
-                                                  f"{layout} P{P} {dtype} {where} {isa}")
+                                                  f"{order} P{P} {dtype} {where} {isa}")
 
 
 # ------------------------------------------------------------------------------------ JPEG
@@ -231,13 +231,13 @@ def sweep_jpeg() -> None:
     for k, (label, data) in enumerate(_jpegs()):
         pix = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
         H, W = pix.shape[:2]
-        layout, P, m, T = LAYOUTS[k % len(LAYOUTS)]
+        order, P, m, T = ORDERS[k % len(ORDERS)]
         q = P * m
         hw = (q, 2 * q)
         dtype = list(DTYPES)[k % 3]
-        table, table_np = _table(dtype)
+        lut, lut_np = _lut(dtype)
         f = FILTERS[k % 3]
-        want = _want(_pil_resize(pix, hw, f), table_np, layout, P, m, T, dtype)
+        want = _want(_pil_resize(pix, hw, f), lut_np, order, P, m, T, dtype)
         for where in ("end", "start"):
             src = _guarded_bytes(data, where)
             _case(f"decode_jpeg {label} data at the {where}")
@@ -246,9 +246,9 @@ def sweep_jpeg() -> None:
                 _isa(isa)
                 for threads in (1, 2):
                     out = _out(want.numel(), dtype, where)
-                    _case(f"decode_resize_normalize_patchify {label} -> {hw} {f} {layout} P{P} {dtype} data "
+                    _case(f"decode_resize_normalize_patchify {label} -> {hw} {f} {order} P{P} {dtype} data "
                           f"and output at the {where} {isa} {threads} threads")
-                    ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, table, out, 0, layout,
+                    ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, lut, out, 0, order,
                                                          P, m, T, threads)
                     _expect(_same(out, want), f"decode_resize_normalize_patchify {label} {where} {isa}")
         # Cut short at many points, flush against the page: declined with a reason, no fault.
@@ -264,7 +264,7 @@ def sweep_jpeg() -> None:
             out = _out(want.numel(), dtype, "end")
             _case(f"decode_resize_normalize_patchify {label} cut at {cut}")
             try:
-                ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, table, out, 0, layout, P,
+                ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, lut, out, 0, order, P,
                                                      m, T, 2)
             except RuntimeError:
                 pass

@@ -1,6 +1,6 @@
 // Runs the CUDA kernel body (csrc/kernels/normalize_patchify_kernel.cuh) on the host, one
 // std::thread per CUDA thread, a std::barrier per block for __syncthreads, blocks in turn, and
-// compares every output byte with the CPU twin's on random ragged batches of every layout and
+// compares every output byte with the CPU twin's on random ragged batches of every order and
 // dtype. Built and run by tests/kernels/test_kernel_emulated.py (machines without a GPU check
 // the kernel's index math this way). Usage: emulate_kernel SEED; exit status 0: all equal.
 #include <barrier>
@@ -29,11 +29,11 @@ using std::min;
 namespace {
 
 using vlmprep::DType;
-using vlmprep::Layout;
+using vlmprep::Order;
 using vlmprep::NormalizePatchifyParams;
 using vlmprep::NPSample;
 
-template <typename T, bool kTable>
+template <typename T, bool kLut>
 void launch_on_host(const NormalizePatchifyParams& p, int64_t max_rows) {
   using vlmprep::kernel::kRowsPerBlock;
   using vlmprep::kernel::kThreads;
@@ -49,7 +49,7 @@ void launch_on_host(const NormalizePatchifyParams& p, int64_t max_rows) {
       for (unsigned t = 0; t < unsigned(kThreads); ++t)
         threads.emplace_back([&p, t] {
           threadIdx.x = t;
-          vlmprep::kernel::normalize_patchify_kernel<T, kTable>(p);
+          vlmprep::kernel::normalize_patchify_kernel<T, kLut>(p);
         });
       for (auto& th : threads) th.join();
     }
@@ -65,8 +65,8 @@ void launch(const NormalizePatchifyParams& p, int64_t max_rows) {
 }
 
 struct Case {
-  Layout layout;
-  int patch, merge, temporal;
+  Order order;
+  int patch_size, merge_size, temporal_patch_size;
 };
 
 }  // namespace
@@ -74,32 +74,32 @@ struct Case {
 int main(int argc, char** argv) {
   const unsigned seed = argc > 1 ? unsigned(std::strtoul(argv[1], nullptr, 10)) : 1;
   std::mt19937 rng(seed);
-  const Case cases[] = {{Layout::kMergeGrouped, 14, 2, 2}, {Layout::kMergeGrouped, 16, 2, 2},
-                        {Layout::kMergeGrouped, 2, 2, 3},  {Layout::kRaster, 16, 1, 1},
-                        {Layout::kRaster, 3, 1, 1},        {Layout::kNaflex, 16, 1, 1},
-                        {Layout::kNaflex, 5, 1, 1},        {Layout::kTiles, 14, 1, 1}};
+  const Case cases[] = {{Order::kMergeGrouped, 14, 2, 2}, {Order::kMergeGrouped, 16, 2, 2},
+                        {Order::kMergeGrouped, 2, 2, 3},  {Order::kRaster, 16, 1, 1},
+                        {Order::kRaster, 3, 1, 1},        {Order::kNaflex, 16, 1, 1},
+                        {Order::kNaflex, 5, 1, 1},        {Order::kTiles, 14, 1, 1}};
   const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kUInt8};
   int failures = 0;
   for (const Case& c : cases) {
     for (DType dt : dtypes) {
       NormalizePatchifyParams p{};
-      p.layout = c.layout;
+      p.order = c.order;
       p.dtype = dt;
-      p.patch = c.patch;
-      p.merge = c.merge;
-      p.temporal = c.temporal;
+      p.patch_size = c.patch_size;
+      p.merge_size = c.merge_size;
+      p.temporal_patch_size = c.temporal_patch_size;
       const int esize = vlmprep::dtype_size(dt);
-      std::vector<uint8_t> table(3 * 256 * size_t(esize));
-      for (auto& b : table) b = uint8_t(rng());
-      p.lut = dt == DType::kUInt8 ? nullptr : table.data();
-      const int q = c.patch * (c.layout == Layout::kMergeGrouped ? c.merge : 1);
+      std::vector<uint8_t> lut(3 * 256 * size_t(esize));
+      for (auto& b : lut) b = uint8_t(rng());
+      p.lut = dt == DType::kUInt8 ? nullptr : lut.data();
+      const int q = c.patch_size * (c.order == Order::kMergeGrouped ? c.merge_size : 1);
       const int n = 1 + int(rng() % 4);
       std::vector<std::vector<uint8_t>> canvases(n);
       std::vector<NPSample> samples(n);
       int64_t total = 0, max_rows = 0;
       for (int i = 0; i < n; ++i) {
-        const int h = c.layout == Layout::kTiles ? 1 + int(rng() % 30) : q * (1 + int(rng() % 3));
-        const int w = c.layout == Layout::kTiles ? 1 + int(rng() % 30) : q * (1 + int(rng() % 3));
+        const int h = c.order == Order::kTiles ? 1 + int(rng() % 30) : q * (1 + int(rng() % 3));
+        const int w = c.order == Order::kTiles ? 1 + int(rng() % 30) : q * (1 + int(rng() % 3));
         const int pad = int(rng() % 4);  // a crop of a wider canvas: row stride > 3w
         canvases[i].resize(size_t(h) * (w + pad) * 3);
         for (auto& b : canvases[i]) b = uint8_t(rng());
@@ -116,8 +116,8 @@ int main(int argc, char** argv) {
       vlmprep::normalize_patchify_cpu(p, 1);
       if (std::memcmp(a.data(), b.data(), a.size()) != 0) {
         ++failures;
-        std::printf("MISMATCH layout %d P%d m%d T%d dtype %d (seed %u)\n", int(c.layout), c.patch,
-                    c.merge, c.temporal, int(dt), seed);
+        std::printf("MISMATCH order %d P%d m%d T%d dtype %d (seed %u)\n", int(c.order), c.patch_size,
+                    c.merge_size, c.temporal_patch_size, int(dt), seed);
       }
     }
   }

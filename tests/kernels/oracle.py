@@ -1,4 +1,4 @@
-"""numpy oracle of normalize_patchify: table lookup, then the layout's reshape/transpose
+"""numpy oracle of normalize_patchify: lut lookup, then the order's reshape/transpose
 (written independently of the kernel's index math; the layouts are documented in
 vlmprep/plan/grid.py)."""
 from __future__ import annotations
@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 
-def rows(img: np.ndarray, table: np.ndarray | None, layout: str, P: int, m: int, T: int) -> np.ndarray:
-    """uint8 (h, w, 3) -> the flat output elements of this image (table: (3, 256) or None)."""
-    x = img if table is None else table[np.arange(3)[None, None, :], img]  # (h, w, 3)
+def rows(img: np.ndarray, lut: np.ndarray | None, order: str, P: int, m: int, T: int) -> np.ndarray:
+    """uint8 (h, w, 3) -> the flat output elements of this image (lut: (3, 256) or None)."""
+    x = img if lut is None else lut[np.arange(3)[None, None, :], img]  # (h, w, 3)
     h, w, C = x.shape
-    if layout == "tiles":
+    if order == "tiles":
         return np.ascontiguousarray(x.transpose(2, 0, 1)).reshape(-1)
     gh, gw = h // P, w // P
-    if layout == "raster":
+    if order == "raster":
         y = x.reshape(gh, P, gw, P, C).transpose(0, 2, 4, 1, 3)
-    elif layout == "naflex":
+    elif order == "naflex":
         y = x.reshape(gh, P, gw, P, C).transpose(0, 2, 1, 3, 4)
     else:
         y = x.reshape(gh // m, m, P, gw // m, m, P, C).transpose(0, 3, 1, 4, 6, 2, 5)

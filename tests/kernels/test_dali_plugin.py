@@ -6,11 +6,11 @@ import os
 
 import numpy as np
 import pytest
+from _support.seed import SEED
 
 from tests.kernels.oracle import rows
 
 pytestmark = pytest.mark.dali
-SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 
 
 @pytest.fixture(scope="module")
@@ -24,25 +24,25 @@ def plugin(kernels):
     return path
 
 
-@pytest.mark.parametrize("layout,P,m,T,dtype", [
+@pytest.mark.parametrize("order,P,m,T,dtype", [
     ("merge_grouped", 14, 2, 2, "float"), ("merge_grouped", 16, 2, 2, "uint8"),
     ("raster", 16, 1, 1, "float"), ("naflex", 16, 1, 1, "float"), ("tiles", 14, 1, 1, "float"),
 ])
-def test_plugin_in_cpu_pipeline(plugin, layout, P, m, T, dtype):
+def test_plugin_in_cpu_pipeline(plugin, order, P, m, T, dtype):
     from nvidia.dali import fn, pipeline_def, types
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}")
-    q = P * (m if layout == "merge_grouped" else 1)
+    q = P * (m if order == "merge_grouped" else 1)
     imgs = [rng.integers(0, 256, (int(rng.integers(1, 4)) * q, int(rng.integers(1, 4)) * q, 3),
                          dtype=np.uint8) for _ in range(4)]
-    table = rng.standard_normal((3, 256)).astype(np.float32)
+    lut = rng.standard_normal((3, 256)).astype(np.float32)
 
     @pipeline_def(batch_size=len(imgs), num_threads=2, device_id=None)
     def pipe():
         x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        kw = {"lut": table.reshape(-1).tolist(), "dtype": types.FLOAT} if dtype == "float" \
+        kw = {"lut": lut.reshape(-1).tolist(), "dtype": types.FLOAT} if dtype == "float" \
             else {"dtype": types.UINT8}
-        return fn.vlmprep_normalize_patchify(x, layout=layout, patch_size=P, merge_size=m,
+        return fn.vlmprep_normalize_patchify(x, order=order, patch_size=P, merge_size=m,
                                              temporal_patch_size=T, **kw)
 
     p = pipe()
@@ -50,7 +50,7 @@ def test_plugin_in_cpu_pipeline(plugin, layout, P, m, T, dtype):
     (out,) = p.run()
     for k, img in enumerate(imgs):
         got = np.asarray(out[k]).reshape(-1)
-        want = rows(img, table if dtype == "float" else None, layout, P, m, T)
+        want = rows(img, lut if dtype == "float" else None, order, P, m, T)
         assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
@@ -61,7 +61,7 @@ def test_plugin_rejects_bad_sizes(plugin):
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def pipe():
         x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        return fn.vlmprep_normalize_patchify(x, layout="merge_grouped", patch_size=14, merge_size=2,
+        return fn.vlmprep_normalize_patchify(x, order="merge_grouped", patch_size=14, merge_size=2,
                                              temporal_patch_size=2, dtype=types.UINT8)
 
     p = pipe()
@@ -83,7 +83,7 @@ def test_plugin_rejects_arguments_past_the_limits(plugin, kw, says):
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def pipe():
         x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        return fn.vlmprep_normalize_patchify(x, layout="merge_grouped", dtype=types.UINT8, **kw)
+        return fn.vlmprep_normalize_patchify(x, order="merge_grouped", dtype=types.UINT8, **kw)
 
     with pytest.raises(RuntimeError, match=says):
         p = pipe()

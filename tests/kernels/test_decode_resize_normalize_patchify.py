@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 import torch
 from _support.imgdata import tiled
+from _support.seed import SEED
 from PIL import Image
-
-SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 
 
 @pytest.fixture
@@ -61,11 +60,11 @@ def test_decode_equals_pillow(jpeg, label, data):
     assert np.array_equal(got, want), label
 
 
-@pytest.mark.parametrize("layout,P,m,T", [("merge_grouped", 14, 2, 2), ("raster", 16, 1, 1),
+@pytest.mark.parametrize("order,P,m,T", [("merge_grouped", 14, 2, 2), ("raster", 16, 1, 1),
                                           ("naflex", 16, 1, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8], ids=str)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_equals_pillow_decode_then_resize(jpeg, layout, P, m, T, dtype, threads):
+def test_equals_pillow_decode_then_resize(jpeg, order, P, m, T, dtype, threads):
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}")
     lut = None if dtype == torch.uint8 else torch.from_numpy(
@@ -77,12 +76,12 @@ def test_equals_pillow_decode_then_resize(jpeg, layout, P, m, T, dtype, threads)
         f = ("bicubic", "bilinear", "lanczos")[k % 3]
         n = (h // P) * (w // P) * 3 * P * P * T
         want = torch.zeros(n, dtype=dtype)
-        jpeg.resize_normalize_patchify(torch.from_numpy(pix.copy()), (h, w), f, lut, want, 0, layout, P, m, T)
+        jpeg.resize_normalize_patchify(torch.from_numpy(pix.copy()), (h, w), f, lut, want, 0, order, P, m, T)
         out = torch.full((n + 9,), 5, dtype=dtype)
         jpeg.set_num_threads(threads)
         try:
             why = jpeg.decode_resize_normalize_patchify(data, pix.shape[:2], (h, w), f, lut, out, 9,
-                                                        layout, P, m, T)
+                                                        order, P, m, T)
         finally:
             jpeg.set_num_threads(None)
         assert why == "", label

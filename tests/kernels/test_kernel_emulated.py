@@ -1,5 +1,5 @@
 """The CUDA kernel's body on the host (tests/kernels/emulate_kernel.cc: one std::thread per CUDA
-thread, a barrier per block for __syncthreads) against the CPU twin, every layout and dtype, on
+thread, a barrier per block for __syncthreads) against the CPU twin, every order and dtype, on
 fresh random ragged batches: the kernel's index math is checked on machines without a GPU (the
 gpu-marked tests run the real kernel where there is one). The twin is run on both of its CPU
 paths: the band path (AVX-512 VBMI, where the CPU has it) and the row path."""
@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from _support.seed import SEED
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 
 
 def test_kernel_body_equals_twin(tmp_path):

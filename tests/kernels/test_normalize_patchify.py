@@ -1,38 +1,36 @@
 """normalize_patchify's CPU twin (and the CUDA kernel, gpu-marked) against the numpy oracle:
-bit-exact, every layout and dtype, random ragged batches (fresh data each run; replay with
+bit-exact, every order and dtype, random ragged batches (fresh data each run; replay with
 VLMPREP_TEST_SEED), output poisoned first so an unwritten element shows. The twin's two CPU
 paths both run: the band path (AVX-512 VBMI: merge_grouped and raster; the row path where the
 CPU lacks it) and the row path (``VLMPREP_CPU_ISA=avx2``)."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
+from _support.seed import SEED
 
 from tests.conftest import devices
 from tests.kernels.oracle import rows
 
-SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-LAYOUTS = {  # layout -> (patch, merge, temporal) as the families use them
+ORDERS = {  # order -> (patch_size, merge_size, temporal_patch_size) as the families use them
     "merge_grouped": [(14, 2, 2), (16, 2, 2), (14, 1, 1), (2, 2, 3)],
     "raster": [(16, 1, 1), (3, 1, 1)],
     "naflex": [(16, 1, 1), (5, 1, 1)],
     "tiles": [(14, 1, 1)],
 }
-CASES = [(lay, *cfg) for lay, cfgs in LAYOUTS.items() for cfg in cfgs]
+CASES = [(lay, *cfg) for lay, cfgs in ORDERS.items() for cfg in cfgs]
 DTYPES = [torch.float32, torch.bfloat16, torch.uint8]
 POISON = {torch.float32: float("nan"), torch.bfloat16: float("nan"), torch.uint8: 0xAB}
 
 
-def _batch(rng, layout, P, m, n):
+def _batch(rng, order, P, m, n):
     """n uint8 images (some are crops of a larger canvas: row stride > 3w) of legal sizes."""
-    q = P * (m if layout == "merge_grouped" else 1)
+    q = P * (m if order == "merge_grouped" else 1)
     out = []
     for _ in range(n):
-        h = int(rng.integers(1, 5)) * q if layout != "tiles" else int(rng.integers(1, 40))
-        w = int(rng.integers(1, 5)) * q if layout != "tiles" else int(rng.integers(1, 40))
+        h = int(rng.integers(1, 5)) * q if order != "tiles" else int(rng.integers(1, 40))
+        w = int(rng.integers(1, 5)) * q if order != "tiles" else int(rng.integers(1, 40))
         canvas = rng.integers(0, 256, (h + 3, w + 5, 3), dtype=np.uint8)
         y0, x0 = int(rng.integers(0, 4)), int(rng.integers(0, 6))
         out.append(canvas[y0:y0 + h, x0:x0 + w])  # a view: row stride 3 * (w + 5)
@@ -49,42 +47,46 @@ def cpu_path(request, monkeypatch):
     return request.param
 
 
-def _table(rng, dtype):
+def _lut(rng, dtype):
     if dtype == torch.uint8:
         return None
     t = torch.from_numpy(rng.standard_normal((3, 256)).astype(np.float32) * 3)
     return t.to(dtype)
 
 
-def _oracle(imgs, table, layout, P, m, T, dtype):
-    tab = None if table is None else table.float().numpy()
-    flat = np.concatenate([rows(i, tab, layout, P, m, T) for i in imgs])
-    return torch.from_numpy(flat).to(dtype)  # table values are exact in dtype: no rounding here
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bit patterns, for a bit-exact comparison (a NaN poison never equals anything)."""
+    return t.view({torch.uint8: torch.uint8, torch.bfloat16: torch.int16}.get(t.dtype, torch.int32))
+
+
+def _oracle(imgs, lut, order, P, m, T, dtype):
+    lut_np = None if lut is None else lut.float().numpy()
+    flat = np.concatenate([rows(i, lut_np, order, P, m, T) for i in imgs])
+    return torch.from_numpy(flat).to(dtype)  # lut values are exact in dtype: no rounding here
 
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layout,P,m,T", CASES)
-def test_matches_oracle(kernels, cpu_path, layout, P, m, T, dtype, device):
+@pytest.mark.parametrize("order,P,m,T", CASES)
+def test_matches_oracle(kernels, cpu_path, order, P, m, T, dtype, device):
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}")
-    imgs = _batch(rng, layout, P, m, int(rng.integers(1, 6)))
-    table = _table(rng, dtype)
-    want = _oracle(imgs, table, layout, P, m, T, dtype)
+    imgs = _batch(rng, order, P, m, int(rng.integers(1, 6)))
+    lut = _lut(rng, dtype)
+    want = _oracle(imgs, lut, order, P, m, T, dtype)
     for threads in (1, 2):
         kernels.set_num_threads(threads)
         try:
             out = torch.full((want.numel(),), POISON[dtype], dtype=dtype, device=device)
             ts = [torch.from_numpy(i).to(device) if device != "cpu" else torch.from_numpy(i) for i in imgs]
-            offs = np.cumsum([0] + [len(rows(i, None, layout, P, m, T)) for i in imgs])[:-1]
-            kernels.normalize_patchify(ts, None if table is None else table.to(device), out,
-                                       offs.tolist(), layout, P, m, T)
+            offs = np.cumsum([0] + [len(rows(i, None, order, P, m, T)) for i in imgs])[:-1]
+            kernels.normalize_patchify(ts, None if lut is None else lut.to(device), out,
+                                       offs.tolist(), order, P, m, T)
         finally:
             kernels.set_num_threads(None)
         got = out.cpu()
         # Bit-exact: compare the bit patterns (NaN poison never equals anything).
-        assert torch.equal(got.view(torch.uint8) if dtype == torch.uint8 else got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
-                           want.view(torch.uint8) if dtype == torch.uint8 else want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)), \
+        assert torch.equal(_bits(got), _bits(want)), \
             f"seed {SEED}, threads {threads}, {cpu_path} path"
 
 
@@ -94,12 +96,12 @@ def test_large_batch_streamed_and_threaded(kernels, cpu_path, dtype):
     the rows are streamed out with non-temporal stores), on 1 and 2 threads, equal the oracle."""
     rng = np.random.default_rng(SEED)
     imgs = [rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8) for _ in range(3)]
-    table = _table(rng, dtype)
-    want = _oracle(imgs, table, "merge_grouped", 14, 2, 2, dtype)
+    lut = _lut(rng, dtype)
+    want = _oracle(imgs, lut, "merge_grouped", 14, 2, 2, dtype)
     for threads in (1, 2):
         kernels.set_num_threads(threads)
         out = torch.full((want.numel(),), POISON[dtype], dtype=dtype)
-        kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], table, out,
+        kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], lut, out,
                                    [k * 10764 * 1176 for k in range(3)], "merge_grouped", 14, 2, 2)
         kernels.set_num_threads(None)
         assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), \
@@ -118,7 +120,7 @@ def test_bad_inputs_say_what_was_expected(kernels, bad, match):
         kernels.normalize_patchify([bad(img)], torch.zeros(3, 256), out, [0], "merge_grouped", 14, 2, 2)
 
 
-def test_out_too_small_and_table_mismatch(kernels):
+def test_out_too_small_and_lut_mismatch(kernels):
     img = torch.zeros((28, 56, 3), dtype=torch.uint8)
     with pytest.raises(RuntimeError, match="size out from the plan"):
         kernels.normalize_patchify([img], torch.zeros(3, 256), torch.empty(100), [0],
@@ -126,7 +128,7 @@ def test_out_too_small_and_table_mismatch(kernels):
     with pytest.raises(RuntimeError, match="lut: expected a contiguous \\(3, 256\\)"):
         kernels.normalize_patchify([img], torch.zeros(3, 256, dtype=torch.float64),
                                    torch.empty(8 * 1176), [0], "merge_grouped", 14, 2, 2)
-    with pytest.raises(RuntimeError, match="layout: expected"):
+    with pytest.raises(RuntimeError, match="order: expected"):
         kernels.normalize_patchify([img], torch.zeros(3, 256), torch.empty(8 * 1176), [0],
                                    "zigzag", 14, 2, 2)
 
@@ -149,13 +151,13 @@ def test_large_tiles_streamed(kernels, cpu_path, dtype):
     imgs = [canvas[r * 448:(r + 1) * 448, c * 448:(c + 1) * 448] for r in range(2) for c in range(4)]
     imgs += [rng.integers(0, 256, (448, 448, 3), dtype=np.uint8),
              rng.integers(0, 256, (333, 337, 3), dtype=np.uint8)]
-    table = _table(rng, dtype)
-    want = _oracle(imgs, table, "tiles", 14, 1, 1, dtype)
+    lut = _lut(rng, dtype)
+    want = _oracle(imgs, lut, "tiles", 14, 1, 1, dtype)
     offs = np.cumsum([0] + [3 * i.shape[0] * i.shape[1] for i in imgs])[:-1].tolist()
     for threads in (1, 2):
         kernels.set_num_threads(threads)
         out = torch.full((want.numel(),), POISON[dtype], dtype=dtype)
-        kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], table, out, offs, "tiles", 14)
+        kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], lut, out, offs, "tiles", 14)
         kernels.set_num_threads(None)
         assert torch.equal(out.view(torch.uint8), want.view(torch.uint8)), \
             f"seed {SEED}, {threads} threads, {cpu_path} path"

@@ -7,7 +7,7 @@ nothing.
 Before the fix (issue 13): an offset near INT64_MAX overflowed ``offset + n <= numel`` and the
 kernel wrote before ``out`` (glibc: "free(): invalid pointer", or SIGSEGV); ``resize(width=2**32
 + 3)`` passed the int64 checks, was cast to int32 and returned a 12.9 GB tensor with 3 pixels
-written; ``patch=2**32 + 14`` ran as patch 14. The calls that corrupted memory run in a child
+written; ``patch_size=2**32 + 14`` ran as patch 14. The calls that corrupted memory run in a child
 process, so a regression fails the test instead of killing pytest."""
 from __future__ import annotations
 
@@ -91,25 +91,26 @@ sys.exit(3)
 
 
 def _np_call(**kw):
+    """The op called by its schema's argument names (csrc/torch/ops.cpp)."""
     a = dict(images=[torch.zeros(28, 56, 3, dtype=torch.uint8)], lut=torch.zeros(3, 256),
-             out=torch.full((8 * ROW,), 7.0), offsets=[0], layout="merge_grouped", patch=14, merge=2,
-             temporal=2, num_threads=1)
+             out=torch.full((8 * ROW,), 7.0), offsets=[0], order="merge_grouped", patch_size=14,
+             merge_size=2, temporal_patch_size=2, num_threads=1)
     a.update(kw)
-    torch.ops.vlmprep.normalize_patchify(a["images"], a["lut"], a["out"], a["offsets"], a["layout"],
-                                         a["patch"], a["merge"], a["temporal"], a["num_threads"])
+    torch.ops.vlmprep.normalize_patchify(**a)
     return a["out"]
 
 
 @pytest.mark.parametrize("kw,says", [
-    ({"patch": 2**32 + 14}, "patch: expected an integer in \\[1, 268435456\\], got 4294967310"),
-    ({"merge": 2**32 + 2}, "merge: expected an integer in \\[1, 268435456\\], got 4294967298"),
-    ({"temporal": 2**32 + 2}, "temporal: expected an integer in \\[1, 268435456\\], got 4294967298"),
-    ({"patch": -14}, "expected patch, merge, temporal >= 1"),
+    ({"patch_size": 2**32 + 14}, "patch_size: expected an integer in \\[1, 268435456\\], got 4294967310"),
+    ({"merge_size": 2**32 + 2}, "merge_size: expected an integer in \\[1, 268435456\\], got 4294967298"),
+    ({"temporal_patch_size": 2**32 + 2},
+     "temporal_patch_size: expected an integer in \\[1, 268435456\\], got 4294967298"),
+    ({"patch_size": -14}, "patch_size: expected an integer in \\[1, 268435456\\], got -14"),
     ({"offsets": [-1]}, "needs out elements \\[-1, 9407\\), out has 9408"),
     ({"offsets": [1]}, "needs out elements \\[1, 9409\\), out has 9408"),
 ])
 def test_normalize_patchify_op_rejects(kernels, kw, says):
-    """Before: patch / merge / temporal of 2**32 + k ran as k (writing rows for another layout)."""
+    """Before: patch_size / merge_size / temporal_patch_size of 2**32 + k ran as k (writing rows for another order)."""
     out = torch.full((8 * ROW,), 7.0)
     with pytest.raises(RuntimeError, match=says):
         _np_call(out=out, **kw)
@@ -151,11 +152,12 @@ def test_thread_counts_are_clamped_not_wrapped(kernels):
     (lambda k, img, out: k.normalize_patchify([img], None, out, [2**70], "merge_grouped", 14, 2, 2),
      "offsets\\[0\\]: expected an integer in \\[0, 9223372036854775807\\]"),
     (lambda k, img, out: k.normalize_patchify([img], None, out, [0], "merge_grouped", 2**64, 2, 2),
-     "patch: expected an integer"),
+     "patch_size: expected an integer"),
     (lambda k, img, out: k.resize_normalize_patchify(img, (28, 28), "bicubic", None, out, -3,
                                                      "merge_grouped", 14, 2, 2), "offset: expected"),
     (lambda k, img, out: k.resize_normalize_patchify(img, (28, 28), "bicubic", None, out, 0,
-                                                     "merge_grouped", 14, 2, 2**40), "temporal: expected"),
+                                                     "merge_grouped", 14, 2, 2**40),
+     "temporal_patch_size: expected"),
     (lambda k, img, out: k.decode_resize_normalize_patchify(b"x", (2**32 + 1, 5), (28, 28), "bicubic", None,
                                                             out, 0, "merge_grouped", 14, 2, 2),
      "src_hw\\[0\\]: expected"),

@@ -4,15 +4,13 @@ every instruction-set path (AVX-512, AVX2, plain C++: ``VLMPREP_CPU_ISA`` caps t
 a path this CPU lacks falls back, so that case repeats another)."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
 from _support.imgdata import tiled
+from _support.seed import SEED
 from PIL import Image
 
-SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 PIL_FILTER = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS}
 
 
@@ -52,7 +50,7 @@ def test_wide_rows_match_pillow(kernels, isa, f):
     """Rows long enough for the vector passes' main loops and their right borders (the random
     sizes above are mostly narrower than one 64-byte group), scales from 1/4 to 3x."""
     rng = np.random.default_rng(SEED + 1)
-    for k in range(24):
+    for _ in range(24):
         H, W = int(rng.integers(2, 40)), int(rng.integers(100, 700))
         h = int(rng.integers(1, 60))
         w = max(1, int(W * rng.choice([0.25, 0.34, 0.5, 0.77, 0.99, 1.0, 1.01, 1.6, 3.0])))
@@ -82,7 +80,7 @@ def test_strided_source_and_errors(kernels):
     crop = torch.from_numpy(canvas)[5:45, 3:60]  # row stride 210 bytes
     want = _pil(np.ascontiguousarray(canvas[5:45, 3:60]), (33, 21), "bicubic")
     assert np.array_equal(kernels.resize(crop, (33, 21), "bicubic").numpy(), want)
-    with pytest.raises(RuntimeError, match="filter: expected bilinear, bicubic or lanczos"):
+    with pytest.raises(RuntimeError, match="interpolation: expected bilinear, bicubic or lanczos"):
         kernels.resize(crop, (3, 3), "nearest")
     with pytest.raises(RuntimeError, match="expected a CPU \\(h, w, 3\\) uint8"):
         kernels.resize(crop.permute(2, 0, 1), (3, 3), "bicubic")

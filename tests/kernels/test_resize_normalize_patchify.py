@@ -1,27 +1,25 @@
 """The fused CPU op against its definition: ``resize`` then ``normalize_patchify`` (each
 checked against its own oracle in test_resize / test_normalize_patchify), byte for byte, for
-the patch layouts, every output dtype, every filter, up and down, both pass orders, 1 and 2
+the patch orders, every output dtype, every interpolation, up and down, both pass orders, 1 and 2
 threads, written at an offset into a larger output."""
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
 import torch
 from _support.imgdata import tiled
+from _support.seed import SEED
 
-SEED = int(os.environ.get("VLMPREP_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "uint8": torch.uint8}
-# layout, patch, merge, temporal
-LAYOUTS = [("merge_grouped", 14, 2, 2), ("merge_grouped", 16, 2, 1), ("raster", 16, 1, 1),
+# order, patch, merge, temporal
+ORDERS = [("merge_grouped", 14, 2, 2), ("merge_grouped", 16, 2, 1), ("raster", 16, 1, 1),
            ("naflex", 16, 1, 1)]
 
 
-def _two_step(kernels, img, hw, f, lut, out_like, layout, P, m, T):
+def _two_step(kernels, img, hw, f, lut, out_like, order, P, m, T):
     resized = kernels.resize(img, hw, f)
     want = torch.zeros_like(out_like)
-    kernels.normalize_patchify([resized], lut, want, [0], layout, P, m, T)
+    kernels.normalize_patchify([resized], lut, want, [0], order, P, m, T)
     return want
 
 
@@ -31,9 +29,9 @@ def _lut(dtype):
     return (torch.randn(3, 256, generator=torch.Generator().manual_seed(SEED))).to(dtype)
 
 
-@pytest.mark.parametrize("layout,P,m,T", LAYOUTS)
+@pytest.mark.parametrize("order,P,m,T", ORDERS)
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_equals_resize_then_normalize_patchify(kernels, layout, P, m, T, dtype):
+def test_equals_resize_then_normalize_patchify(kernels, order, P, m, T, dtype):
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}")
     q = P * m
@@ -47,12 +45,12 @@ def test_equals_resize_then_normalize_patchify(kernels, layout, P, m, T, dtype):
         n = (h // P) * (w // P) * 3 * P * P * T
         kernels.set_num_threads(1 + k % 2)
         try:
-            want = _two_step(kernels, img, (h, w), f, lut, torch.zeros(n, dtype=dt), layout, P, m, T)
+            want = _two_step(kernels, img, (h, w), f, lut, torch.zeros(n, dtype=dt), order, P, m, T)
             out = torch.full((n + 50,), 7, dtype=dt)  # rows at offset 20, the rest untouched
-            kernels.resize_normalize_patchify(img, (h, w), f, lut, out, 20, layout, P, m, T)
+            kernels.resize_normalize_patchify(img, (h, w), f, lut, out, 20, order, P, m, T)
         finally:
             kernels.set_num_threads(None)
-        ctx = f"seed {SEED}: {H}x{W} -> {h}x{w} {f} {layout} {dtype}"
+        ctx = f"seed {SEED}: {H}x{W} -> {h}x{w} {f} {order} {dtype}"
         assert torch.equal(out[20:20 + n], want), ctx
         assert bool((out[:20] == 7).all()) and bool((out[20 + n:] == 7).all()), ctx
 
@@ -103,7 +101,7 @@ def test_strided_source(kernels):
      "a float32/bfloat16 out needs lut"),
     (lambda k, img, out: k.resize_normalize_patchify(img, (28, 28), "nearest", None, out, 0,
                                                      "merge_grouped", 14, 2, 2),
-     "filter: expected bilinear, bicubic or lanczos"),
+     "interpolation: expected bilinear, bicubic or lanczos"),
     (lambda k, img, out: k.resize_normalize_patchify(img.permute(2, 0, 1), (28, 28), "bicubic", None,
                                                      out, 0, "merge_grouped", 14, 2, 2),
      "expected a CPU \\(h, w, 3\\) uint8 image"),

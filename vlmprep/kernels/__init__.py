@@ -4,14 +4,18 @@ The kernels are optional: ``available()`` says whether the torch ops loaded, ``w
 why not ("built for X, found Y"), and every backend falls back to its pure implementation.
 ``VLMPREP_DISABLE_KERNELS=1`` turns them off (to compare against the pure paths).
 
-Ops (torch tensors; shapes first):
-    normalize_patchify(images, lut, out, offsets, layout, patch, merge, temporal)
+Ops (torch tensors; shapes first). ``order`` is ``vlmprep.ops.patchify.order`` (merge_grouped,
+raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` are patchify's;
+``lut`` is the per-channel 256-entry normalize table. The same names in the torch op schema
+(torch.ops.vlmprep.*), the DALI plugin's schema and csrc/.
+    normalize_patchify(images, lut, out, offsets, order, patch_size, merge_size,
+        temporal_patch_size)
         images: list of ``(h, w, 3)`` uint8 (pixel stride 3; crops of a canvas are fine),
         lut: ``(3, 256)`` of ``out.dtype`` (None for uint8 out), out: contiguous, filled in place.
     resize(image, (h, w), interpolation) -> ``(h, w, 3)`` uint8, Pillow 13-exact (CPU).
-    resize_normalize_patchify(image, (h, w), interpolation, lut, out, offset, layout, patch,
-        merge, temporal): resize then normalize_patchify for one image in one pass (CPU; patch
-        layouts), the same bytes, without the resized image in memory.
+    resize_normalize_patchify(image, (h, w), interpolation, lut, out, offset, order, patch_size,
+        merge_size, temporal_patch_size): resize then normalize_patchify for one image in one
+        pass (CPU; patch orders), the same bytes, without the resized image in memory.
     decode_resize_normalize_patchify(data, src_hw, (h, w), ...): the same from a JPEG's bytes,
         decoding (libjpeg-turbo, Pillow's pixels) just ahead of the bands; returns "" or why
         the fast path declined (then decode with Pillow). ``jpeg_available()`` says if built.
@@ -66,9 +70,9 @@ def _hw(op: str, name: str, hw) -> tuple[int, int]:
     return _int(op, f"{name}[0]", h, 1, MAX_SIDE), _int(op, f"{name}[1]", w, 1, MAX_SIDE)
 
 
-def _layout_ints(op: str, patch, merge, temporal) -> tuple[int, int, int]:
-    return (_int(op, "patch", patch, 1, MAX_SIDE), _int(op, "merge", merge, 1, MAX_SIDE),
-            _int(op, "temporal", temporal, 1, MAX_SIDE))
+def _patch_ints(op: str, patch_size, merge_size, temporal_patch_size) -> tuple[int, int, int]:
+    return (_int(op, "patch_size", patch_size, 1, MAX_SIDE), _int(op, "merge_size", merge_size, 1, MAX_SIDE),
+            _int(op, "temporal_patch_size", temporal_patch_size, 1, MAX_SIDE))
 
 
 def available() -> bool:
@@ -90,17 +94,18 @@ def _require() -> None:
 
 
 def normalize_patchify(images: Sequence["torch.Tensor"], lut: "torch.Tensor | None",
-                       out: "torch.Tensor", offsets: Sequence[int], layout: str, patch: int,
-                       merge: int = 1, temporal: int = 1) -> None:
+                       out: "torch.Tensor", offsets: Sequence[int], order: str, patch_size: int,
+                       merge_size: int = 1, temporal_patch_size: int = 1) -> None:
     """Fill ``out`` (contiguous; float32 / bfloat16 / uint8) with every image's rows in
-    ``layout`` starting at element ``offsets[i]``; ``lut[c, v]`` is channel c's output for
+    ``order`` starting at element ``offsets[i]``; ``lut[c, v]`` is channel c's output for
     level v (None for uint8). One call per batch; CPU twin or CUDA kernel by ``out.device``."""
     import torch
     _require()
     op = "normalize_patchify"
     offsets = [_int(op, f"offsets[{i}]", o, 0, _INT64_MAX) for i, o in enumerate(offsets)]
-    torch.ops.vlmprep.normalize_patchify(list(images), lut, out, offsets, layout,
-                                         *_layout_ints(op, patch, merge, temporal), get_num_threads())
+    torch.ops.vlmprep.normalize_patchify(list(images), lut, out, offsets, order,
+                                         *_patch_ints(op, patch_size, merge_size, temporal_patch_size),
+                                         get_num_threads())
 
 
 def empty(shape: Sequence[int], dtype: "torch.dtype", device: str = "cpu") -> "torch.Tensor":
@@ -130,8 +135,9 @@ def resize(image: "torch.Tensor", hw: tuple[int, int], interpolation: str) -> "t
 
 def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interpolation: str,
                               lut: "torch.Tensor | None", out: "torch.Tensor", offset: int,
-                              layout: str, patch: int, merge: int = 1, temporal: int = 1) -> None:
-    """``(H, W, 3)`` uint8 CPU image -> its rows in ``layout`` (merge_grouped / raster / naflex)
+                              order: str, patch_size: int, merge_size: int = 1,
+                              temporal_patch_size: int = 1) -> None:
+    """``(H, W, 3)`` uint8 CPU image -> its rows in ``order`` (merge_grouped / raster / naflex)
     written into ``out`` from element ``offset``: the bytes of ``resize`` then
     ``normalize_patchify``, made one band of patch rows at a time (the resized image is never
     whole in memory)."""
@@ -139,8 +145,8 @@ def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interp
     _require()
     op = "resize_normalize_patchify"
     torch.ops.vlmprep.resize_normalize_patchify(image, *_hw(op, "hw", hw), interpolation, lut, out,
-                                                _int(op, "offset", offset, 0, _INT64_MAX), layout,
-                                                *_layout_ints(op, patch, merge, temporal),
+                                                _int(op, "offset", offset, 0, _INT64_MAX), order,
+                                                *_patch_ints(op, patch_size, merge_size, temporal_patch_size),
                                                 get_num_threads())
 
 
@@ -156,9 +162,9 @@ def _bytes_tensor(data: bytes | bytearray | memoryview) -> "torch.Tensor":
 
 def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: tuple[int, int],
                                      interpolation: str, lut: "torch.Tensor | None",
-                                     out: "torch.Tensor", offset: int, layout: str, patch: int,
-                                     merge: int = 1, temporal: int = 1) -> str:
-    """An 8-bit JPEG's bytes (``src_hw`` as probed) -> its rows in ``layout`` written into
+                                     out: "torch.Tensor", offset: int, order: str, patch_size: int,
+                                     merge_size: int = 1, temporal_patch_size: int = 1) -> str:
+    """An 8-bit JPEG's bytes (``src_hw`` as probed) -> its rows in ``order`` written into
     ``out`` from element ``offset``: Pillow's decode, then ``resize_normalize_patchify``'s
     bytes. Returns "" when done, else why the fast path declined (damaged or unusual data;
     ``out`` is then partly written: decode with Pillow and redo it)."""
@@ -166,7 +172,8 @@ def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: t
     _require()
     op = "decode_resize_normalize_patchify"
     args = (*_hw(op, "src_hw", src_hw), *_hw(op, "hw", hw), interpolation, lut, out,
-            _int(op, "offset", offset, 0, _INT64_MAX), layout, *_layout_ints(op, patch, merge, temporal))
+            _int(op, "offset", offset, 0, _INT64_MAX), order,
+            *_patch_ints(op, patch_size, merge_size, temporal_patch_size))
     try:
         torch.ops.vlmprep.decode_resize_normalize_patchify(_bytes_tensor(data), *args, get_num_threads())
     except RuntimeError as e:  # the op raises "...: declined: <why>" for data it leaves to Pillow

@@ -101,11 +101,10 @@ def _load_dali() -> str | None:
     if not os.path.exists(path) or not build_info()["dali_plugin"].get("built"):
         return None  # not built, or left from an earlier build when the last one failed
     try:
-        import nvidia.dali.backend as b
         import nvidia.dali.plugin_manager as pm
     except ImportError:
         return None
-    if DALI_OP not in b.RegisteredCPUOps():
+    if DALI_OP not in _registered_ops("cpu"):
         try:
             pm.load_library(path)
         except RuntimeError:
@@ -116,8 +115,10 @@ def _load_dali() -> str | None:
 def dali_plugin_loaded(device: str = "cpu") -> bool:
     """Whether the csrc DALI plugin (``dali_plugin()``) is built and registered for ``device``
     (``"cpu"`` or ``"gpu"``: a CPU-only build has no GPU op)."""
-    if dali_plugin() is None:
-        return False
-    import nvidia.dali.backend as backend
-    ops = backend.RegisteredGPUOps() if device == "gpu" else backend.RegisteredCPUOps()
-    return DALI_OP in ops
+    return dali_plugin() is not None and DALI_OP in _registered_ops(device)
+
+
+def _registered_ops(device: str) -> list[str]:
+    """The DALI ops registered for ``device`` ("gpu", else the CPU's)."""
+    import nvidia.dali.backend as b  # compiled, no type information: hence the ignore
+    return b.RegisteredGPUOps() if device == "gpu" else b.RegisteredCPUOps()  # type: ignore[attr-defined]

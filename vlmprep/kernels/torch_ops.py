@@ -7,26 +7,27 @@ import torch
 
 
 @torch.library.register_fake("vlmprep::normalize_patchify")
-def _normalize_patchify_fake(images, lut, out, offsets, layout, patch, merge, temporal,
-                             num_threads=1):
+def _normalize_patchify_fake(images, lut, out, offsets, order, patch_size, merge_size,
+                             temporal_patch_size, num_threads=1):
     return None  # writes into `out` only
 
 
 @torch.library.register_fake("vlmprep::resize")
-def _resize_fake(image, height, width, filter, num_threads=1):
+def _resize_fake(image, height, width, interpolation, num_threads=1):
     return image.new_empty((height, width, 3))
 
 
 
 @torch.library.register_fake("vlmprep::resize_normalize_patchify")
-def _resize_normalize_patchify_fake(image, height, width, filter, lut, out, offset, layout, patch,
-                                    merge, temporal, num_threads=1):
+def _resize_normalize_patchify_fake(image, height, width, interpolation, lut, out, offset, order,
+                                    patch_size, merge_size, temporal_patch_size, num_threads=1):
     return None  # writes into `out` only
 
 
 @torch.library.register_fake("vlmprep::decode_resize_normalize_patchify")
-def _decode_resize_normalize_patchify_fake(data, src_h, src_w, height, width, filter, lut, out,
-                                           offset, layout, patch, merge, temporal, num_threads=1):
+def _decode_resize_normalize_patchify_fake(data, src_h, src_w, height, width, interpolation, lut,
+                                           out, offset, order, patch_size, merge_size,
+                                           temporal_patch_size, num_threads=1):
     return None  # writes into `out` only
 
 

@@ -22,8 +22,9 @@
 
 namespace vlmprep {
 
-// Row layouts (the names of vlmprep.spec.ops.patchify.layout; see vlmprep/plan/grid.py).
-enum class Layout : int32_t {
+// Row orders (the names of vlmprep.ops.patchify.order; see vlmprep/plan/grid.py; parsed by
+// parse_order in vlmprep/parse.h).
+enum class Order : int32_t {
   kMergeGrouped = 0,  // Qwen: rows (bh, bw, mh, mw), columns [c, t, py, px]; t repeats the image
   kRaster = 1,        // Pixtral: rows (gy, gx), columns [c, py, px]
   kNaflex = 2,        // SigLIP2: rows (gy, gx), columns [py, px, c]
@@ -44,13 +45,13 @@ struct NPSample {
 };
 
 struct NormalizePatchifyParams {
-  Layout layout;
+  Order order;
   DType dtype;
-  int32_t patch;      // P
-  int32_t merge;      // m (merge_grouped only; 1 elsewhere)
-  int32_t temporal;   // T copies of a still image (merge_grouped only; 1 elsewhere)
-  const void* lut;    // [3][256] of the output type; nullptr for uint8 (values are copied)
-  void* out;          // the packed output, elements of `dtype`
+  int32_t patch_size;           // P
+  int32_t merge_size;           // m (merge_grouped only; 1 elsewhere)
+  int32_t temporal_patch_size;  // T copies of a still image (merge_grouped only; 1 elsewhere)
+  const void* lut;              // [3][256] of the output type; nullptr for uint8 (values are copied)
+  void* out;                    // the packed output, elements of `dtype`
   int32_t num_samples;
   const NPSample* samples;  // host memory for the CPU twin, device memory for the kernel
 };
@@ -59,25 +60,26 @@ constexpr int kChannels = 3;
 
 // Elements of one output row.
 VLMPREP_HD int64_t row_length(const NormalizePatchifyParams& p, int32_t h, int32_t w) {
-  switch (p.layout) {
-    case Layout::kMergeGrouped: return int64_t(kChannels) * p.temporal * p.patch * p.patch;
-    case Layout::kTiles: return int64_t(kChannels) * h * w;
-    default: return int64_t(kChannels) * p.patch * p.patch;
+  switch (p.order) {
+    case Order::kMergeGrouped:
+      return int64_t(kChannels) * p.temporal_patch_size * p.patch_size * p.patch_size;
+    case Order::kTiles: return int64_t(kChannels) * h * w;
+    default: return int64_t(kChannels) * p.patch_size * p.patch_size;
   }
 }
 
 // Output rows of one sample.
 VLMPREP_HD int64_t num_rows(const NormalizePatchifyParams& p, int32_t h, int32_t w) {
-  return p.layout == Layout::kTiles ? 1 : int64_t(h / p.patch) * (w / p.patch);
+  return p.order == Order::kTiles ? 1 : int64_t(h / p.patch_size) * (w / p.patch_size);
 }
 
-// Top-left source pixel (y0, x0) of output row r (patch layouts).
+// Top-left source pixel (y0, x0) of output row r (patch orders).
 VLMPREP_HD void row_origin(const NormalizePatchifyParams& p, int32_t w, int64_t r, int32_t* y0,
                            int32_t* x0) {
-  const int32_t P = p.patch;
+  const int32_t P = p.patch_size;
   const int32_t gw = w / P;
-  if (p.layout == Layout::kMergeGrouped) {
-    const int32_t m = p.merge;
+  if (p.order == Order::kMergeGrouped) {
+    const int32_t m = p.merge_size;
     const int64_t group = r / (int64_t(m) * m);  // (bh, bw) block of m x m patches
     const int32_t in = int32_t(r % (int64_t(m) * m));
     const int32_t bwc = gw / m;
@@ -92,23 +94,23 @@ VLMPREP_HD void row_origin(const NormalizePatchifyParams& p, int32_t w, int64_t 
 // Source (dy, dx, c) of column j, relative to the row's origin.
 VLMPREP_HD void column_source(const NormalizePatchifyParams& p, int32_t h, int32_t w, int64_t j,
                               int32_t* dy, int32_t* dx, int32_t* c) {
-  const int32_t P = p.patch;
-  switch (p.layout) {
-    case Layout::kMergeGrouped: {  // [c, t, py, px]
+  const int32_t P = p.patch_size;
+  switch (p.order) {
+    case Order::kMergeGrouped: {  // [c, t, py, px]
       const int32_t pp = int32_t(j % (int64_t(P) * P));
-      *c = int32_t(j / (int64_t(P) * P * p.temporal));
+      *c = int32_t(j / (int64_t(P) * P * p.temporal_patch_size));
       *dy = pp / P;
       *dx = pp % P;
       break;
     }
-    case Layout::kRaster: {  // [c, py, px]
+    case Order::kRaster: {  // [c, py, px]
       *c = int32_t(j / (int64_t(P) * P));
       const int32_t pp = int32_t(j % (int64_t(P) * P));
       *dy = pp / P;
       *dx = pp % P;
       break;
     }
-    case Layout::kNaflex: {  // [py, px, c]
+    case Order::kNaflex: {  // [py, px, c]
       *c = int32_t(j % kChannels);
       const int32_t pp = int32_t(j / kChannels);
       *dy = pp / P;
@@ -127,23 +129,25 @@ VLMPREP_HD void column_source(const NormalizePatchifyParams& p, int32_t h, int32
 // Output elements of one h x w sample (num_rows * row_length), false when they overflow int64
 // (the parameters come from callers: checked, not trusted).
 inline bool sample_elements(const NormalizePatchifyParams& p, int64_t h, int64_t w, int64_t* n) {
-  if (p.layout == Layout::kTiles) return mul_ok(h, w, n) && mul_ok(*n, kChannels, n);
-  if (p.patch < 1 || p.temporal < 1) return false;
+  if (p.order == Order::kTiles) return mul_ok(h, w, n) && mul_ok(*n, kChannels, n);
+  if (p.patch_size < 1 || p.temporal_patch_size < 1) return false;
   int64_t rows, len;
-  return mul_ok(h / p.patch, w / p.patch, &rows) && mul_ok(int64_t(p.patch), p.patch, &len) &&
-         mul_ok(len, int64_t(kChannels) * (p.layout == Layout::kMergeGrouped ? p.temporal : 1), &len) &&
+  const int64_t T = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
+  return mul_ok(h / p.patch_size, w / p.patch_size, &rows) &&
+         mul_ok(int64_t(p.patch_size), p.patch_size, &len) && mul_ok(len, int64_t(kChannels) * T, &len) &&
          mul_ok(rows, len, n);
 }
 
-// Checks a sample against the layout; returns nullptr when valid, else a static message.
+// Checks a sample against the order; returns nullptr when valid, else a static message.
 // Overflow-safe for any field values (they come from callers).
 inline const char* check_sample(const NormalizePatchifyParams& p, const NPSample& s) {
   if (s.height < 1 || s.width < 1) return "sample has an empty size";
   if (s.height > kMaxSide || s.width > kMaxSide) return "sample side is over the kernels' limit of 2^28";
   if (s.row_stride < int64_t(3) * s.width) return "row_stride is smaller than 3 * width";
-  if (p.layout != Layout::kTiles) {
-    if (p.patch < 1 || p.merge < 1 || p.temporal < 1) return "patch, merge and temporal must be >= 1";
-    const int64_t q = int64_t(p.patch) * (p.layout == Layout::kMergeGrouped ? p.merge : 1);
+  if (p.order != Order::kTiles) {
+    if (p.patch_size < 1 || p.merge_size < 1 || p.temporal_patch_size < 1)
+      return "patch_size, merge_size and temporal_patch_size must be >= 1";
+    const int64_t q = int64_t(p.patch_size) * (p.order == Order::kMergeGrouped ? p.merge_size : 1);
     if (s.height % q || s.width % q) return "sample sides are not multiples of patch_size * merge_size";
   }
   int64_t n;
@@ -162,7 +166,7 @@ int normalize_patchify_cuda(const NormalizePatchifyParams& p, int64_t max_rows, 
 
 // Rows the CUDA kernel walks for one sample: patch rows, or 3 * height (c, y) lines of a tile.
 inline int64_t kernel_rows(const NormalizePatchifyParams& p, int32_t h, int32_t w) {
-  return p.layout == Layout::kTiles ? int64_t(kChannels) * h : num_rows(p, h, w);
+  return p.order == Order::kTiles ? int64_t(kChannels) * h : num_rows(p, h, w);
 }
 
 }  // namespace vlmprep

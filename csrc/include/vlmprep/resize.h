@@ -11,7 +11,7 @@
 
 namespace vlmprep {
 
-enum class Filter : int32_t { kBilinear = 0, kBicubic = 1, kLanczos = 2 };
+enum class Interpolation : int32_t { kBilinear = 0, kBicubic = 1, kLanczos = 2 };
 
 struct ResizeParams {
   const uint8_t* src;   // (in_h, in_w, 3), pixel stride 3
@@ -19,7 +19,7 @@ struct ResizeParams {
   int32_t in_h, in_w;
   uint8_t* dst;         // (out_h, out_w, 3), contiguous
   int32_t out_h, out_w;
-  Filter filter;
+  Interpolation interpolation;
 };
 
 // Returns nullptr on success, else a static message (sizes invalid). `num_threads` <= 1 runs

@@ -1,6 +1,6 @@
 // resize_normalize_patchify: one uint8 HWC image -> its packed ViT rows, resized on the way.
 //
-// The CPU fast path of the patch layouts (merge_grouped, raster, naflex): the same bytes as
+// The CPU fast path of the patch orders (merge_grouped, raster, naflex): the same bytes as
 // resize_cpu (Pillow 13-exact) followed by normalize_patchify_cpu, but done one band of
 // patch rows at a time (P * merge image rows), so the resized image never exists in full and
 // each band is patchified while it is still in cache.
@@ -11,17 +11,30 @@
 // CPU only: on a GPU, resizing is torch's or DALI's and the normalize_patchify kernel follows.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "vlmprep/normalize_patchify.h"
 #include "vlmprep/resize.h"
 
 namespace vlmprep {
 
-// `r`: the image and its resized size (r.dst unused). `p`: layout, dtype, patch, merge,
-// temporal, lut and out as for normalize_patchify_cpu, with exactly one sample whose height
-// and width are r.out_h and r.out_w (its src and row_stride unused) and whose out_offset says
-// where its rows go. Returns nullptr on success, else a static message (nothing written).
-// `num_threads` <= 1 runs inline; more split the bands across std::threads.
+// `r`: the image and its resized size (r.dst unused). `p`: order, dtype, patch_size,
+// merge_size, temporal_patch_size, lut and out as for normalize_patchify_cpu, with exactly one
+// sample whose height and width are r.out_h and r.out_w (its src and row_stride unused) and
+// whose out_offset says where its rows go. Returns nullptr on success, else a static message
+// (nothing written). `num_threads` <= 1 runs inline; more split the bands across std::threads.
 const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
                                           int num_threads);
+
+// One 8-bit JPEG -> the rows of its (r.out_h, r.out_w) resize in p's order (one sample, as
+// resize_normalize_patchify_cpu takes it; r.src is ignored: the decoded image is used). The
+// JPEG must be src_h x src_w (the probed size). With num_threads >= 2 the decode runs on the
+// calling thread while the others resize and write the bands whose source rows are decoded.
+// Returns nullptr on success, else the reason (then the output is partly written: redo it).
+// Defined only when built with libjpeg-turbo (VLMPREP_WITH_LIBJPEG; decoder: jpeg_rows.h).
+const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, int src_h, int src_w,
+                                                 const ResizeParams& r, const NormalizePatchifyParams& p,
+                                                 int num_threads);
 
 }  // namespace vlmprep

@@ -1,4 +1,5 @@
-// JPEG decoding with libjpeg-turbo, row by row (the CPU fast path's decoder).
+// JpegRows: JPEG decoding with libjpeg-turbo, row by row (the CPU fast path's decoder;
+// jpeg_rows.cc).
 //
 // Built only where libjpeg-turbo's headers were found at build time (VLMPREP_WITH_LIBJPEG);
 // Pillow's defaults (islow IDCT, fancy upsampling), so the same pixels as Pillow's decoder.
@@ -10,9 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
-#include "vlmprep/normalize_patchify.h"
-#include "vlmprep/resize.h"
 
 namespace vlmprep {
 
@@ -36,14 +34,5 @@ class JpegRows {
   struct State;
   std::unique_ptr<State> s_;
 };
-
-// One 8-bit JPEG -> the rows of its (r.out_h, r.out_w) resize in p's layout (one sample, as
-// resize_normalize_patchify_cpu takes it; r.src is ignored: the decoded image is used). The
-// JPEG must be src_h x src_w (the probed size). With num_threads >= 2 the decode runs on the
-// calling thread while the others resize and write the bands whose source rows are decoded.
-// Returns nullptr on success, else the reason (then the output is partly written: redo it).
-const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, int src_h, int src_w,
-                                                 const ResizeParams& r, const NormalizePatchifyParams& p,
-                                                 int num_threads);
 
 }  // namespace vlmprep
