@@ -1,9 +1,9 @@
 """Check every GPU path against the CPU reference and time it; print a short table, write JSON.
 
 Paths checked: the compiled normalize_patchify kernel against its CPU twin, with its bandwidth
-next to a device copy (bench/gpu_check_kernels.py); the `torch` and `dali` backends on CUDA (float32, bfloat16, uint8) for every preset,
-(timed at 720p/1080p/4K for qwen2-vl, at 1080p for the others)
-against the `reference` backend on CPU, on real-photo mosaics (bench/samples.py). Run by
+next to a device copy (bench/gpu_check_kernels.py); the `torch` and `dali` backends on CUDA
+(float32, bfloat16, uint8) for every preset (timed at 720p/1080p/4K for qwen2-vl, at 1080p for
+the others) against the `reference` backend on CPU, on real-photo mosaics (bench/samples.py). Run by
 bench/gpu_check.sh on the GPU machine; `--device cpu` dry-runs the same code here.
 """
 from __future__ import annotations

@@ -129,7 +129,8 @@ def main() -> int:
         for u in r["slow_units"]:
             print(f"  slow input (> 10 s, not a failure): {u}")
         for c in r["crashes"]:
-            print(f"  CRASH {c['summary']}\n    log: {c['log']}" + (f"\n    reproduce: {c['reproduce']}" if c["reproduce"] else ""))
+            again = f"\n    reproduce: {c['reproduce']}" if c["reproduce"] else ""
+            print(f"  CRASH {c['summary']}\n    log: {c['log']}{again}")
     os.makedirs(os.path.join(HERE, "crashes"), exist_ok=True)
     with open(os.path.join(HERE, "crashes", "last_run.json"), "w") as f:
         json.dump({"seconds": args.seconds, "results": results}, f, indent=1)

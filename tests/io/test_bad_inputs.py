@@ -263,7 +263,8 @@ def _accepted_items(tmp_path):
         "PIL CMYK": (Image.fromarray(a).convert("CMYK"), np.asarray(Image.fromarray(a).convert("CMYK").convert("RGB"))),
         "PIL 1": (Image.fromarray(a).convert("1"), np.asarray(Image.fromarray(a).convert("1").convert("RGB"))),
         "PIL F": (Image.fromarray(a[..., 0]).convert("F"), np.repeat(a[..., :1], 3, 2)),
-        "PIL I;16": (Image.fromarray(gray16), np.repeat(((gray16.astype(np.int64) + 128) // 257).astype(np.uint8)[..., None], 3, 2)),
+        "PIL I;16": (Image.fromarray(gray16),
+                     np.repeat(((gray16.astype(np.int64) + 128) // 257).astype(np.uint8)[..., None], 3, 2)),
         "PIL LA": (la, _blend_on_white(la)),
         "PIL P with tRNS": (ptrns, _blend_on_white(ptrns)),
     }
