@@ -76,7 +76,8 @@ def _qwen(preset):
     else:
         from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
         proc = T.Qwen3VLProcessor(image_processor=ip, tokenizer=tok, video_processor=Qwen3VLVideoProcessor())
-    ids = {t: tok.convert_tokens_to_ids(t) for t in ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]}
+    ids = {t: tok.convert_tokens_to_ids(t)
+           for t in ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]}
     text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                 num_attention_heads=2, num_key_value_heads=1)
     if preset == "qwen2-vl":

@@ -8,7 +8,6 @@ max 3, mean 0.5 levels: torchvision's bilinear uint8 kernel vs Pillow's, PEERS.m
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 import pytest
@@ -68,10 +67,9 @@ def test_crop_boxes_examples():
 
 
 @pytest.mark.hf
-def test_crop_sweep_matches_transformers():
+def test_crop_sweep_matches_transformers(seed):
     # transformers' own pan_and_scan over random sizes: coordinate planes (broadcast views, no
     # memory) tell where each slice starts and its shape.
-    seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
     hf = hf_processor("gemma3", "pil")
     sizes = [(int(h), int(w)) for h, w in rng.integers(1, 6000, (600, 2))]
@@ -144,9 +142,9 @@ def test_pixels_and_to_hf_match_transformers(backend, pas):
     assert torch.equal(got.to_hf(images_per_sample=[2, 3])["pixel_values"], hf["pixel_values"])
 
 
-def test_split_concat_and_skip():
+def test_split_concat_and_skip(seed):
     from vlmprep.pack import concat
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     imgs = [rng.integers(0, 256, (int(rng.integers(1, 120)), int(rng.integers(1, 700)), 3),
                          dtype=np.uint8) for _ in range(2)] + [np.zeros((260, 600, 3), np.uint8)]
     proc = vlmprep.Processor("gemma3", backend="reference", errors="skip", do_pan_and_scan=True,

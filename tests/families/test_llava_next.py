@@ -10,8 +10,6 @@ max 3 / mean 0.5 uint8 levels (torchvision's fixed-point resampler vs Pillow's, 
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -104,10 +102,9 @@ def _sizes(rng, n):
 
 @pytest.mark.hf
 @pytest.mark.parametrize("preset", PRESETS)
-def test_geometry_and_tokens_sweep_match_transformers(preset, tf):
+def test_geometry_and_tokens_sweep_match_transformers(preset, tf, seed):
     from transformers.image_processing_utils import get_patch_output_size, select_best_resolution
     from transformers.image_utils import ChannelDimension
-    seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
     sizes = _sizes(rng, 1500)
     pipe = vlmprep.presets.get(preset)
@@ -129,11 +126,11 @@ def test_geometry_and_tokens_sweep_match_transformers(preset, tf):
 
 
 @pytest.mark.hf
-def test_placeholders_match_processor_prompts(tf):
+def test_placeholders_match_processor_prompts(tf, seed):
     from PIL import Image
     tok = tf["tok"]
     img_id = tok.convert_tokens_to_ids("<image>")
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     ims = [Image.fromarray(rng.integers(0, 256, hw + (3,), dtype=np.uint8))
            for hw in [(37, 61), (120, 20), (5, 300)]]
     for preset in PRESETS:
@@ -245,8 +242,8 @@ def test_next_nested_samples_flatten_like_transformers():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_split_concat_and_skip(preset):
-    rng = np.random.default_rng()
+def test_split_concat_and_skip(preset, seed):
+    rng = np.random.default_rng(seed)
     imgs = [rng.integers(0, 256, (int(rng.integers(1, 120)), int(rng.integers(1, 120)), 3),
                          dtype=np.uint8) for _ in range(3)]
     proc = vlmprep.Processor(preset, backend="reference", errors="skip")

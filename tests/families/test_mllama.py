@@ -6,8 +6,6 @@ max 3, mean 0.5 levels: torchvision's bilinear uint8 kernel vs Pillow's, PEERS.m
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -51,9 +49,8 @@ def test_peers_table(hw, want):
 
 
 @pytest.mark.hf
-def test_canvas_and_fit_sweep_match_transformers():
+def test_canvas_and_fit_sweep_match_transformers(seed):
     from transformers.models.mllama import image_processing_pil_mllama as hf
-    seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
     sizes = [(int(h), int(w)) for h, w in rng.integers(1, 5000, (1500, 2))]
     sizes += [(int(h), int(w)) for h, w in rng.integers(1, 1200, (1500, 2))]
@@ -155,9 +152,9 @@ def test_to_hf_nests_multi_image_samples():
         got.to_hf(images_per_sample=[2, 2])
 
 
-def test_split_concat_skip_and_to_hf():
+def test_split_concat_skip_and_to_hf(seed):
     from vlmprep.pack import concat
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     imgs = [rng.integers(0, 256, (int(rng.integers(1, 300)), int(rng.integers(1, 1300)), 3),
                          dtype=np.uint8) for _ in range(3)]
     proc = vlmprep.Processor("mllama", backend="reference", errors="skip")

@@ -7,8 +7,6 @@ kernel in Pillow's pass order, 1 level on photos, plus the float normalization o
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -52,9 +50,8 @@ def test_peers_table(hw, want):
 
 
 @pytest.mark.hf
-def test_scale_search_sweep_matches_transformers():
+def test_scale_search_sweep_matches_transformers(seed):
     from transformers.models.siglip2.image_processing_pil_siglip2 import get_image_size_for_max_num_patches
-    seed = int.from_bytes(os.urandom(4), "little")
     print("seed", seed)
     rng = np.random.default_rng(seed)
     sizes = [(int(h), int(w)) for h, w in rng.integers(1, 6000, (600, 2))]
@@ -152,7 +149,7 @@ def test_budget_override_and_non_rgb_inputs():
     # do_convert_rgb is None in Siglip2ImageProcessor: RGBA and gray inputs crash there; we
     # convert (transparency on white), equal to transformers fed the converted image.
     items = [encode(crop("coffee", 60, 90), f) for f in ("png_rgba", "png_gray")]
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="mean must have 4 elements"):  # RGBA: 4 channels
         hf_outputs("siglip2-naflex", "pil", [hf_view(items[0])])
     from transformers.image_transforms import convert_to_rgb
     want = hf_outputs("siglip2-naflex", "pil", [convert_to_rgb(hf_view(x)) for x in items])
@@ -160,9 +157,9 @@ def test_budget_override_and_non_rgb_inputs():
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
-def test_split_concat_and_skip():
+def test_split_concat_and_skip(seed):
     from vlmprep.pack import concat
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(seed)
     imgs = [rng.integers(0, 256, (int(rng.integers(1, 200)), int(rng.integers(1, 200)), 3),
                          dtype=np.uint8) for _ in range(3)]
     proc = vlmprep.Processor("siglip2-naflex", backend="reference", errors="skip")
