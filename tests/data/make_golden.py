@@ -51,7 +51,7 @@ def build_oracles():
     tok.add_tokens([IMAGE_TOKEN, "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
                    special_tokens=True)
     oracles = {}
-    for name, (_, _, factor, lo, hi, patch) in CONFIGS.items():
+    for name, (_, _, _factor, lo, hi, patch) in CONFIGS.items():
         kw = dict(size={"shortest_edge": lo, "longest_edge": hi}, patch_size=patch, merge_size=2)
         if name == "qwen3-vl":
             kw.update(image_mean=[0.5] * 3, image_std=[0.5] * 3)
@@ -130,9 +130,9 @@ def sizes_for(name: str, rng: random.Random) -> list[tuple[tuple[int, int], str]
             add(rng.randint(1, 8000), rng.randint(1, 8000), "random")
         return rows
     # aspect ratio 200: at (ok), just above (error)
-    for s, l in [(1, 200), (1, 201), (2, 400), (2, 401), (3, 600), (3, 601), (40, 8000),
-                 (40, 8001), (7, 1401)]:
-        add(s, l, "aspect", both=True)
+    for short, long in [(1, 200), (1, 201), (2, 400), (2, 401), (3, 600), (3, 601), (40, 8000),
+                        (40, 8001), (7, 1401)]:
+        add(short, long, "aspect", both=True)
     add(1, 2, "tiny", both=True)
     # tiny sides: round(side / F) is 0 at F/2 and below (round-half-to-even), 1 above
     for s in (1, f // 2 - 1, f // 2, f // 2 + 1, f, 3 * f // 2):

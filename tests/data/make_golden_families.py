@@ -5,11 +5,10 @@
 Every value is computed by transformers only, never by vlmprep. For each preset (the ten
 non-Qwen families; Qwen is in golden_qwen.json) and each source size (H, W), the PIL-backend image
 processor built from ``vlmprep/presets/checkpoints/<preset>.json`` (``tests/hfref.py``,
-``hf_processor(preset, "pil")``) is run on a real black uint8 image of that size (``input_data_format="channels_last"``: without
-it transformers guesses the channel axis of 1- or 3-pixel-wide images and may misread them; where
-the guessing call gives another ``pixel_values`` shape the row records it as ``default_pv``), and
-the row keeps
-its output geometry, compactly:
+``hf_processor(preset, "pil")``) is run on a real black uint8 image of that size
+(``input_data_format="channels_last"``: without it transformers guesses the channel axis of 1- or
+3-pixel-wide images and may misread them; where the guessing call gives another ``pixel_values``
+shape the row records it as ``default_pv``), and the row keeps its output geometry, compactly:
 
   - ``pv``: ``pixel_values.shape``;
   - ``tiles``: the sizes of the tile images in ``pixel_values`` in order, run-length coded as
