@@ -45,14 +45,18 @@ def _read_version() -> str:
     return m.group(1)
 
 
-def _sources() -> dict:
-    """csrc/sources.json: each compiled part's sources, listed once (paths from the repo root)."""
-    with open(os.path.join(HERE, "csrc", "sources.json"), encoding="utf-8") as f:
-        return json.load(f)
+def _sources() -> dict | None:
+    """csrc/sources.json: each compiled part's sources, listed once (paths from the repo root);
+    None where there is no csrc/ (e.g. an sdist without it: a pure-Python install)."""
+    try:
+        with open(os.path.join(HERE, "csrc", "sources.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
 
 
 SOURCES = _sources()
-INCLUDE_DIRS = [os.path.join(HERE, d) for d in SOURCES["include_dirs"]]
+INCLUDE_DIRS = [os.path.join(HERE, d) for d in SOURCES["include_dirs"]] if SOURCES else []
 
 
 def _log(msg: str) -> None:
@@ -109,6 +113,9 @@ def _torch_extension():
     """The torch extension, or None (with the reason printed) when it cannot be built here."""
     if os.environ.get("VLMPREP_NO_BUILD"):
         _log("VLMPREP_NO_BUILD is set: pure-Python install")
+        return None, {}
+    if SOURCES is None:
+        _log("no csrc/sources.json (no csrc/ here): pure-Python install")
         return None, {}
     if _cuda_home():  # before torch.utils.cpp_extension reads it at import
         os.environ["CUDA_HOME"] = _cuda_home()
