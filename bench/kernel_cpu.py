@@ -2,7 +2,8 @@
 pure paths) and after (the fused CPU twin: its band path, AVX-512 VBMI, and its row path,
 ``VLMPREP_CPU_ISA=avx2``), against the bytes-written floor (output bytes / memset bandwidth);
 then the resize (1080x1920 -> 1092x1932, Pillow-exact) and the fused op that resizes while it
-writes the rows (``resize_normalize_patchify``, what the torch backend runs end to end). Buffers rotate over three (as a Processor's outputs do: each call writes a
+writes the rows (``resize_normalize_patchify``, what the torch backend runs end to end:
+``fusion.RESIZE_ROWS``). Buffers rotate over three (as a Processor's outputs do: each call writes a
 buffer that is not the one just written), all faulted in already; the "same buffer" rows keep
 writing one buffer, which a large cache holds (480 MiB L3 here), so they flatter both sides.
 Prints a table, writes JSON.
@@ -22,8 +23,8 @@ import torch
 
 import vlmprep
 from vlmprep import kernels
-from vlmprep.backends import fused
 from vlmprep.backends.base import Context
+from vlmprep.backends.normalize_lut import normalize_array, normalize_lut
 from vlmprep.backends.reference import ops as R
 from vlmprep.backends.torch import ops as T
 
@@ -36,6 +37,68 @@ def best_ms(fn, n: int = 12) -> float:
         fn()
         ts.append(time.perf_counter() - t0)
     return 1000 * min(ts)
+
+
+def measure(dtype: str, op_n, op_p, img: np.ndarray, src: torch.Tensor, rows: int, D: int) -> dict:
+    """One dtype's row of the table (see the module docstring)."""
+    tdt = getattr(torch, dtype)
+    outs = [torch.zeros((rows, D), dtype=tdt) for _ in range(3)]
+    turn = [0]
+
+    def rotating() -> torch.Tensor:
+        turn[0] = (turn[0] + 1) % len(outs)
+        return outs[turn[0]]
+    out = outs[0]
+    nbytes = out.numel() * out.element_size()
+
+    def ctx() -> Context:  # the pure paths write the same rotating buffers as the twin
+        return Context(None, None, rotating(), dtype, "cpu")
+    torch.set_num_threads(1)
+    kernels.set_num_threads(1)
+    floor = best_ms(lambda: rotating().fill_(0))
+    r = {"output_MB": round(nbytes / 1e6, 1), "memset_floor_ms": round(floor, 2),
+         "memset_GB_per_s": round(nbytes / floor / 1e6, 1),
+         "memset_same_buffer_ms": round(best_ms(lambda: out.fill_(0)), 2)}
+    # "before": the backends' own numpy / torch code (the lowerings run op by op; the fused
+    # executors are chosen by vlmprep.backends.fusion, never inside a lowering)
+    if dtype == "float32":
+        r["reference_pure_ms"] = round(best_ms(
+            lambda: R.patchify(op_p, [normalize_array(op_n, img)], ctx()), 4), 2)
+        timg = torch.from_numpy(img).permute(2, 0, 1)
+        r["torch_pure_ms"] = round(best_ms(
+            lambda: T.patchify(op_p, [T.normalize_tensor(op_n, timg)], ctx()), 4), 2)
+    else:
+        r["reference_pure_ms"] = round(best_ms(lambda: R.patchify(op_p, [img], ctx()), 4), 2)
+    lut = torch.from_numpy(normalize_lut(op_n)) if dtype == "float32" else None
+    timg_hwc = torch.from_numpy(img)
+    for threads in (1, 2):
+        kernels.set_num_threads(threads)
+        r[f"twin_{threads}t_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+            [timg_hwc], lut, rotating().view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
+    kernels.set_num_threads(1)
+    r["twin_1t_same_buffer_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+        [timg_hwc], lut, out.view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
+
+    def fresh():
+        o = torch.empty((rows, D), dtype=tdt)
+        kernels.normalize_patchify([timg_hwc], lut, o.view(-1), [0], "merge_grouped", 14, 2, 2)
+    r["twin_1t_fresh_buffer_ms"] = round(best_ms(fresh, 6), 2)
+    r["twin_1t_vs_floor"] = round(r["twin_1t_ms"] / floor, 2)
+    os.environ["VLMPREP_CPU_ISA"] = "avx2"  # the row path (no AVX-512 band path)
+    try:
+        r["twin_row_path_1t_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+            [timg_hwc], lut, rotating().view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
+        r["resize_avx2_ms"] = round(best_ms(lambda: kernels.resize(src, (1092, 1932), "bicubic")), 2)
+    finally:
+        del os.environ["VLMPREP_CPU_ISA"]
+    r["resize_ms"] = round(best_ms(lambda: kernels.resize(src, (1092, 1932), "bicubic")), 2)
+    r["resize_then_twin_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
+        [kernels.resize(src, (1092, 1932), "bicubic")], lut, rotating().view(-1), [0],
+        "merge_grouped", 14, 2, 2)), 2)
+    r["fused_resize_normalize_patchify_ms"] = round(best_ms(lambda: kernels.resize_normalize_patchify(
+        src, (1092, 1932), "bicubic", lut, rotating().view(-1), 0, "merge_grouped", 14, 2, 2)), 2)
+    kernels.set_num_threads(None)
+    return r
 
 
 def main() -> int:
@@ -51,69 +114,7 @@ def main() -> int:
     img = rng.integers(0, 256, (1092, 1932, 3), dtype=np.uint8)  # resized 1080p
     src = torch.from_numpy(rng.integers(0, 256, (1080, 1920, 3), dtype=np.uint8))  # decoded 1080p
     rows, D = (1092 // 14) * (1932 // 14), 1176
-    res = {}
-    for dtype in ("float32", "uint8"):
-        tdt = getattr(torch, dtype)
-        outs = [torch.zeros((rows, D), dtype=tdt) for _ in range(3)]
-        turn = [0]
-
-        def rotating() -> torch.Tensor:
-            turn[0] = (turn[0] + 1) % len(outs)
-            return outs[turn[0]]
-        out = outs[0]
-        nbytes = out.numel() * out.element_size()
-        def ctx() -> Context:  # the pure paths write the same rotating buffers as the twin
-            return Context(None, None, rotating(), dtype, "cpu")
-        torch.set_num_threads(1)
-        kernels.set_num_threads(1)
-        floor = best_ms(lambda: rotating().fill_(0))
-        r = {"output_MB": round(nbytes / 1e6, 1), "memset_floor_ms": round(floor, 2),
-             "memset_GB_per_s": round(nbytes / floor / 1e6, 1),
-             "memset_same_buffer_ms": round(best_ms(lambda: out.fill_(0)), 2)}
-        # "before": the backends' own numpy / torch code (the fused kernel switched off)
-        fused.usable, usable = (lambda c: False), fused.usable
-        try:
-            if dtype == "float32":
-                r["reference_pure_ms"] = round(best_ms(
-                    lambda: R.patchify(op_p, [R.normalize_array(op_n, img)], ctx()), 4), 2)
-                timg = torch.from_numpy(img).permute(2, 0, 1)
-                r["torch_pure_ms"] = round(best_ms(
-                    lambda: T.patchify(op_p, [T._normalize(op_n, timg)], ctx()), 4), 2)
-            else:
-                r["reference_pure_ms"] = round(best_ms(lambda: R.patchify(op_p, [img], ctx()), 4), 2)
-        finally:
-            fused.usable = usable
-        table = torch.from_numpy(R.normalize_array(op_n, R.RAMP).T.copy()) \
-            if dtype == "float32" else None
-        timg_hwc = torch.from_numpy(img)
-        for threads in (1, 2):
-            kernels.set_num_threads(threads)
-            r[f"twin_{threads}t_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
-                [timg_hwc], table, rotating().view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
-        kernels.set_num_threads(1)
-        r["twin_1t_same_buffer_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
-            [timg_hwc], table, out.view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
-
-        def fresh():
-            o = torch.empty((rows, D), dtype=tdt)
-            kernels.normalize_patchify([timg_hwc], table, o.view(-1), [0], "merge_grouped", 14, 2, 2)
-        r["twin_1t_fresh_buffer_ms"] = round(best_ms(fresh, 6), 2)
-        r["twin_1t_vs_floor"] = round(r["twin_1t_ms"] / floor, 2)
-        os.environ["VLMPREP_CPU_ISA"] = "avx2"  # the row path (no AVX-512 band path)
-        try:
-            r["twin_row_path_1t_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
-                [timg_hwc], table, rotating().view(-1), [0], "merge_grouped", 14, 2, 2)), 2)
-            r["resize_avx2_ms"] = round(best_ms(lambda: kernels.resize(src, (1092, 1932), "bicubic")), 2)
-        finally:
-            del os.environ["VLMPREP_CPU_ISA"]
-        r["resize_ms"] = round(best_ms(lambda: kernels.resize(src, (1092, 1932), "bicubic")), 2)
-        r["resize_then_twin_ms"] = round(best_ms(lambda: kernels.normalize_patchify(
-            [kernels.resize(src, (1092, 1932), "bicubic")], table, rotating().view(-1), [0],
-            "merge_grouped", 14, 2, 2)), 2)
-        r["fused_resize_normalize_patchify_ms"] = round(best_ms(lambda: kernels.resize_normalize_patchify(
-            src, (1092, 1932), "bicubic", table, rotating().view(-1), 0, "merge_grouped", 14, 2, 2)), 2)
-        kernels.set_num_threads(None)
-        res[dtype] = r
+    res = {dtype: measure(dtype, op_n, op_p, img, src, rows, D) for dtype in ("float32", "uint8")}
     print(f"{'':22s}" + "".join(f"{d:>12s}" for d in res))
     for k in res["float32"]:
         print(f"{k:22s}" + "".join(f"{str(res[d].get(k, '-')):>12s}" for d in res))

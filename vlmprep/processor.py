@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from . import presets
 from .errors import ImageError, describe_source
+from .io.inputs import as_image_list
 from .pipeline import Pipeline
 from .plan import ImagePlan, Plan, plan_images
+
+if TYPE_CHECKING:
+    from .ops import decode
 
 __all__ = ["Processor"]
 
@@ -17,23 +21,14 @@ _ERRORS = ("raise", "skip")
 DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
-def _as_list(images: Any) -> list:
-    if isinstance(images, (list, tuple)):
-        return list(images)
-    # One image given bare: accepted as a batch of one, like transformers' processors.
-    if isinstance(images, (bytes, bytearray, memoryview, str, os.PathLike)) or hasattr(images, "shape") \
-            or (type(images).__module__ or "").startswith("PIL"):
-        return [images]
-    raise TypeError(f"images: expected a list of images (bytes, paths, PIL images, HWC uint8 arrays, "
-                    f"CHW uint8 tensors), got {type(images).__name__}; wrap a generator in list()")
-
-
 class Processor:
     """Turns images into the tensors a VLM's vision encoder expects.
 
     Args:
         pipeline: a preset name (``vlmprep.presets.names()``) or a ``vlmprep.Pipeline``.
-        backend: ``"auto"`` | ``"torch"`` | ``"reference"`` (``vlmprep.backends.available()``).
+        backend: ``"auto"`` | ``"dali"`` | ``"torch"`` | ``"reference"``
+            (``vlmprep.backends.available()``; ``"auto"``: the first usable of dali, torch on
+            CUDA, of torch, reference on the CPU).
         device: ``"cpu"`` | ``"cuda"`` | ``"cuda:N"``: where ``pixel_values`` is produced.
         dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"`` (resized, patchified, not normalized).
         errors: ``"raise"`` (the first bad image raises, nothing is returned) or ``"skip"``
@@ -98,7 +93,7 @@ class Processor:
         ImageError in its plan. ``_execute`` runs the result without probing again.
         """
         from .io.inputs import resolve
-        max_bytes = self.pipeline["decode"].max_source_bytes
+        max_bytes = cast("decode", self.pipeline["decode"]).max_source_bytes
         sources: list = []
         sizes: list = []
         for i, item in enumerate(items):
@@ -130,14 +125,14 @@ class Processor:
         Returns a Plan equal to what ``self(images)`` produces. With ``errors="raise"``
         the first bad image raises ImageError; with ``"skip"`` it is recorded in its plan.
         """
-        _, plans = self._resolve(_as_list(images))
+        _, plans = self._resolve(as_image_list(images))
         self._first_error(plans)
         return Plan(list(plans), self.pipeline)
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, images: Sequence[Any]):
         """Process ``images`` -> PackedBatch (see API.md for every field)."""
-        return self._execute(*self._resolve(_as_list(images)))
+        return self._execute(*self._resolve(as_image_list(images)))
 
     def _execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
         """``_resolve``'s output -> PackedBatch, without probing again (the Batcher plans a
@@ -170,7 +165,8 @@ class Processor:
 
 def _with_source(p: ImagePlan, desc: str) -> ImagePlan:
     from dataclasses import replace
-    return replace(p, error=p.error.at(source=desc))
+    err = p.error
+    return replace(p, error=err.at(source=desc) if err is not None else None)
 
 
 def _drop_rows(out, plans: Sequence[ImagePlan], failed: dict[int, ImageError], layout: str):

@@ -20,6 +20,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from _support.figures import record
 from _support.imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
 from conftest import devices
 
@@ -29,7 +30,6 @@ pytestmark = pytest.mark.dali
 
 MAX_LEVELS = 3  # measured max 3 (idefics3: three chained canvases); see the module docstring
 MEAN_LEVELS, P999_LEVELS = 1.0, 6.0  # the targets
-FIGURES: dict = {}
 
 
 def _levels(ours: torch.Tensor, ref: torch.Tensor, scale: float = 1.0) -> tuple[float, float, float]:
@@ -42,7 +42,8 @@ def _levels(ours: torch.Tensor, ref: torch.Tensor, scale: float = 1.0) -> tuple[
 
 def _check_levels(key, ours, ref, scale=1.0, max_levels=MAX_LEVELS):
     mx, mean, p999 = _levels(ours, ref, scale)
-    FIGURES[key] = (mx, mean, p999)
+    record("dali vs reference (uint8 levels)",
+           f"{'/'.join(key)}: max {mx:.2f} mean {mean:.4f} p99.9 {p999:.2f} levels")
     assert mean <= MEAN_LEVELS and p999 <= P999_LEVELS, (key, mx, mean, p999)
     assert mx <= max_levels + 1e-3, (key, mx, mean, p999)
 
@@ -273,19 +274,43 @@ def test_batch_invariance(preset, monkeypatch):
     assert torch.equal(small.pixel_values, batch.pixel_values)
 
 
-def test_fused_plugin_equals_stock_ops(monkeypatch):
-    # With the csrc plugin built, the tiles graph uses it; it must give the stock graph's bits.
-    from vlmprep.backends.dali import lowerings
-    if not lowerings.plugin_loaded():
+def test_fused_plugin_equals_stock_ops():
+    # With the csrc plugin built, the tiles graph uses it (fusion.ROWS); it must give the stock
+    # graph's bits (fusion.OP_BY_OP).
+    from vlmprep import kernels
+    from vlmprep.backends import fusion
+    if not kernels.dali_plugin_loaded():
         pytest.skip("the DALI plugin (csrc) is not built here; the stock ops run")
+    assert fusion.choose_graph(True) == fusion.ROWS
     items = _photos()[:3]
     cases = [("qwen2-vl", "float32"), ("internvl", "uint8"), ("siglip2-naflex", "float32"),
              ("pixtral", "uint8")]
     fused = [vlmprep.Processor(p, backend="dali", dtype=d)(items).pixel_values for p, d in cases]
-    monkeypatch.setattr(lowerings, "plugin_loaded", lambda device="cpu": False)
-    for (p, d), f in zip(cases, fused):
-        stock = vlmprep.Processor(p, backend="dali", dtype=d)(items).pixel_values
-        assert torch.equal(f, stock), (p, d)
+    with fusion.at_most(fusion.OP_BY_OP):  # read when the graphs are built: on the first call
+        assert fusion.choose_graph(True) == fusion.OP_BY_OP
+        for (p, d), f in zip(cases, fused):
+            stock = vlmprep.Processor(p, backend="dali", dtype=d)(items).pixel_values
+            assert torch.equal(f, stock), (p, d)
+
+
+def test_argument_types_are_declared():
+    # Every per-sample argument the feeds build has the dtype feeds.ARG_TYPES declares (the
+    # graph declares its inputs from that table), for each kind of canvas, pass and tile.
+    from vlmprep.backends.dali import feeds as F
+    from vlmprep.backends.dali.lowerings import INTERP_IDS
+    from vlmprep.plan import plan_images
+    seen: dict = {}
+    for preset in ("qwen2-vl", "internvl", "idefics3", "llava-1.5", "siglip2-naflex", "gemma3"):
+        pipe = vlmprep.presets.get(preset)
+        (plan,) = plan_images(pipe, [(301, 517)])
+        for c in plan.canvases:
+            in_hw = (301, 517) if c.parent < 0 else plan.canvases[c.parent].hw
+            seen.update(F.canvas_args(c, in_hw, pipe.sizing.interpolation, INTERP_IDS))
+        for box in plan.tiles:
+            seen.update(F.tile_args(box, pipe.patchify)[0])
+    assert set(seen) == set(F.ARG_TYPES)
+    for name, v in seen.items():
+        assert v.dtype == F.ARG_TYPES[name][0], name
 
 
 def test_pickles_and_rebuilds():
@@ -309,8 +334,9 @@ def test_gpu_graphs_define_without_a_gpu(preset, dtype, plugin):
     # Every GPU graph (mixed decoder, GPU canvas and tile graphs, each layout, with and without
     # the plugin) passes DALI's graph definition checks (device placement, argument inputs on the
     # host, layouts) here; building them needs CUDA, which the gpu-marked tests do.
-    from vlmprep.backends.dali import Backend, graph, lowerings
-    if plugin and not lowerings.plugin_loaded("gpu"):
+    from vlmprep import kernels
+    from vlmprep.backends.dali import Backend, graph
+    if plugin and not kernels.dali_plugin_loaded("gpu"):
         pytest.skip("the DALI plugin (csrc) is not built with its GPU op here")
     stages = Backend(vlmprep.presets.get(preset), "cuda:0", dtype).stages  # compiled, not built
     for stage in (stages.decode, stages.canvas, stages.tiles):
@@ -350,10 +376,3 @@ def test_float_on_each_device(device):
     level = 255 * min(vlmprep.presets.get("qwen2-vl").normalize.std)
     _check_levels(("qwen2-vl", device, "float32"), got.pixel_values.cpu(), want.pixel_values,
                   scale=level, max_levels=MAX_LEVELS if device == "cpu" else 255)
-
-
-def test_print_figures(capsys):
-    # Runs last in this module: the measured figures (shown with -s or -rA).
-    with capsys.disabled():
-        for k, (mx, mean, p999) in sorted(FIGURES.items()):
-            print(f"  dali {'/'.join(k)}: max {mx:.2f} mean {mean:.4f} p99.9 {p999:.2f} levels")

@@ -1,7 +1,8 @@
-"""The fused kernel path changes no bit: every preset and dtype, the reference backend with the
-compiled ops equals its pure numpy path; the torch backend on the CPU (compiled Pillow-exact
-resize + fused rows) equals it too in uint8, and in float within the ~1 ulp its own normalize
-formula differs by (rescale folded into mean/std, as transformers' torchvision backend)."""
+"""The fused executors (vlmprep.backends.fusion) change no bit: every preset and dtype, the
+reference backend with the compiled ops equals its pure numpy path (fusion.OP_BY_OP); the torch
+backend on the CPU (compiled Pillow-exact resize + fused rows) equals it too in uint8, and in float
+within the ~1 ulp its own normalize formula differs by (rescale folded into mean/std, as
+transformers' torchvision backend)."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,7 @@ from _support.imgdata import encode, tiled
 
 import vlmprep
 from vlmprep import kernels as vk
-from vlmprep.backends import fused
+from vlmprep.backends import fusion
 
 IMAGES = [encode(tiled("coffee", 301, 517), "jpeg"), tiled("astronaut", 640, 203),
           encode(tiled("chelsea", 96, 1000), "png")]
@@ -20,11 +21,23 @@ IMAGES = [encode(tiled("coffee", 301, 517), "jpeg"), tiled("astronaut", 640, 203
 def pure(monkeypatch):
     """Run a callable with the kernels off (the backends' pure implementations)."""
     def run(fn):
-        with monkeypatch.context() as m:
-            m.setattr(fused, "usable", lambda ctx: False)
+        with monkeypatch.context() as m, fusion.at_most(fusion.OP_BY_OP):
             m.setattr(vk, "available", lambda: False)
             return fn()
     return run
+
+
+@pytest.fixture
+def chosen(monkeypatch):
+    """The executors ``fusion.choose`` picks, one per image, in order."""
+    seen: list[str] = []
+    choose = fusion.choose
+
+    def spy(*a, **k):
+        seen.append(choose(*a, **k))
+        return seen[-1]
+    monkeypatch.setattr(fusion, "choose", spy)
+    return seen
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
@@ -49,56 +62,48 @@ def test_fused_equals_pure(kernels, pure, preset, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 @pytest.mark.parametrize("preset", ["qwen2-vl", "pixtral", "siglip2-naflex"])
-def test_deferred_resize_changes_no_bit(kernels, monkeypatch, preset, dtype):
+def test_resize_rows_changes_no_bit(kernels, chosen, preset, dtype):
     """On the CPU, plans that resize the whole source into one tile leave the resize to the
-    kernel that writes the rows (fused.Deferred): the output equals the torch backend's
-    resize-then-write path bit for bit, and the deferral really happens."""
-    seen = []
-    write_rows = fused.write_rows
-
-    def spy(tiles, *a):
-        seen.append(type(tiles[0]).__name__)
-        return write_rows(tiles, *a)
-    monkeypatch.setattr(fused, "write_rows", spy)
-    got = vlmprep.Processor(preset, dtype=dtype)(IMAGES)
-    assert seen == ["Deferred"] * len(IMAGES)
-    monkeypatch.setattr(fused, "deferrable", lambda ctx, interpolation: False)
-    seen.clear()
-    want = vlmprep.Processor(preset, dtype=dtype)(IMAGES)
-    assert "Deferred" not in seen
+    kernel that writes the rows (fusion.RESIZE_ROWS): the output equals the torch backend's
+    resize-then-write path (ROWS) bit for bit, and the fused resize really runs."""
+    with vk.local_threads(1):  # one thread: no JPEG decode in the kernel
+        got = vlmprep.Processor(preset, dtype=dtype)(IMAGES)
+        assert chosen == [fusion.RESIZE_ROWS] * len(IMAGES)
+        chosen.clear()
+        with fusion.at_most(fusion.ROWS):
+            want = vlmprep.Processor(preset, dtype=dtype)(IMAGES)
+    assert chosen == [fusion.ROWS] * len(IMAGES)
     assert got.seqlens == want.seqlens
     assert torch.equal(got.pixel_values.view(torch.uint8), want.pixel_values.view(torch.uint8))
 
 
-def test_tiles_layout_presets_keep_the_canvas_executor(kernels):
-    """Tiling presets (crops, padding, several canvases; the tiles layout) never defer."""
-    seen = []
-    write_rows = fused.write_rows
-    try:
-        fused.write_rows = lambda tiles, *a: (seen.append(type(tiles[0]).__name__), write_rows(tiles, *a))
-        vlmprep.Processor("llava-1.5")(IMAGES[:1])
-        vlmprep.Processor("internvl")(IMAGES[:1])
-    finally:
-        fused.write_rows = write_rows
-    assert seen and "Deferred" not in seen
+def test_tiles_layout_presets_keep_the_canvas_executor(kernels, chosen):
+    """Tiling presets (crops, padding, several canvases; the tiles layout) never resize in the
+    rows kernel: the canvases are built first, then the rows kernel writes them."""
+    vlmprep.Processor("llava-1.5")(IMAGES[:1])
+    vlmprep.Processor("internvl")(IMAGES[:1])
+    assert chosen == [fusion.ROWS, fusion.ROWS]
+
+
+def test_no_normalize_float_runs_op_by_op(kernels, chosen):
+    """A float pipeline without normalize has no lut: op by op (the uint8 levels as floats),
+    equal to the reference."""
+    p = vlmprep.presets.get("qwen2-vl")
+    pipe = vlmprep.Pipeline([op for op in p.ops if op.name != "normalize"], name="raw")
+    got = vlmprep.Processor(pipe, backend="torch")(IMAGES[1:2])
+    assert chosen == [fusion.OP_BY_OP]
+    want = vlmprep.Processor(pipe, backend="torch", dtype="uint8")(IMAGES[1:2])
+    assert torch.equal(got.pixel_values, want.pixel_values.float())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 @pytest.mark.parametrize("preset", ["qwen2-vl", "pixtral", "siglip2-naflex"])
-def test_deferred_jpeg_decode_changes_no_bit(kernels, monkeypatch, preset, dtype):
+def test_decode_resize_rows_changes_no_bit(kernels, chosen, preset, dtype):
     """With two threads for an image, an 8-bit JPEG's decode is left to the kernel as well
-    (fused.Encoded): one call per image, equal bit for bit to the one-thread path (torchvision
-    decode, then resize_normalize_patchify). Other inputs (PNG, arrays) are decoded first."""
+    (fusion.DECODE_RESIZE_ROWS): one call per image, equal bit for bit to the one-thread path
+    (decode, then resize_normalize_patchify). Other inputs (PNG, arrays) are decoded first."""
     if not vk.jpeg_available():
         pytest.skip("built without libjpeg-turbo's headers")
-    seen = []
-    write_rows = fused.write_rows
-
-    def spy(tiles, *a):
-        d = tiles[0]
-        seen.append(type(d.image).__name__ if isinstance(d, fused.Deferred) else type(d).__name__)
-        return write_rows(tiles, *a)
-    monkeypatch.setattr(fused, "write_rows", spy)
     proc = vlmprep.Processor(preset, dtype=dtype)
     for img in IMAGES:
         vk.set_num_threads(2)
@@ -111,7 +116,13 @@ def test_deferred_jpeg_decode_changes_no_bit(kernels, monkeypatch, preset, dtype
         assert got.seqlens == want.seqlens
         assert torch.equal(got.pixel_values.view(torch.uint8), want.pixel_values.view(torch.uint8))
     # per image: (2 threads, 1 thread); only the JPEG bytes (IMAGES[0]) go undecoded
-    assert seen == ["Encoded", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor"]
+    assert chosen == [fusion.DECODE_RESIZE_ROWS] + [fusion.RESIZE_ROWS] * 5
+
+
+def test_at_most_is_checked():
+    with pytest.raises(ValueError, match="expected one of"):
+        with fusion.at_most("fused"):
+            pass
 
 
 def test_damaged_jpeg_on_the_deferred_path_is_the_same_error(kernels):

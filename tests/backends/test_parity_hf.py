@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _support.figures import record
 from _support.imgdata import FORMATS, crop, encode, hf_view, tiled
 from hfref import CONFIGS, config, hf_outputs
 
@@ -34,7 +35,12 @@ PHOTOS = [("astronaut", 301, 453), ("chelsea", 300, 451), ("coffee", 399, 597),
           ("rocket", 427, 640), ("hopper", 477, 389), ("camera", 255, 511)]
 BOUNDS = {"reference": (0, 0.0), "torch": (3, 0.5)}
 HF_TORCHVISION_BOUND = (24, 0.5)
-FIGURES: dict = {}
+SECTION = "parity with transformers (uint8 levels, nonzero only)"
+
+
+def _record(key: tuple, mx: float, mean: float) -> None:
+    if mx > 0:
+        record(SECTION, f"{'/'.join(map(str, key))}: max {mx:.0f} mean {mean:.4f} levels")
 
 
 def _levels(ours: torch.Tensor, oracle: torch.Tensor) -> tuple[float, float]:
@@ -51,12 +57,12 @@ def _check(preset: str, backend: str, ours_inputs: list, oracle_inputs: list, la
     assert torch.equal(batch.grid_thw, ref["image_grid_thw"])
     assert batch.pixel_values.dtype == torch.uint8
     mx, mean = _levels(batch.pixel_values, ref["pixel_values"])
-    FIGURES[(preset, backend, label)] = (mx, mean)
+    _record((preset, backend, label), mx, mean)
     bmax, bmean = BOUNDS[backend]
     assert mx <= bmax and mean <= bmean, f"{label}: max {mx} mean {mean:.4f} levels"
     tv = hf_outputs(preset, "torchvision", oracle_inputs, raw=True)["pixel_values"]
     tmx, tmean = _levels(batch.pixel_values, tv)
-    FIGURES[(preset, backend, label + " vs hf-torchvision")] = (tmx, tmean)
+    _record((preset, backend, label + " vs hf-torchvision"), tmx, tmean)
     assert tmx <= HF_TORCHVISION_BOUND[0] and tmean <= HF_TORCHVISION_BOUND[1], (label, tmx, tmean)
 
 
@@ -126,14 +132,6 @@ def test_against_hf_torchvision_backend(backend):
     ours = vlmprep.Processor("qwen2-vl", backend=backend, dtype="uint8")(arrs).pixel_values
     ours_mx, ours_mean = _levels(ours, oracle)
     tv_mx, tv_mean = _levels(tv, oracle)
-    FIGURES[("qwen2-vl", backend, "vs-hf-torchvision")] = _levels(ours, tv)
-    FIGURES[("qwen2-vl", "hf-torchvision", "vs-oracle")] = (tv_mx, tv_mean)
+    _record(("qwen2-vl", backend, "vs-hf-torchvision"), *_levels(ours, tv))
+    _record(("qwen2-vl", "hf-torchvision", "vs-oracle"), tv_mx, tv_mean)
     assert ours_mx <= tv_mx and ours_mean <= tv_mean
-
-
-def test_print_figures(capsys):
-    # Runs last in this module: a summary of the measured figures (shown with -s or -rA).
-    with capsys.disabled():
-        for k, (mx, mean) in sorted(FIGURES.items()):
-            if mx > 0:
-                print(f"  parity {'/'.join(map(str, k))}: max {mx:.0f} mean {mean:.4f} levels")

@@ -9,7 +9,7 @@ from _support.imgdata import crop
 
 import vlmprep
 from vlmprep import ops
-from vlmprep.plan.tiling import box_overlap
+from vlmprep.plan.boxes import box_overlap
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)

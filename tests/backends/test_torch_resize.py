@@ -1,7 +1,7 @@
 """``pil_pass_order`` against Pillow 13, and ``resize_like_pil`` against ``PIL.Image.resize``.
 
-Randomised tests draw a fresh seed each run (``os.urandom``); the seed is in the
-failure message and ``VLMPREP_TEST_SEED=<seed>`` replays it.
+Randomised tests take the run's ``seed`` fixture (tests/conftest.py: one per run, printed in the
+header); it is in the failure message and ``VLMPREP_TEST_SEED=<seed>`` replays it.
 
 Measured on this stack (torch 2.14.1, torchvision 0.29.1, Pillow 13.0.0, x86 AVX512),
 |resize_like_pil - PIL| in uint8 levels, on the photo cases below (Qwen2-VL shapes, odd
@@ -24,7 +24,6 @@ gives on photos (0.08-0.24). Means are only checked on images of >= 64x64 pixels
 from __future__ import annotations
 
 import functools
-import os
 import random
 
 import numpy as np
@@ -37,6 +36,7 @@ pytest.importorskip("torchvision")
 from vlmprep.backends.resample_order import pil_pass_order  # noqa: E402
 from vlmprep.backends.torch import resize as resize_mod  # noqa: E402
 from vlmprep.backends.torch.resize import resize_like_pil  # noqa: E402
+from vlmprep.ops import PIL_RESAMPLE  # noqa: E402
 
 MAX_LEVELS = 2
 MEAN_LEVELS = 0.05
@@ -48,13 +48,7 @@ MEAN_LEVELS = 0.05
 FLOAT_NOISE_BILINEAR_MEAN = 0.1
 MIN_PIXELS_FOR_MEAN = 64 * 64  # a mean over a handful of pixels is noise, not a statistic
 
-PIL_FILTER = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-    "lanczos": Image.Resampling.LANCZOS,
-}
-FILTERS = ("bilinear", "bicubic", "lanczos")
+INTERPOLATIONS = ("bilinear", "bicubic", "lanczos")
 
 QWEN_PAIRS = [  # (src_hw, dst_hw) that Qwen2-VL's smart_resize produces
     ((1080, 1920), (1092, 1932)),
@@ -65,11 +59,6 @@ QWEN_PAIRS = [  # (src_hw, dst_hw) that Qwen2-VL's smart_resize produces
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _seed() -> int:
-    env = os.environ.get("VLMPREP_TEST_SEED")
-    return int(env) if env else int.from_bytes(os.urandom(4), "little")
 
 
 @functools.lru_cache(maxsize=None)
@@ -128,7 +117,7 @@ def _photo_for(src_hw: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
 
 
 def _pil(a: np.ndarray, dst_hw, interpolation: str) -> np.ndarray:
-    return np.asarray(Image.fromarray(a).resize((dst_hw[1], dst_hw[0]), PIL_FILTER[interpolation]))
+    return np.asarray(Image.fromarray(a).resize((dst_hw[1], dst_hw[0]), PIL_RESAMPLE[interpolation]))
 
 
 def _chw(a: np.ndarray, device: str = "cpu") -> "torch.Tensor":
@@ -186,7 +175,7 @@ def _check_bounds(results, label: str, mean_bound: float = MEAN_LEVELS) -> None:
     ],
 )
 def test_pass_order_examples(src, dst, order):
-    for interp in ("nearest",) + FILTERS:  # the order never depends on the filter
+    for interp in ("nearest",) + INTERPOLATIONS:  # the order never depends on the filter
         assert pil_pass_order(src, dst, interp) == order
 
 
@@ -228,9 +217,8 @@ def _random_pairs(rng: random.Random, n: int, max_side: int):
             yield (h1, w1), (side(h1), side(w1))
 
 
-def test_pass_order_matches_pillow_bit_exact():
+def test_pass_order_matches_pillow_bit_exact(seed):
     """One-shot ``Image.resize`` == the two one-axis resizes in the predicted order."""
-    seed = _seed()
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     cases = list(_random_pairs(rng, 160, 160)) + [
@@ -245,15 +233,15 @@ def test_pass_order_matches_pillow_bit_exact():
         else:
             a = _photo_for(src, nrng)
         img = Image.fromarray(a).convert("L" if i % 5 == 0 else "RGB")
-        for interp in FILTERS:
-            f = PIL_FILTER[interp]
+        for interp in INTERPOLATIONS:
+            f = PIL_RESAMPLE[interp]
             order = pil_pass_order(src, dst, interp)
             orders[order] = orders.get(order, 0) + 1
             one = np.asarray(img.resize((dst[1], dst[0]), f))
             two = np.asarray(_two_step(img, order, dst, f))
             if not np.array_equal(one, two):
                 failures.append((src, dst, interp, img.mode, order))
-    print(f"seed {seed}: {len(cases) * len(FILTERS)} resizes, orders {orders}")
+    print(f"seed {seed}: {len(cases) * len(INTERPOLATIONS)} resizes, orders {orders}")
     assert not failures, f"seed {seed} (VLMPREP_TEST_SEED={seed} replays): {failures[:10]}"
     assert orders.get(("v", "h"), 0) >= 30 and orders.get(("h", "v"), 0) >= 30, orders
 
@@ -261,7 +249,7 @@ def test_pass_order_matches_pillow_bit_exact():
 # ----------------------------------------------------------- one-axis resizes
 
 
-@pytest.mark.parametrize("interp", FILTERS)
+@pytest.mark.parametrize("interp", INTERPOLATIONS)
 def test_one_axis_resize_is_one_pass_on_that_axis(interp):
     """Width-only changes interpolate within rows only, height-only within columns only.
 
@@ -315,24 +303,21 @@ def _photo_cases(seed: int):
     return cases
 
 
-@pytest.mark.parametrize("interp", FILTERS)
-def test_matches_pil_on_photos(interp):
-    seed = _seed()
+@pytest.mark.parametrize("interp", INTERPOLATIONS)
+def test_matches_pil_on_photos(interp, seed):
     res = _compare(_photo_cases(seed), interp)
     _check_bounds(res, f"photos {interp} uint8-kernel seed={seed}")
 
 
-@pytest.mark.parametrize("interp", FILTERS)
-def test_float_path_matches_pil_on_photos(interp):
+@pytest.mark.parametrize("interp", INTERPOLATIONS)
+def test_float_path_matches_pil_on_photos(interp, seed):
     """The float32 + round-between-passes path (what CUDA runs), exercised on CPU."""
-    seed = _seed()
     res = _compare(_photo_cases(seed)[:9], interp, force_float=True)
     _check_bounds(res, f"photos {interp} float-path seed={seed}")
 
 
-@pytest.mark.parametrize("interp", FILTERS)
-def test_matches_pil_on_noise(interp):
-    seed = _seed()
+@pytest.mark.parametrize("interp", INTERPOLATIONS)
+def test_matches_pil_on_noise(interp, seed):
     rng = np.random.default_rng(seed)
     cases = [(rng.integers(0, 256, src + (3,), dtype=np.uint8), dst) for src, dst in QWEN_PAIRS[1:]]
     for _ in range(8):
@@ -363,7 +348,7 @@ def test_qwen_3000x4000_photo_mosaic(interp):
         assert naive[0] >= 5
 
 
-@pytest.mark.parametrize("interp", FILTERS)
+@pytest.mark.parametrize("interp", INTERPOLATIONS)
 def test_naive_one_shot_is_worse_where_pillow_goes_vertical_first(interp):
     """Guards the order logic: on vertical-first photo pairs, ours beats the one-shot resize."""
     a = _odd_crop(_photos()[2])  # coffee, 399 x 599
@@ -381,8 +366,7 @@ def test_naive_one_shot_is_worse_where_pillow_goes_vertical_first(interp):
 # ------------------------------------------------------------- nearest, errors, devices
 
 
-def test_nearest_is_bit_exact():
-    seed = _seed()
+def test_nearest_is_bit_exact(seed):
     rng = np.random.default_rng(seed)
     for _ in range(40):
         h, w = (int(v) for v in rng.integers(1, 260, 2))
@@ -396,7 +380,7 @@ def test_odd_layouts_and_tiny_sizes():
     """Channels-last views, 1- and 4-channel images, 1-pixel sides (torch kernels' edge cases)."""
     rng = np.random.default_rng(0)
     sizes = (1, 2, 3, 17)
-    for interp in FILTERS:
+    for interp in INTERPOLATIONS:
         for h, w, h2, w2 in [(a, b, c, d) for a in sizes for b in sizes for c in sizes for d in sizes][::3]:
             for c in (1, 3, 4):
                 a = rng.integers(0, 256, (h, w, c), dtype=np.uint8)
@@ -448,9 +432,8 @@ def _devices():
 
 
 @pytest.mark.parametrize("device", _devices())
-@pytest.mark.parametrize("interp", FILTERS)
-def test_device_matches_pil(device, interp):
+@pytest.mark.parametrize("interp", INTERPOLATIONS)
+def test_device_matches_pil(device, interp, seed):
     """On CUDA this runs the float32 path on the GPU kernel; same bounds as on CPU."""
-    seed = _seed()
     res = _compare(_photo_cases(seed)[:8], interp, device=device)
     _check_bounds(res, f"{device} {interp} seed={seed}")

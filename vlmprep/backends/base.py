@@ -1,20 +1,24 @@
-"""What every backend shares: run a plan op by op, one lowering per op, errors per image."""
+"""What every backend shares: one lowering per op, the executor of each image chosen by
+``fusion.choose`` and run by ``Backend.run_image``, errors per image."""
 from __future__ import annotations
 
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from ..errors import ImageError
 from ..ops import OP_TYPES
 from ..pipeline import Pipeline
+from . import fused, fusion
+from .normalize_lut import lut_tensor, normalize_array
 from .registry import get_lowering, lowering
 
 if TYPE_CHECKING:
     import torch
 
     from ..io.inputs import Source
+    from ..ops import decode as DecodeOp
     from ..plan import ImagePlan
 
 log = logging.getLogger("vlmprep.backends")
@@ -44,13 +48,22 @@ class Context:
 
 
 class Backend:
-    """Executes a Pipeline's ops in order for each image, writing rows into a preallocated output.
+    """Executes a Pipeline's ops for each image, writing rows into a preallocated output.
 
     Subclasses set ``name``; their lowerings are registered with
-    ``@registry.lowering(name, op_name)`` and called as ``fn(op, value, ctx) -> value``.
+    ``@registry.lowering(name, op_name)`` and called as ``fn(op, value, ctx) -> value`` with
+    plain values (images, lists of tiles). The fused executors (``fusion``) need two more facts
+    from a backend: ``normalize_levels``, its normalize arithmetic (the lut is it applied to
+    every level, so a fused image gets the op-by-op bits), and ``hwc``, its tile as uint8
+    ``(h, w, 3)``; ``resize_in_kernel`` lets the kernel resize while it writes the rows.
     """
 
     name = "base"
+    #: ``(op, uint8 (256, C) levels) -> float32 values``: see ``normalize_lut.normalize_lut``.
+    normalize_levels: Callable[..., Any] = staticmethod(normalize_array)
+    #: Whether `RESIZE_ROWS` / `DECODE_RESIZE_ROWS` may run (the kernel's Pillow-exact resize
+    #: is this backend's resize).
+    resize_in_kernel = False
 
     def __init__(self, pipeline: Pipeline, device: str, dtype: str):
         self.pipeline = pipeline
@@ -61,6 +74,16 @@ class Backend:
                     if op.name != "pack" and not (dtype == "uint8" and op.name == "normalize")]
         # Resolve every lowering now, so a missing one fails at construction, not mid-batch.
         self.lowerings = [get_lowering(self.name, op.name) for op in self.ops]
+        self.decode_op = cast("DecodeOp", self.ops[0])  # a Pipeline starts with decode
+        # ops[:tail]: decode and sizing (the tiles); ops[tail:]: normalize, patchify (the rows).
+        self.tail = next((i for i, op in enumerate(self.ops)
+                          if op.name in ("normalize", "patchify")), len(self.ops))
+        self.fusion = fusion.rules(self.ops, dtype, device, self.resize_in_kernel)
+
+    @staticmethod
+    def hwc(tile: Any) -> Any:
+        """A tile as this backend holds it -> uint8 ``(h, w, 3)`` (a view)."""
+        return tile
 
     def run(self, sources: Sequence["Source | None"], plans: Sequence["ImagePlan"],
             out: "torch.Tensor") -> dict[int, ImageError]:
@@ -127,9 +150,48 @@ class Backend:
         return list(_pool(get_num_threads()).map(one, jobs))
 
     def run_image(self, ctx: Context) -> None:
-        value: Any = ctx.source
-        for op, fn in zip(self.ops, self.lowerings):
-            value = fn(op, value, ctx)
+        """Run one image by the executor ``fusion.choose`` names (see fusion's table)."""
+        how = fusion.choose(self.fusion, ctx)
+        if how in (fusion.RESIZE_ROWS, fusion.DECODE_RESIZE_ROWS):
+            c = ctx.plan.canvases[0]  # the whole source, resized: the one tile
+            hw, interp = c.resize_hw, c.interpolation or self.fusion.interpolation
+            if how == fusion.DECODE_RESIZE_ROWS:
+                fused.decode_resize_rows(ctx.source, self.decode_op, hw, interp, self.lut(ctx), ctx,
+                                         self.pipeline.patchify)
+            else:
+                fused.resize_rows(self.hwc(self.decode(ctx)), hw, interp, self.lut(ctx), ctx,
+                                  self.pipeline.patchify)
+            return
+        self.write(self.size(self.decode(ctx), ctx), ctx, how)
+
+    # -- the stages of one image (also timed one by one by vlmprep.bench) -----------------------
+    def decode(self, ctx: Context) -> Any:
+        """The decode lowering: ``ctx.source`` -> the image."""
+        return self.lowerings[0](self.ops[0], ctx.source, ctx)
+
+    def size(self, image: Any, ctx: Context) -> Any:
+        """The lowerings after decode and before normalize / patchify: image -> the plan's tiles."""
+        for op, fn in zip(self.ops[1:self.tail], self.lowerings[1:self.tail]):
+            image = fn(op, image, ctx)
+        return image
+
+    def write(self, tiles: Any, ctx: Context, how: str) -> None:
+        """The tiles -> ``ctx.dest``: the rest of the lowerings (`OP_BY_OP`), or one kernel call
+        with the normalize as a lut (`ROWS`)."""
+        if how == fusion.ROWS:
+            fused.write_rows([self.hwc(t) for t in tiles], self.lut(ctx), ctx,
+                             self.pipeline.patchify)
+            return
+        for op, fn in zip(self.ops[self.tail:], self.lowerings[self.tail:]):
+            tiles = fn(op, tiles, ctx)
+
+    def lut(self, ctx: Context) -> "torch.Tensor | None":
+        """The fused kernels' normalize: ``(3, 256)`` in the output's dtype and device, this
+        backend's arithmetic; None for uint8 output (no normalize)."""
+        op = self.pipeline.normalize
+        if self.dtype == "uint8" or op is None:
+            return None
+        return lut_tensor(op, ctx.dest.dtype, ctx.dest.device, self.normalize_levels)
 
 
 def _short(e: BaseException, n: int = 200) -> str:

@@ -9,6 +9,7 @@ per-image time is compared with (``ratio_vs_decode_floor``).
 """
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -60,7 +61,12 @@ def _opencv() -> Callable[[bytes], Callable[[], Any]]:
         buf = np.frombuffer(data, np.uint8)
         if flag is not None:
             return lambda: cv2.imdecode(buf, flag)
-        return lambda: cv2.cvtColor(cv2.imdecode(buf, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        def bgr_to_rgb() -> Any:
+            bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+            if bgr is None:
+                raise ValueError("OpenCV could not decode the image")
+            return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        return bgr_to_rgb
     return prep
 
 
@@ -84,8 +90,10 @@ def _dali(decoder: str, device_id: int | None) -> Callable[[bytes], Callable[[],
     import numpy as np
     from nvidia.dali import fn, pipeline_def, types
 
-    @pipeline_def(batch_size=1, num_threads=1, device_id=device_id, exec_async=False,
-                  exec_pipelined=False, prefetch_queue_depth=1)
+    where: dict[str, Any] = {"device_id": device_id}  # None: a CPU-only graph (DALI's stub says int)
+
+    @pipeline_def(batch_size=1, num_threads=1, exec_async=False, exec_pipelined=False,
+                  prefetch_queue_depth=1, **where)
     def graph():
         x = fn.external_source(name="x", dtype=types.UINT8)
         return fn.decoders.image(x, device=decoder, output_type=types.RGB)
@@ -171,7 +179,7 @@ def prepare(items: list[bytes], hws: list[tuple[int, int]], device: str = "cpu"
     unavailable: dict[str, str] = {}
     makers = dict(_MAKERS)
     if device.startswith("cuda"):
-        makers.update({k: (lambda m=m: m(device)) for k, m in _GPU_MAKERS.items()})
+        makers.update({k: functools.partial(m, device) for k, m in _GPU_MAKERS.items()})
     for name, make in makers.items():
         try:
             prep = make()

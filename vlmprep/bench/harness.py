@@ -6,12 +6,13 @@ For each input set (e.g. four 1080p JPEG mosaics), thread count, backend and dty
   decode, resize, normalize, patchify, pack all included): images/s, megapixels/s, visual
   tokens/s, latency per batch and per image (batch latency / batch size), CPU cores used
   (process CPU time / wall time) and peak RSS;
-- **stages**: the same images through the backend's own lowerings, one stage at a time (probe =
-  header + plan; decode; resize = the sizing op's lowering; normalize + patchify + pack into a
-  preallocated output; transfer = host-to-device copy, 0 on the CPU). Their sum is close to the
-  end-to-end time per image when the backend runs op by op; a backend that fuses or batches work
-  shows up as a gap (both numbers are reported): the torch backend on the CPU resizes inside
-  the rows kernel end to end (``resize_normalize_patchify``), its stages time the two unfused;
+- **stages**: the same images through the backend's own stages, one at a time (probe = header
+  + plan; decode; resize = the sizing op's lowering; normalize + patchify + pack into a
+  preallocated output, by the executor ``fusion.choose`` picks, at most ``fusion.ROWS``;
+  transfer = host-to-device copy, 0 on the CPU). Their sum is close to the end-to-end time per
+  image when the backend runs op by op; a backend that fuses or batches work shows up as a gap
+  (both numbers are reported): the torch backend on the CPU resizes inside the rows kernel end
+  to end (``fusion.RESIZE_ROWS``), its stages time the resize and the rows apart;
 - **decode floor**: decode only, with every JPEG decoder the dependencies ship, on one thread;
   the fastest one's per-image time is the floor;
 - **transformers** (``compare_hf``): its PIL-backend and torchvision-backend processors of the
@@ -261,32 +262,22 @@ def _decode_floor(s: ImageSet, repeat: int, device: str = "cpu") -> dict:
     return out
 
 
-def _stage_split(ops: Sequence[Any]) -> int:
-    """``k``: ops[0] is decode, ops[1:k] size the image (resize, tile, crop, pad), ops[k:]
-    normalize and patchify."""
-    if not ops or ops[0].name != "decode":
-        raise ValueError("expected the pipeline to start with decode")
-    return next((i for i, op in enumerate(ops) if op.name in ("normalize", "patchify")), len(ops))
-
-
 def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet,
             repeat: int) -> dict:
-    """p50 per image of each stage, run separately through the backend's lowerings."""
+    """p50 per image of each stage, run separately through the backend's stages (``decode``,
+    ``size``, ``write``)."""
     import torch
 
     from .. import backends, kernels, pack
+    from ..backends import fusion
     from ..backends.base import Context
     from ..io.inputs import resolve
     from ..plan import plan_images
     from ..plan.grid import row_length
 
     be = backends.get(backend)(pipe, device, dtype)
-    k = _stage_split(be.ops)
-    decode = (be.ops[0], getattr(be.lowerings[0], "unfused", be.lowerings[0]))
-    # A sizing lowering that can hand its resize to the rows kernel (torch's DeferredSizing)
-    # is timed unfused, so the resize stage is the resize; end to end runs fused.
-    sizing = [(op, getattr(fn, "unfused", fn)) for op, fn in zip(be.ops[1:k], be.lowerings[1:k])]
-    rest = list(zip(be.ops[k:], be.lowerings[k:]))
+    if not be.ops or be.ops[0].name != "decode":
+        raise ValueError("expected the pipeline to start with decode")
     order = pipe.patchify.order
     tdtype = getattr(torch, dtype)
     on_gpu = device.startswith("cuda")
@@ -304,7 +295,7 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
         t1 = time.perf_counter()
         t["probe_ms"] = t1 - t0
         ctx = Context(src, plan, None, dtype, "cpu")  # type: ignore[arg-type]
-        value = decode[1](decode[0], src, ctx)
+        value = be.decode(ctx)
         t2 = time.perf_counter()
         t["decode_ms"] = t2 - t1
         if on_gpu and hasattr(value, "to"):
@@ -313,17 +304,18 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
         ctx.device = device
         t3 = time.perf_counter()
         t["transfer_ms"] = t3 - t2 if on_gpu else 0.0
-        for op, fn in sizing:
-            value = fn(op, value, ctx)
+        value = be.size(value, ctx)
         _sync(device)
         t4 = time.perf_counter()
         t["resize_ms"] = t4 - t3
         rows = plan.rows(order)
-        shape = (rows, 3, *pipe.tile_hw) if order == "tiles" else (rows, row_length(pipe.patchify))
+        shape = ((rows, 3, *(pipe.tile_hw or ())) if order == "tiles"
+                 else (rows, row_length(pipe.patchify)))
         out = alloc(shape)
         ctx.dest = out
-        for op, fn in rest:
-            value = fn(op, value, ctx)
+        # The executor end to end would pick, but the resize is timed on its own above: a plan
+        # the backend resizes inside the rows kernel (fusion.RESIZE_ROWS) is timed as ROWS.
+        be.write(value, ctx, fusion.choose(be.fusion, ctx, most=fusion.ROWS))
         pack.build(out, [plan], {}, pipe)
         _sync(device)
         t["normalize_patchify_pack_ms"] = time.perf_counter() - t4
@@ -339,7 +331,8 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
     return {"stages_ms": stages, "stage_sum_ms": round(sum(stages.values()), 3)}
 
 
-def _vlmprep(cfg: BenchConfig, s: ImageSet, backend: str, dtype: str, facts, rss) -> dict:
+def _vlmprep(cfg: BenchConfig, s: ImageSet, backend: str, dtype: str,
+             facts: tuple[list[float], list[int]], rss: bench_env.PeakRss) -> dict:
     from ..processor import Processor
     proc = Processor(cfg.pipeline, backend=backend, device=cfg.device, dtype=dtype)
     idx = _batches(len(s.items), cfg.batch_size)
@@ -354,7 +347,8 @@ def _vlmprep(cfg: BenchConfig, s: ImageSet, backend: str, dtype: str, facts, rss
     return out
 
 
-def _hf(cfg: BenchConfig, s: ImageSet, hf_cfg: dict, backend: str, facts, rss) -> dict:
+def _hf(cfg: BenchConfig, s: ImageSet, hf_cfg: dict, backend: str,
+        facts: tuple[list[float], list[int]], rss: bench_env.PeakRss) -> dict:
     from . import hf as bench_hf
     proc = bench_hf.build(hf_cfg, cfg.pipeline, backend)
     device = cfg.device if backend == "torchvision" else "cpu"
@@ -363,7 +357,7 @@ def _hf(cfg: BenchConfig, s: ImageSet, hf_cfg: dict, backend: str, facts, rss) -
     rss.start()
     t = _time_calls(lambda b: bench_hf.call(proc, b, device), batches, cfg.repeat, cfg.warmup,
                     device)
-    out = {"processor": backend, "class": type(proc).__name__, "device": device}
+    out: dict[str, Any] = {"processor": backend, "class": type(proc).__name__, "device": device}
     out.update(_rates(t, cfg.batch_size, *facts, idx))
     out["peak_rss_mib"] = rss.peak_mib()
     out["peak_rss_scope"] = rss.scope
@@ -378,7 +372,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
     from .. import kernels
     from . import hf as bench_hf
     log = log or (lambda msg: None)
-    hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else None
+    hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else {}
     if cfg.compare_hf:
         bench_hf.build(hf_cfg, cfg.pipeline, "pil")  # fail now (no transformers) rather than late
     rss = bench_env.PeakRss()

@@ -2,9 +2,12 @@
 
 One lowering per op (``lowerings.py``, registered as ``("dali", op)``) builds three graphs once
 per Processor (``graph.py``): decode, canvases, tiles. The plan's numbers enter every graph as
-per-sample inputs (``feeds.py``); the executor (``backend.py``) runs them per batch and copies
-the rows into the output. Files DALI cannot decode the way ``vlmprep.io.decode`` does go through
-that CPU path into the same batch; a failing batch is split until each bad image is named.
+per-sample inputs (``feeds.py``, their types declared in ``feeds.ARG_TYPES``); the executor
+(``backend.py``) runs them per batch and copies the rows into the output. When the csrc plugin
+is loaded the tiles graph writes the rows with it (``plugin.py``; ``fusion.choose_graph``).
+Imports run one way: backend -> lowerings -> graph -> feeds, plugin. Files DALI cannot decode
+the way ``vlmprep.io.decode`` does go through that CPU path into the same batch; a failing batch
+is split until each bad image is named.
 
 Pixels: decode is bit-exact with Pillow on the CPU (libjpeg-turbo, libpng, libwebp); resizes are
 two one-dimensional passes in Pillow 13's order with uint8 between and Pillow's edge handling,

@@ -3,9 +3,10 @@
 Per chunk of images (at most the decode graph's batch size, ``graph.BATCH``):
 1. decode: on the GPU, the JPEGs DALI decodes exactly (nvJPEG) in one graph run; everything
    else (on the CPU: every input) through ``vlmprep.io.decode`` on the CPU, into the same batch
-   (DALI's decoders are not hardened against hostile files). A failed run is bisected (or split at the sample DALI names) until every
-   bad file is alone; a file DALI rejects alone gets one CPU decode, so an image is an error
-   exactly when the reference backend would call it one, with the same message.
+   (DALI's decoders are not hardened against hostile files). A failed run is bisected (or split
+   at the sample DALI names) until every bad file is alone; a file DALI rejects alone gets one
+   CPU decode, so an image is an error exactly when the reference backend would call it one,
+   with the same message.
 2. canvas: every canvas of the chunk in one flattened batch, level by level (a canvas built
    from another canvas waits for it).
 3. tiles: every tile of the chunk in one flattened batch, cut, normalized and patchified; the
@@ -143,7 +144,7 @@ class Backend(_Base):
             x = it.src.item.to(f"cuda:{self.device_id}").permute(1, 2, 0)
             it.image = self._wrap(x, it)
             return
-        it.image = self._wrap(_io.decode(it.src, op=self.pipeline["decode"]), it)
+        it.image = self._wrap(_io.decode(it.src, op=self.decode_op), it)
 
     def _decode(self, chunk: list[_Item], errors: dict[int, ImageError]) -> None:
         dali_items = []
@@ -153,7 +154,8 @@ class Backend(_Base):
         # judged; the same pixels), and on the GPU only JPEGs DALI decodes exactly (nvJPEG),
         # after encoded_bytes' structural checks.
         for it in chunk:
-            if self.gpu and it.src.header.format == "jpeg" and F.dali_decodes(it.src):
+            h = it.src.header
+            if self.gpu and h is not None and h.format == "jpeg" and F.dali_decodes(it.src):
                 dali_items.append(it)
                 continue
             try:
@@ -171,7 +173,7 @@ class Backend(_Base):
         for it in items:
             try:
                 # bounded, and checked as for every decoder (DALI's libjpeg ignores warnings)
-                data.append(np.frombuffer(_io.encoded_bytes(it.src, self.pipeline["decode"]),
+                data.append(np.frombuffer(_io.encoded_bytes(it.src, self.decode_op),
                                           np.uint8))
             except ImageError as e:
                 errors[it.plan.index] = e.at(index=it.plan.index, source=it.src.desc)
@@ -252,10 +254,10 @@ class Backend(_Base):
 
     def _canvases_and_tiles(self, items: list[_Item], out: torch.Tensor, held: list) -> None:
         stream = self._stream()
-        interp = self.pipeline.sizing.interpolation
+        interp = self.fusion.interpolation  # the sizing op's
         # Canvases, one run per dependency level (a canvas's parent is built in an earlier one).
         built: dict[tuple[int, int], Any] = {}
-        depth = {}
+        depth: dict[tuple[int, int], int] = {}
         for n, it in enumerate(items):
             for k, c in enumerate(it.plan.canvases):
                 depth[(n, k)] = 0 if c.parent < 0 else depth[(n, c.parent)] + 1
@@ -270,10 +272,10 @@ class Backend(_Base):
                     it, c = items[n], items[n].plan.canvases[k]
                     if c.parent < 0:
                         images.append(it.image)
-                        in_hw = tuple(it.src.hw)
+                        in_hw = it.src.hw
                     else:
                         images.append(built[(n, c.parent)])
-                        in_hw = tuple(it.plan.canvases[c.parent].hw)
+                        in_hw = it.plan.canvases[c.parent].hw
                     feeds.add(F.canvas_args(c, in_hw, interp, INTERP_IDS))
                 (res,) = self.stages.canvas.run({"image": images, **feeds.data}, stream)
                 held.append(res)
@@ -290,13 +292,13 @@ class Backend(_Base):
                 row += rows
         step = self.stages.tiles.batch_size
         for lo in range(0, len(tiles), step):
-            part = tiles[lo:lo + step]
+            run = tiles[lo:lo + step]
             feeds = F.Feeds()
-            for _, args, _, _ in part:
+            for _, args, _, _ in run:
                 feeds.add(args)
-            (res,) = self.stages.tiles.run({"image": [t[0] for t in part], **feeds.data}, stream)
+            (res,) = self.stages.tiles.run({"image": [t[0] for t in run], **feeds.data}, stream)
             held.append(res)
-            self._copy_out(res, [(t[2], t[3]) for t in part], out)
+            self._copy_out(res, [(t[2], t[3]) for t in run], out)
 
     def _copy_out(self, res, spans: list[tuple[int, int]], out: torch.Tensor) -> None:
         """Copy the tile rows of one run into ``out``. DALI's contiguous output is viewed as one

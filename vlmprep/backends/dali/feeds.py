@@ -35,20 +35,43 @@ if TYPE_CHECKING:
     from ...ops import patchify
     from ...plan import Canvas
 
-__all__ = ["FILTER_SUPPORT", "Feeds", "pass_args", "canvas_args", "tile_args", "dali_decodes",
-           "PASS_KEYS", "CANVAS_KEYS"]
+__all__ = ["INTERPOLATION_SUPPORT", "Feeds", "pass_args", "canvas_args", "tile_args",
+           "dali_decodes", "ARG_TYPES", "PASS_KEYS", "CANVAS_KEYS", "TILE_KEYS"]
 
-#: Filter support in input pixels at scale 1 (Pillow's filters: triangle, Keys a=-0.5, Lanczos 3);
-#: nearest samples one pixel, so its passes need no edge strips.
-FILTER_SUPPORT = {"nearest": 0.0, "bilinear": 1.0, "bicubic": 2.0, "lanczos": 3.0}
+#: Support of each interpolation's kernel in input pixels at scale 1 (Pillow's: triangle, Keys
+#: a=-0.5, Lanczos 3); nearest samples one pixel, so its passes need no edge strips.
+INTERPOLATION_SUPPORT = {"nearest": 0.0, "bilinear": 1.0, "bicubic": 2.0, "lanczos": 3.0}
 
-_STRIP_KEYS = ("start", "shape", "roi0", "roi1", "mroi1", "mask", "size", "msize", "keep")
-#: Argument names of one resize pass (prefixed with the pass: ``a_`` first, ``b_`` second).
-PASS_KEYS = ("on", "size", "mid_start", "mid_shape") + tuple(
-    f"{side}_{k}" for side in ("top", "bot") for k in _STRIP_KEYS)
+_B, _I16, _I32, _F32 = np.dtype(np.bool_), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.float32)
+#: One edge strip of a pass (``top_`` / ``bot_``): name -> (dtype, layout).
+_STRIP_ARGS = {"start": (_I32, None), "shape": (_I32, None), "roi0": (_F32, None),
+               "roi1": (_F32, None), "mroi1": (_F32, None), "mask": (_F32, "HWC"),
+               "size": (_F32, None), "msize": (_F32, None), "keep": (_I32, None)}
+#: One resize pass (prefixed with the pass: ``a_`` first, ``b_`` second).
+_PASS_ARGS = {"on": (_B, None), "size": (_F32, None), "mid_start": (_I32, None),
+              "mid_shape": (_I32, None),
+              **{f"{side}_{k}": t for side in ("top", "bot") for k, t in _STRIP_ARGS.items()}}
+#: A canvas, besides its two passes.
+_CANVAS_ARGS = {"box_on": (_B, None), "box_start": (_I32, None), "box_shape": (_I32, None),
+                "interp": (_I32, None), "hfirst": (_B, None), "pad_on": (_B, None),
+                "pad_start": (_I32, None), "pad_shape": (_I32, None), "fill_on": (_B, None),
+                "fill": (_I16, None)}
+#: A tile: its box in the canvas and its layout's reshapes.
+_TILE_ARGS = {"tile_start": (_I32, None), "tile_shape": (_I32, None), "grid": (_I32, None),
+              "rows": (_I32, None)}
+
+#: Every per-sample argument of the graphs: name -> (numpy dtype, DALI layout or None). The graph
+#: declares each ``external_source`` from this table; the functions below build arrays of these
+#: dtypes (tests/backends/test_dali.py checks they agree).
+ARG_TYPES: dict[str, tuple[np.dtype, str | None]] = {
+    **_CANVAS_ARGS, **{f"{p}_{k}": t for p in ("a", "b") for k, t in _PASS_ARGS.items()},
+    **_TILE_ARGS}
+#: Argument names of one resize pass (without the pass prefix).
+PASS_KEYS = tuple(_PASS_ARGS)
 #: Argument names of a canvas (besides the passes).
-CANVAS_KEYS = ("box_on", "box_start", "box_shape", "interp", "hfirst", "pad_on", "pad_start",
-               "pad_shape", "fill_on", "fill")
+CANVAS_KEYS = tuple(_CANVAS_ARGS)
+#: Argument names of a tile (``grid`` and ``rows``: patch orders only).
+TILE_KEYS = tuple(_TILE_ARGS)
 
 
 class Feeds:
@@ -60,7 +83,6 @@ class Feeds:
     def add(self, values: dict[str, np.ndarray]) -> None:
         for k, v in values.items():
             self.data.setdefault(k, []).append(v)
-
 
 
 def _i32(*v: int) -> np.ndarray:
@@ -87,7 +109,7 @@ def pass_args(n_in: int, n_out: int, other: int, axis: int, interpolation: str) 
     if n_in == n_out:
         return _off_pass()
     s = n_in / n_out
-    support = FILTER_SUPPORT[interpolation]
+    support = INTERPOLATION_SUPPORT[interpolation]
     # Input pixels a tap may reach from an output pixel's centre, plus one of margin (a row
     # counted here that Pillow does not truncate is still computed exactly: only cost).
     reach = support * max(s, 1.0) + 1.0
@@ -143,8 +165,8 @@ def canvas_args(c: "Canvas", in_hw: tuple[int, int], interpolation: str,
         cur = (h, w)
     else:
         out.update(box_on=np.array(False), box_start=_i32(0, 0), box_shape=_i32(0, 0))
-        cur = tuple(in_hw)
-    dst = tuple(c.resize_hw)
+        cur = (in_hw[0], in_hw[1])
+    dst = (c.resize_hw[0], c.resize_hw[1])
     order = pil_pass_order(cur, dst, interp)
     hfirst = not order or order[0] == "h"
     out["hfirst"] = np.array(hfirst)

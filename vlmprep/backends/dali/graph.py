@@ -21,29 +21,23 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import nvidia.dali.fn as fn
-import nvidia.dali.types as types
+import nvidia.dali.types as dali_types
 from nvidia.dali import pipeline_def
 
-from ...kernels import get_num_threads
+from ...kernels import dali_plugin_loaded, get_num_threads
+from .. import fusion
+from .feeds import ARG_TYPES
+from .plugin import normalize_patchify
 
-__all__ = ["GraphCtx", "Stage", "compile_stages", "Stages"]
+__all__ = ["GraphCtx", "Stage", "compile_stages", "Stages", "cut_tile"]
 
+types: Any = dali_types  # DALI makes its type enums at import: nothing for a type checker
 
-def _arg_type(name: str) -> tuple[Any, str | None]:
-    """DALI dtype (and layout) of a per-sample argument, from its name (see feeds.py)."""
-    last = name.rsplit("_", 1)[-1]
-    if last == "on" or name == "hfirst":
-        return types.BOOL, None
-    if last == "mask":
-        return types.FLOAT, "HWC"
-    if name == "fill":
-        return types.INT16, None
-    if name == "interp" or last in ("start", "shape", "keep", "grid", "rows"):
-        return types.INT32, None
-    if last in ("size", "msize", "roi0", "roi1", "mroi1"):
-        return types.FLOAT, None
-    raise KeyError(f"dali graph: no type for argument {name!r}")
+#: numpy dtype of a per-sample argument (feeds.ARG_TYPES) -> DALI's.
+_DALI_TYPES = {np.dtype(np.bool_): types.BOOL, np.dtype(np.int16): types.INT16,
+               np.dtype(np.int32): types.INT32, np.dtype(np.float32): types.FLOAT}
 
 
 @dataclass
@@ -54,26 +48,26 @@ class GraphCtx:
         device: ``"cpu"`` or ``"gpu"`` (DALI's names) for image data.
         dtype: the Processor's dtype (``"float32"`` | ``"bfloat16"`` | ``"uint8"``).
         inputs: every ``external_source`` created so far, by name (the executor feeds these).
-        plugin: whether the fused normalize + patchify plugin is loaded (decided before the
-            graph is built: the lowerings only read it).
-        deferred_normalize: the normalize op a fused patchify takes over (plugin only).
+        plugin: whether the fused normalize + patchify plugin is loaded for ``device``
+            (read when the graph is built: ``fusion.choose_graph``).
     """
 
     device: str
     dtype: str
     plugin: bool = False
     inputs: dict[str, Any] = field(default_factory=dict)
-    deferred_normalize: Any = None
 
     @property
     def gpu(self) -> bool:
         return self.device == "gpu"
 
     def arg(self, name: str):
-        """A per-sample argument (host memory), fed by name; one node per name."""
+        """A per-sample argument (host memory), fed by name; one node per name; its type from
+        ``feeds.ARG_TYPES``."""
         if name not in self.inputs:
-            dtype, layout = _arg_type(name)
-            self.inputs[name] = fn.external_source(name=name, dtype=dtype, layout=layout)
+            dtype, layout = ARG_TYPES[name]
+            self.inputs[name] = fn.external_source(name=name, dtype=_DALI_TYPES[dtype],
+                                                   layout=layout)
         return self.inputs[name]
 
     def data(self, name: str, layout: str | None = "HWC", on_device: bool = True):
@@ -116,8 +110,7 @@ class Stage:
 
     def build(self):
         if self._pipe is None:
-            from .lowerings import plugin_loaded
-            g = GraphCtx(self.device, self.dtype, plugin=plugin_loaded(self.device))
+            g = GraphCtx(self.device, self.dtype, plugin=dali_plugin_loaded(self.device))
             # prefetch_queue_depth=1: a run that failed on bad data leaves the pipeline usable
             # (deeper queues raise "peek the data batch that doesn't exist" on the next run).
             pipe = _graph(self.define, g, batch_size=self.batch_size,
@@ -157,13 +150,19 @@ class Stages:
 BATCH = {"decode": 16, "canvas": 64, "tiles": 128}
 
 
+def cut_tile(x, g: GraphCtx):
+    """Canvas -> the tile's box ``(top, left, h, w)``, zero where it leaves the canvas."""
+    return fn.slice(x, g.arg("tile_start"), g.arg("tile_shape"), axes=[0, 1],
+                    out_of_bounds_policy="pad", fill_values=0)
+
+
 def compile_stages(ops: list, lowerings: list, device: str, dtype: str,
                    device_id: int | None) -> Stages:
     """Split the ops (``Backend.ops``, pack and, for uint8, normalize already dropped) over the
     three stages and return them, unbuilt: ``decode`` -> decode stage, the sizing op -> canvas
     stage, the rest (``center_crop``, ``normalize``, ``patchify``) -> tiles stage, after the
-    plan's tile box is cut."""
-    from .lowerings import cut_tile
+    plan's tile box is cut. The tiles stage runs the executor ``fusion.choose_graph`` names when
+    its graph is built: the plugin op for normalize + patchify (`ROWS`), or every lowering."""
     by_stage: dict[str, list] = {"decode": [], "canvas": [], "tiles": []}
     for op, low in zip(ops, lowerings):
         stage = "decode" if op.name == "decode" else "canvas" if op.sizing else "tiles"
@@ -174,6 +173,8 @@ def compile_stages(ops: list, lowerings: list, device: str, dtype: str,
     (dec_op, dec_fn), = by_stage["decode"]
     (size_op, size_fn), = by_stage["canvas"]
     tile_ops = by_stage["tiles"]
+    normalize_op = next((op for op, _ in tile_ops if op.name == "normalize"), None)
+    patchify_op = next(op for op, _ in tile_ops if op.name == "patchify")
 
     def define_decode(g: GraphCtx):
         return dec_fn(dec_op, g.data("encoded", layout=None, on_device=False), g)
@@ -183,6 +184,11 @@ def compile_stages(ops: list, lowerings: list, device: str, dtype: str,
 
     def define_tiles(g: GraphCtx):
         x = cut_tile(g.data("image"), g)
+        if fusion.choose_graph(g.plugin) == fusion.ROWS:
+            for op, low in tile_ops:
+                if op.name not in ("normalize", "patchify"):
+                    x = low(op, x, g)
+            return normalize_patchify(x, normalize_op, patchify_op, g.device)
         for op, low in tile_ops:
             x = low(op, x, g)
         return x

@@ -7,19 +7,22 @@ an ``external_source`` the executor feeds from the plan (``feeds.py`` computes t
 Stages and the ops lowered into each:
     decode  ``decode``: encoded bytes -> uint8 ``(H, W, 3)`` (mixed nvJPEG on cuda, CPU otherwise)
     canvas  every sizing op: parent image -> one canvas (box, two Pillow-order passes, pad)
-    tiles   the plan's tile box (``cut_tile``), ``center_crop`` (nothing left to do),
-            ``normalize``, ``patchify``: canvas -> the tile's output rows
+    tiles   after the plan's tile box (``graph.cut_tile``): ``center_crop`` (nothing left to
+            do), ``normalize``, ``patchify``: the tile -> its output rows. With the csrc plugin
+            loaded, the tiles graph runs ``plugin.normalize_patchify`` instead of the last two
+            (``fusion.choose_graph``, decided in ``graph.compile_stages``).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import nvidia.dali.fn as fn
-import nvidia.dali.types as types
+import nvidia.dali.types as dali_types
 
 from ... import ops
 from ..base import register_sizing
+from ..normalize_lut import normalize_lut
 from ..registry import lowering
 from .feeds import CANVAS_KEYS, PASS_KEYS
 from .graph import GraphCtx
@@ -27,7 +30,9 @@ from .graph import GraphCtx
 if TYPE_CHECKING:
     from nvidia.dali.data_node import DataNode
 
-__all__ = ["INTERP_IDS", "cut_tile", "normalize_table", "plugin_loaded", "plugin_normalize_patchify"]
+__all__ = ["INTERP_IDS"]
+
+types: Any = dali_types  # DALI makes its type enums at import: nothing for a type checker
 
 B = "dali"
 
@@ -60,25 +65,26 @@ def decode(op: ops.decode, encoded: "DataNode", g: "GraphCtx") -> "DataNode":
 
 
 # -- sizing: one canvas ---------------------------------------------------------------------------
-def _strip(x, side: str, a: dict, it, g: "GraphCtx"):
+def _strip(x: Any, side: str, a: dict, it: Any, g: "GraphCtx") -> Any:
     """Rows (or columns) next to an edge, as Pillow computes them: resize(zero-padded window) /
     resize(its 0/1 mask), both over the same region of interest (see feeds.py)."""
     k = lambda name: a[f"{side}_{name}"]  # noqa: E731
     win = fn.slice(x, k("start"), k("shape"), axes=[0, 1], out_of_bounds_policy="pad",
                    fill_values=0)
-    num = fn.resize(win, size=k("size"), roi_start=k("roi0"), roi_end=k("roi1"),
+    # DataNodes (their arithmetic is DALI's; its stubs do not say so)
+    num: Any = fn.resize(win, size=k("size"), roi_start=k("roi0"), roi_end=k("roi1"),
                     interp_type=it, antialias=True, dtype=_F32)
-    den = fn.resize(g.dev(k("mask")), size=k("msize"), roi_start=k("roi0"), roi_end=k("mroi1"),
+    den: Any = fn.resize(g.dev(k("mask")), size=k("msize"), roi_start=k("roi0"), roi_end=k("mroi1"),
                     interp_type=it, antialias=True, dtype=_F32)
     # The cast rounds to nearest and saturates: Pillow's clip8 after each pass.
-    return fn.slice(fn.cast(num / den, dtype=types.UINT8), start=[0, 0], shape=k("keep"),
-                    axes=[0, 1])
+    levels: Any = fn.cast(num / den, dtype=types.UINT8)
+    return fn.slice(levels, start=[0, 0], shape=k("keep"), axes=[0, 1])
 
 
 def _pil_pass(x, axis: int, a: dict, it, g: "GraphCtx"):
     """One one-dimensional uint8 pass along ``axis`` (0: rows): DALI's antialiased resize inside,
     Pillow's truncated-and-renormalised filter in the edge strips."""
-    plain = fn.resize(x, size=a["size"], interp_type=it, antialias=True)
+    plain: Any = fn.resize(x, size=a["size"], interp_type=it, antialias=True)
     mid = fn.slice(plain, a["mid_start"], a["mid_shape"], axes=[0, 1])
     return fn.cat(_strip(x, "top", a, it, g), mid, _strip(x, "bot", a, it, g), axis=axis)
 
@@ -124,31 +130,14 @@ register_sizing(B, canvas)
 
 
 # -- tiles ----------------------------------------------------------------------------------------
-def cut_tile(x: "DataNode", g: "GraphCtx") -> "DataNode":
-    """Canvas -> the tile's box ``(top, left, h, w)``, zero where it leaves the canvas."""
-    return fn.slice(x, g.arg("tile_start"), g.arg("tile_shape"), axes=[0, 1],
-                    out_of_bounds_policy="pad", fill_values=0)
-
-
-def normalize_table(op: ops.normalize) -> np.ndarray:
-    """float32 ``(3, 256)``: channel c's output for level v, computed by the reference
-    backend's own normalize, so the table lookup gives the reference's bits."""
-    from ..reference.ops import RAMP, normalize_array
-    return np.ascontiguousarray(normalize_array(op, RAMP).T)
-
-
 @lowering(B, "normalize")
 def normalize(op: ops.normalize, x: "DataNode", g: "GraphCtx") -> "DataNode":
-    """uint8 ``(h, w, 3)`` -> float32 ``(h, w, 3)`` through a 768-entry table indexed by
-    ``v + 256 * c`` (one load per element, the reference's bits). With the fused plugin loaded
-    the table goes to ``patchify`` instead (see ``plugin_normalize_patchify``)."""
-    if g.plugin:
-        g.deferred_normalize = op
-        return x
+    """uint8 ``(h, w, 3)`` -> float32 ``(h, w, 3)`` through the 768-entry lut indexed by
+    ``v + 256 * c`` (``normalize_lut``: one load per element, the reference's bits)."""
     offsets = types.Constant(np.array([0, 256, 512], np.int16), device=g.device)
     idx = fn.cast(x, dtype=types.INT16) + offsets
     return fn.lookup_table(idx, keys=list(range(768)),
-                           values=[float(v) for v in normalize_table(op).ravel()],
+                           values=[float(v) for v in normalize_lut(op).ravel()],
                            dtype=_F32, default_value=0.0)
 
 
@@ -157,10 +146,8 @@ def patchify(op: ops.patchify, x: "DataNode", g: "GraphCtx") -> "DataNode":
     """Tile ``(h, w, 3)`` -> its rows in the family's layout (see ``vlmprep.plan.grid``):
     ``merge_grouped`` ``(gh*gw, 3*T*P*P)`` [c, t, py, px]; ``raster`` ``(gh*gw, 3*P*P)``
     [c, py, px]; ``naflex`` ``(gh*gw, P*P*3)`` [py, px, c]; ``tiles`` ``(3, h, w)``. Stock
-    reshape / transpose / cat with per-tile shapes, until the fused plugin takes over."""
-    fused = plugin_normalize_patchify(x, g.deferred_normalize, op, g)
-    if fused is not None:
-        return fused
+    reshape / transpose / cat with per-tile shapes (``plugin.normalize_patchify``: the same in
+    one op)."""
     if op.order == "tiles":
         return fn.transpose(x, perm=[2, 0, 1])
     y = fn.reshape(x, shape=g.arg("grid"), layout="")
@@ -175,45 +162,3 @@ def patchify(op: ops.patchify, x: "DataNode", g: "GraphCtx") -> "DataNode":
     else:
         y = fn.transpose(y, perm=[0, 2, 1, 3, 4])  # naflex: (gy, gx, py, px, c)
     return fn.reshape(y, shape=g.arg("rows"), layout="")
-
-
-# -- the fused plugin's hook ----------------------------------------------------------------------
-_PLUGIN_OP = "VlmprepNormalizePatchify"
-
-
-def plugin_loaded(device: str = "cpu") -> bool:
-    """Whether the csrc DALI plugin (``vlmprep.kernels.dali_plugin``) is built and registered
-    for ``device`` (``"cpu"`` or ``"gpu"``: a CPU-only build has no GPU op)."""
-    try:
-        from ...kernels import dali_plugin
-    except ImportError:  # a vlmprep without the kernels' loader
-        return False
-    if dali_plugin() is None:
-        return False
-    import nvidia.dali.backend as backend
-    ops = backend.RegisteredGPUOps() if device == "gpu" else backend.RegisteredCPUOps()
-    return _PLUGIN_OP in ops
-
-
-def plugin_normalize_patchify(x: "DataNode", normalize_op: "ops.normalize | None",
-                              patchify_op: ops.patchify, g: "GraphCtx") -> "DataNode | None":
-    """THE PLUGIN HOOK: the fused normalize + patchify op, or None when it is not loaded (the
-    stock lowering then runs).
-
-    Contract with ``csrc/dali`` (``fn.vlmprep_normalize_patchify``):
-        input 0: uint8 ``(h, w, 3)`` HWC, one tile per sample (the output of ``cut_tile``);
-        arguments: ``layout`` (``patchify.layout``), ``patch_size``, ``merge_size``,
-            ``temporal_patch_size``, ``lut`` (``normalize_table(op).ravel()``: 768 floats,
-            ``lut[c * 256 + v]``; left out for uint8 output), ``dtype`` (FLOAT or UINT8);
-        output 0: this tile's rows, exactly what the stock path below returns (same shape, same
-            bits: the table is the reference's normalize).
-    ``normalize_op`` is the deferred normalize (None for ``dtype="uint8"``).
-    """
-    if not g.plugin:
-        return None
-    kw = {"dtype": types.UINT8} if normalize_op is None else {
-        "dtype": _F32, "lut": [float(v) for v in normalize_table(normalize_op).ravel()]}
-    return fn.vlmprep_normalize_patchify(
-        x, layout=patchify_op.order, patch_size=patchify_op.patch_size,
-        merge_size=patchify_op.merge_size, temporal_patch_size=patchify_op.temporal_patch_size,
-        device=g.device, **kw)

@@ -5,14 +5,12 @@ import numpy as np
 
 from ... import ops
 from ...io import decode as _io
-from ...plan.tiling import box_overlap
-from .. import fused
+from ...plan.boxes import box_overlap
 from ..base import Context, register_geometry_lowerings
+from ..normalize_lut import normalize_array
 from ..registry import lowering
 
 B = "reference"
-
-_PIL_FILTER = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3}
 
 
 @lowering(B, "decode")
@@ -27,7 +25,7 @@ def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.n
     if img.shape[:2] == tuple(hw):
         return img  # Pillow returns an unchanged copy for an equal size
     pil = Image.fromarray(img, "RGB")
-    return np.asarray(pil.resize((hw[1], hw[0]), resample=_PIL_FILTER[interpolation]))
+    return np.asarray(pil.resize((hw[1], hw[0]), resample=ops.PIL_RESAMPLE[interpolation]))
 
 
 def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.ndarray:
@@ -47,23 +45,10 @@ def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.
 register_geometry_lowerings(B, _resize_to, _cut)
 
 
-def normalize_array(op: ops.normalize, x: np.ndarray) -> np.ndarray:
-    """uint8 -> float32, as transformers: ``(x.astype(f64) * rescale).astype(f32)``, then
-    ``(x - mean) / std`` in float32 (same operations, so the same bits)."""
-    mean, std = np.asarray(op.mean, np.float32), np.asarray(op.std, np.float32)
-    return ((x.astype(np.float64) * op.rescale).astype(np.float32) - mean) / std
-
-
-RAMP = np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)  # pixel v = (v, v, v)
-
-
 @lowering(B, "normalize")
-def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context):
-    """uint8 tiles -> float32 tiles (``normalize_array``), or, when the fused kernel will write the
-    rows, ``fused.Normalized`` with ``normalize_array``'s values as a table (the same bits)."""
-    if fused.usable(ctx):
-        t = fused.table((B, op), lambda: normalize_array(op, RAMP), ctx.dest.dtype, ctx.dest.device)
-        return fused.Normalized(imgs, t)
+def normalize(op: ops.normalize, imgs: list[np.ndarray], ctx: Context) -> list[np.ndarray]:
+    """uint8 tiles ``(h, w, 3)`` -> float32 tiles (``normalize_lut.normalize_array``:
+    transformers' PIL-backend arithmetic)."""
     return [normalize_array(op, x) for x in imgs]
 
 
@@ -72,10 +57,7 @@ def patchify(op: ops.patchify, imgs: list[np.ndarray], ctx: Context) -> None:
     """Tiles ``(h, w, C)`` -> ``ctx.dest``: merge-grouped rows ``(gh*gw, C*T*P*P)`` (see
     plan.grid), or ``(n_tiles, C, h, w)`` images for the ``tiles`` layout."""
     import torch
-    if isinstance(imgs, fused.Normalized):
-        return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
-    if ctx.dtype == "uint8" and fused.usable(ctx):
-        return fused.write_rows(imgs, None, ctx, op)
+    x: np.ndarray
     if op.order == "tiles":
         x = np.stack(imgs).transpose(0, 3, 1, 2)
     elif op.order in ("raster", "naflex"):

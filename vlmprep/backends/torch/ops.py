@@ -1,16 +1,12 @@
 """Lowerings of the torch backend: ``fn(op, value, ctx) -> value``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
-
 import numpy as np
 import torch
 
 from ... import kernels, ops
 from ...io import decode as _io
-from ...plan.tiling import box_overlap
-from .. import fused
+from ...plan.boxes import box_overlap
 from ..base import Context, register_geometry_lowerings
 from ..registry import lowering
 from .resize import resize_like_pil
@@ -31,7 +27,7 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
 def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> torch.Tensor:
     """``(C, H, W)`` -> ``(C, h, w)``: the box, ``fill`` where it leaves the image."""
     top, left, h, w = box
-    win = box_overlap(box, tuple(img.shape[-2:]))
+    win = box_overlap(box, (img.shape[-2], img.shape[-1]))
     if win is not None and win[1] == (0, h, 0, w):
         return img[:, top:top + h, left:left + w]  # wholly inside: a view
     out = torch.tensor(fill, dtype=img.dtype, device=img.device)[:, None, None].repeat(1, h, w)
@@ -43,7 +39,7 @@ def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> t
 
 def _resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
     """``(C, H, W)`` uint8 -> ``(C, h, w)``: on the CPU the compiled Pillow-exact resize when
-    built (its output is HWC memory, so the fused patchify reads it without a copy), else
+    built (its output is HWC memory, so the fused rows kernel reads it without a copy), else
     ``resize_like_pil``."""
     if (img.device.type == "cpu" and interpolation in kernels.RESIZE_FILTERS
             and kernels.available()):
@@ -59,26 +55,7 @@ def _resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch
 register_geometry_lowerings(B, _resize, _cut)
 
 
-@dataclass(frozen=True)
-class DeferredSizing:
-    """The sizing lowering of a CPU pipeline whose sizing op is followed only by normalize and
-    patchify: a plan that resizes the whole source into its one tile returns
-    ``[fused.Deferred]``, so the kernel resizes while it writes the rows; any other plan runs
-    ``unfused`` (the shared canvas executor). A class, not a closure, so Processors pickle."""
-
-    unfused: Callable
-
-    def __call__(self, op: Any, img: "torch.Tensor | fused.Encoded", ctx: Context) -> list:
-        # An Encoded image: DeferredDecode found the plan deferrable and left the decode too.
-        encoded = isinstance(img, fused.Encoded)
-        if not encoded and not (img.device.type == "cpu" and fused.deferrable(ctx, op.interpolation)):
-            return self.unfused(op, img, ctx)
-        c = ctx.plan.canvases[0]
-        return [fused.Deferred(img if encoded else img.permute(1, 2, 0), c.resize_hw,
-                               c.interpolation or op.interpolation)]
-
-
-def _normalize(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
+def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
     """uint8 ``(C, ...)`` -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded
     into mean/std, as transformers' torchvision backend (~1 float ulp from the PIL order)."""
     shape = (-1,) + (1,) * (x.dim() - 1)
@@ -87,28 +64,22 @@ def _normalize(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
     return (x.to(torch.float32) - mean) / std
 
 
-# (C, 256): channel c of "pixel" v is v.
-_RAMP = torch.arange(256, dtype=torch.uint8).expand(3, 256)
+def normalize_levels(op: ops.normalize, levels: np.ndarray) -> torch.Tensor:
+    """uint8 ``(256, C)`` levels -> float32 ``(256, C)`` by ``normalize_tensor`` (the lut of
+    the fused paths: ``normalize_lut.normalize_lut(op, normalize_levels)``)."""
+    return normalize_tensor(op, torch.from_numpy(levels).t()).t()
 
 
 @lowering(B, "normalize")
-def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context):
-    """uint8 tiles -> float32 tiles (``_normalize``), or, when the fused kernel will write the
-    rows, ``fused.Normalized`` with ``_normalize``'s values as a table (the same bits)."""
-    if fused.usable(ctx):
-        t = fused.table((B, op), lambda: _normalize(op, _RAMP).t(), ctx.dest.dtype, ctx.dest.device)
-        return fused.Normalized(fused.hwc_tiles(imgs), t)
-    return [_normalize(op, x) for x in imgs]
+def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
+    """uint8 tiles ``(C, h, w)`` -> float32 tiles (``normalize_tensor``)."""
+    return [normalize_tensor(op, x) for x in imgs]
 
 
 @lowering(B, "patchify")
 def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
     """Tiles ``(C, h, w)`` -> ``ctx.dest``: merge-grouped rows ``(gh*gw, C*T*P*P)`` written in one
     copy, or ``(n_tiles, C, h, w)`` images for the ``tiles`` layout."""
-    if isinstance(imgs, fused.Normalized):
-        return fused.write_rows(imgs.tiles, imgs.table, ctx, op)
-    if ctx.dtype == "uint8" and fused.usable(ctx):
-        return fused.write_rows(fused.hwc_tiles(imgs), None, ctx, op)
     if op.order == "tiles":
         for k, x in enumerate(imgs):
             ctx.dest[k].copy_(x)
@@ -130,19 +101,3 @@ def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
     x = img.reshape(C, gh // m, m, p, gw // m, m, p).permute(1, 4, 2, 5, 0, 3, 6)
     x = x.unsqueeze(5).expand(*x.shape[:5], T, p, p)
     ctx.dest.view(x.shape).copy_(x)
-
-
-@dataclass(frozen=True)
-class DeferredDecode:
-    """The decode lowering in front of ``DeferredSizing``: an 8-bit JPEG whose image gets two
-    or more threads (``fused.jpeg_deferrable``) is returned undecoded (``fused.Encoded``), so
-    one kernel call decodes it on one thread while the others resize and write the bands
-    already decoded; anything else is decoded by ``unfused``."""
-
-    unfused: Callable
-    interpolation: str
-
-    def __call__(self, op: Any, src, ctx: Context):
-        if fused.jpeg_deferrable(ctx, self.interpolation):
-            return fused.Encoded(src, op)
-        return self.unfused(op, src, ctx)

@@ -49,7 +49,7 @@ from ..resample_order import pil_pass_order
 
 __all__ = ["resize_like_pil"]
 
-_FILTERS = ("bilinear", "bicubic", "lanczos")
+_INTERPOLATIONS = ("bilinear", "bicubic", "lanczos")
 _MODES = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS"}
 
 
@@ -92,9 +92,9 @@ def _resize_like_pil(img, out_hw, interpolation: str, *, force_float: bool):
 
     if interpolation == "nearest":
         return _nearest(img, h2, w2)
-    if interpolation not in _FILTERS:
+    if interpolation not in _INTERPOLATIONS:
         raise ValueError(
-            f"interpolation must be one of ('nearest',) + {_FILTERS}, got {interpolation!r}"
+            f"interpolation must be one of ('nearest',) + {_INTERPOLATIONS}, got {interpolation!r}"
         )
     mode = _mode(interpolation)
 

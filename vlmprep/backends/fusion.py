@@ -1,0 +1,164 @@
+"""Which executor runs an image: decided here, once per pipeline (``rules``) and once per image
+(``choose``), and nowhere else.
+
+The eager backends (reference, torch) run an image by one of four executors; ``base.Backend``
+asks ``choose`` and runs the answer (``Backend.run_image``). Each executor gets plain inputs:
+a lowering's input is an image or a list of tiles, never a wrapper.
+
+| executor             | what runs                                    | when (every condition holds)   |
+|----------------------|----------------------------------------------|--------------------------------|
+| `DECODE_RESIZE_ROWS` | one ``kernels.decode_resize_normalize_       | `RESIZE_ROWS`'s conditions;    |
+|                      | patchify`` call: decodes the JPEG, resizes   | the input is encoded bytes of  |
+|                      | and writes the rows band by band             | an 8-bit RGB / gray JPEG with  |
+|                      |                                              | no EXIF rotation; the kernels  |
+|                      |                                              | have libjpeg-turbo; this image |
+|                      |                                              | gets 2 threads or more         |
+| `RESIZE_ROWS`        | the decode lowering, then one ``kernels.     | `ROWS`'s conditions; the       |
+|                      | resize_normalize_patchify`` call (no resized | backend resizes in the kernel  |
+|                      | image in memory)                             | (torch) on the CPU; the ops are|
+|                      |                                              | decode, one sizing op,         |
+|                      |                                              | [normalize,] patchify in a     |
+|                      |                                              | ``RESIZE_ORDERS`` order; the   |
+|                      |                                              | plan's one canvas is the whole |
+|                      |                                              | source resized (no crop, no    |
+|                      |                                              | pad) with an interpolation of  |
+|                      |                                              | ``kernels.RESIZE_FILTERS``, and|
+|                      |                                              | its one tile is that canvas    |
+| `ROWS`               | the lowerings up to the sizing op's tiles,   | the kernels are loaded and     |
+|                      | then one ``kernels.normalize_patchify`` call | built for the output's device; |
+|                      | (the normalize as the backend's lut)         | the output is contiguous; the  |
+|                      |                                              | pipeline normalizes after its  |
+|                      |                                              | sizing op, or dtype is uint8   |
+| `OP_BY_OP`           | every lowering in turn                       | otherwise                      |
+
+The dali backend compiles its graphs instead: its tiles graph is `ROWS` (the csrc plugin op
+``vlmprep_normalize_patchify`` in place of the normalize and patchify lowerings) when the plugin
+is loaded for the graph's device, else `OP_BY_OP` (``choose_graph``, when the graph is built).
+
+Every executor gives the same bits as `OP_BY_OP` (tests/backends/test_fused.py). ``at_most``
+caps the choice for a block, e.g. ``at_most(OP_BY_OP)`` to time or test the op-by-op paths.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from .. import kernels
+
+if TYPE_CHECKING:
+    from ..ops import Op
+    from .base import Context
+
+__all__ = ["OP_BY_OP", "ROWS", "RESIZE_ROWS", "DECODE_RESIZE_ROWS", "EXECUTORS", "RESIZE_ORDERS",
+           "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write"]
+
+OP_BY_OP = "op_by_op"
+ROWS = "rows"
+RESIZE_ROWS = "resize_rows"
+DECODE_RESIZE_ROWS = "decode_resize_rows"
+#: Executors from least to most fused; each one's conditions include the previous one's.
+EXECUTORS = (OP_BY_OP, ROWS, RESIZE_ROWS, DECODE_RESIZE_ROWS)
+
+#: Patchify orders whose rows the kernel can write while it resizes (a band of patch rows at a
+#: time).
+RESIZE_ORDERS = ("merge_grouped", "raster", "naflex")
+
+_CAP = [DECODE_RESIZE_ROWS]  # at_most's process-wide cap
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a pipeline allows, decided once per backend instance (``rules``).
+
+    Fields:
+        rows: `ROWS` is allowed (per image it still needs ``kernels_write``).
+        resize_rows: `RESIZE_ROWS` and `DECODE_RESIZE_ROWS` are allowed.
+        interpolation: the sizing op's (a canvas without its own uses it).
+    """
+
+    rows: bool
+    resize_rows: bool
+    interpolation: str
+
+
+def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) -> Rules:
+    """The pipeline's part of the table, for a backend's ``ops`` (pack dropped; normalize dropped
+    for uint8) on ``device``; ``resize_in_kernel``: the backend lets the kernel resize (torch)."""
+    names = [op.name for op in ops]
+    sizing: Any = next(op for op in ops if op.sizing)  # every sizing op has an interpolation
+    at = names.index(sizing.name)
+    normalizes = "normalize" in names and names.index("normalize") > at
+    rows = dtype == "uint8" or normalizes
+    order = ops[-1].order if names[-1] == "patchify" else None  # type: ignore[attr-defined]
+    resize_rows = (rows and resize_in_kernel and device.startswith("cpu") and at == 1
+                   and names[0] == "decode" and names[2:] in (["normalize", "patchify"],
+                                                              ["patchify"])
+                   and order in RESIZE_ORDERS)
+    return Rules(rows=rows, resize_rows=resize_rows, interpolation=sizing.interpolation)
+
+
+def kernels_write(ctx: "Context") -> bool:
+    """Whether the kernels can fill ``ctx.dest``: built, loaded, built for its device, and it is
+    contiguous."""
+    if not kernels.available() or not ctx.dest.is_contiguous():
+        return False
+    if ctx.dest.device.type == "cpu":
+        return True
+    return ctx.dest.device.type == "cuda" and bool(kernels.build_info()["torch_ext"].get("cuda"))
+
+
+def _whole_source_resized(ctx: "Context", interpolation: str) -> bool:
+    """The plan's only canvas is the whole source resized with a compiled interpolation (no crop,
+    no padding) and its only tile is that canvas (Qwen, Pixtral, NaFlex)."""
+    plan = ctx.plan
+    if len(plan.canvases) != 1:
+        return False
+    c = plan.canvases[0]
+    if c.parent != -1 or c.box is not None or c.size is not None:
+        return False
+    return ((c.interpolation or interpolation) in kernels.RESIZE_FILTERS
+            and list(plan.tiles) == [(0, 0, *c.resize_hw)])
+
+
+def _jpeg_in_kernel(ctx: "Context") -> bool:
+    """An 8-bit RGB / gray JPEG with no EXIF rotation, a kernel built with libjpeg-turbo, and two
+    threads or more for this image (the kernel decodes on one while the others resize and write
+    the bands already decoded; on one thread it is no faster than decoding first)."""
+    h = ctx.source.header
+    return (ctx.source.kind == "encoded" and h is not None and h.format == "jpeg"
+            and h.bit_depth == 8 and h.mode_hint in ("RGB", "L") and h.orientation == 1
+            and kernels.get_num_threads() >= 2 and kernels.jpeg_available())
+
+
+def choose(r: Rules, ctx: "Context", most: str = DECODE_RESIZE_ROWS) -> str:
+    """The executor of this image (see the module's table), at most ``most`` (and ``at_most``'s
+    cap). Called in the thread that runs the image (its thread count counts)."""
+    cap = min(EXECUTORS.index(most), EXECUTORS.index(_CAP[0]))
+    if cap < 1 or not r.rows or not kernels_write(ctx):
+        return OP_BY_OP
+    if (cap < 2 or not r.resize_rows or ctx.dest.device.type != "cpu"
+            or not _whole_source_resized(ctx, r.interpolation)):
+        return ROWS
+    if cap < 3 or not _jpeg_in_kernel(ctx):
+        return RESIZE_ROWS
+    return DECODE_RESIZE_ROWS
+
+
+def choose_graph(plugin_loaded: bool) -> str:
+    """The dali tiles graph's executor: `ROWS` when the plugin is loaded for the graph's device,
+    else `OP_BY_OP` (and ``at_most``'s cap)."""
+    return ROWS if plugin_loaded and EXECUTORS.index(_CAP[0]) >= 1 else OP_BY_OP
+
+
+@contextlib.contextmanager
+def at_most(executor: str) -> Iterator[None]:
+    """Within the block, every choice is at most ``executor`` (process-wide: for tests and
+    benches that compare or time the less fused paths; dali reads it when a graph is built)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"at_most: expected one of {EXECUTORS}, got {executor!r}")
+    old, _CAP[0] = _CAP[0], executor
+    try:
+        yield
+    finally:
+        _CAP[0] = old
