@@ -35,14 +35,14 @@ def test_canvas_steps(backend):
     img = np.random.default_rng().integers(0, 256, (40, 50, 3), dtype=np.uint8)
     want = _oracle(img)
     if backend == "reference":
-        from vlmprep.backends.reference.ops import _cut, _resize_to
-        got = cut_tiles(build_canvases(img, _plan(), "bicubic", _resize_to, _cut), _plan(), _cut)
+        from vlmprep.backends.reference.ops import cut, resize
+        got = cut_tiles(build_canvases(img, _plan(), "bicubic", resize, cut), _plan(), cut)
     else:
-        from vlmprep.backends.torch.ops import _cut
+        from vlmprep.backends.torch.ops import cut
         from vlmprep.backends.torch.resize import resize_like_pil
         x = torch.from_numpy(img).permute(2, 0, 1)
         got = [t.permute(1, 2, 0).numpy() for t in
-               cut_tiles(build_canvases(x, _plan(), "bicubic", resize_like_pil, _cut), _plan(), _cut)]
+               cut_tiles(build_canvases(x, _plan(), "bicubic", resize_like_pil, cut), _plan(), cut)]
     tol = 0 if backend == "reference" else 2  # torch resize bound, see test_torch_resize
     for g, w in zip(got, want):
         assert g.shape == w.shape

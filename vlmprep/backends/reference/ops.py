@@ -19,7 +19,7 @@ def decode(op: ops.decode, src, ctx: Context) -> np.ndarray:
     return _io.decode(src, op=op)
 
 
-def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.ndarray:
+def resize(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.ndarray:
     """uint8 ``(H, W, 3)`` -> uint8 ``(h, w, 3)`` with ``PIL.Image.resize`` (what HF's PIL backend runs)."""
     from PIL import Image
     if img.shape[:2] == tuple(hw):
@@ -28,7 +28,7 @@ def _resize_to(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.n
     return np.asarray(pil.resize((hw[1], hw[0]), resample=ops.PIL_RESAMPLE[interpolation]))
 
 
-def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.ndarray:
+def cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.ndarray:
     """``(H, W, C)`` -> ``(h, w, C)``: the box, ``fill`` where it leaves the image."""
     top, left, h, w = box
     win = box_overlap(box, img.shape[:2])
@@ -42,7 +42,7 @@ def _cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.
     return out
 
 
-register_geometry_lowerings(B, _resize_to, _cut)
+register_geometry_lowerings(B, resize, cut)
 
 
 @lowering(B, "normalize")

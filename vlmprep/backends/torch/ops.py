@@ -24,7 +24,7 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 
-def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> torch.Tensor:
+def cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> torch.Tensor:
     """``(C, H, W)`` -> ``(C, h, w)``: the box, ``fill`` where it leaves the image."""
     top, left, h, w = box
     win = box_overlap(box, (img.shape[-2], img.shape[-1]))
@@ -37,7 +37,7 @@ def _cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> t
     return out
 
 
-def _resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
+def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
     """``(C, H, W)`` uint8 -> ``(C, h, w)``: on the CPU the compiled Pillow-exact resize when
     built (its output is HWC memory, so the fused rows kernel reads it without a copy), else
     ``resize_like_pil``."""
@@ -52,7 +52,7 @@ def _resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch
     return resize_like_pil(img, hw, interpolation)
 
 
-register_geometry_lowerings(B, _resize, _cut)
+register_geometry_lowerings(B, resize, cut)
 
 
 def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
