@@ -20,11 +20,12 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ImageError
 
 if TYPE_CHECKING:
+    from . import ops
     from .pack import PackedBatch
     from .processor import Processor
 
@@ -47,7 +48,7 @@ def _config_fingerprint(proc: "Processor") -> bytes:
                       sort_keys=True).encode()
 
 
-def _feed_content(h: "hashlib._Hash", item: Any, max_bytes: int, max_elems: int) -> bool:
+def _feed_content(h: "hashlib.blake2b", item: Any, max_bytes: int, max_elems: int) -> bool:
     """Feed a type tag and the item's content into ``h``; False when the item is not hashable
     (unknown type, a path that is not a readable regular file, an encoded input above
     ``max_bytes``, an array of more than ``max_elems`` elements, which the Processor rejects
@@ -156,7 +157,7 @@ class OutputCache:
         h = hashlib.blake2b(digest_size=20)
         h.update(_config_fingerprint(proc))
         h.update(b"\0item\0")
-        dec = proc.pipeline["decode"]
+        dec = cast("ops.decode", proc.pipeline["decode"])
         try:
             if not _feed_content(h, item, dec.max_source_bytes, 3 * dec.max_source_pixels):
                 return None

@@ -85,7 +85,7 @@ def mosaic(hw: tuple[int, int], seed: int = 0) -> "np.ndarray":
             x0 = rng.integers(0, p.shape[1] - cw + 1)
             cell = Image.fromarray(p[y0:y0 + ch, x0:x0 + cw])
             h, w = ys[r + 1] - ys[r], xs[c + 1] - xs[c]
-            out[ys[r]:ys[r + 1], xs[c]:xs[c + 1]] = np.asarray(cell.resize((w, h), Image.BICUBIC))
+            out[ys[r]:ys[r + 1], xs[c]:xs[c + 1]] = np.asarray(cell.resize((w, h), Image.Resampling.BICUBIC))
     return out
 
 

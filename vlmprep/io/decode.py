@@ -380,6 +380,7 @@ def _decode_jpeg_kernel(data: bytes, src: Source) -> "np.ndarray | None":
     not one it takes (then Pillow decodes it). Raises ImageError for damaged data."""
     from .. import kernels
     hdr = src.header
+    assert hdr is not None  # an "encoded" Source always carries its probe header
     if not kernels.jpeg_available():
         return None
     try:
@@ -416,6 +417,7 @@ def encoded_bytes(src: Source, op: "ops.decode | None" = None) -> bytes:
     """The bytes of an ``"encoded"`` Source, ready for any decoder: its predicted decode within
     ``op.max_decode_bytes``, at most ``op.max_source_bytes`` read, ``check_structure`` passed.
     Raises ImageError (with ``src.desc``)."""
+    assert src.header is not None  # an "encoded" Source always carries its probe header
     try:
         check_decode_cost(src.header, op.max_decode_bytes if op else DEFAULT_MAX_DECODE_BYTES)
         data = read_bytes(src, op.max_source_bytes if op else DEFAULT_MAX_SOURCE_BYTES)

@@ -78,7 +78,7 @@ def group_by_tokens(samples: Iterable[Sample], window: int, skip: int = 0) -> It
     samples are dropped (resume inside a window). ``pos`` is renumbered to the new order.
     """
     buf: list[Sample] = []
-    base = None
+    base = 0  # stream position of the window's first sample
 
     def flush() -> Iterator[Sample]:
         nonlocal skip
@@ -91,13 +91,12 @@ def group_by_tokens(samples: Iterable[Sample], window: int, skip: int = 0) -> It
         skip = 0
 
     for s in samples:
-        if base is None:
+        if not buf:
             base = s.pos
         buf.append(s)
         if len(buf) == window:
             yield from flush()
             buf = []
-            base = None
     if buf:
         yield from flush()
 

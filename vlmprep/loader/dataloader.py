@@ -18,7 +18,7 @@ import queue
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 from ..errors import ImageError
 from .batching import Sample, group_by_tokens, pack_greedy, stream_from
@@ -167,15 +167,20 @@ class DataLoader:
         self._cuda = str(getattr(proc, "device", "cpu")).startswith("cuda")
         self._tls = threading.local()
         self._tokens: dict[int, int] = {}  # map-style: index -> tokens (headers read once)
-        self._order_cache: tuple[int, Any] | None = None
-        self._len_cache: tuple[int, int] | None = None
+        self._order_cache: tuple[tuple[int, int], Any] | None = None  # ((epoch, seed), order)
+        self._len_cache: tuple[tuple[int, int], int] | None = None  # ((epoch, seed), batches)
         self._epoch = 0
         self._yielded = 0
         self._resume = False
         self._gen = 0
 
+    @property
+    def _seq(self) -> Sequence[Any]:
+        """``sources`` of a map-style loader (len + index; only used when ``self._map``)."""
+        return cast(Sequence[Any], self.sources)
+
     def __repr__(self) -> str:
-        kind = f"{len(self.sources)} samples" if self._map else "iterable"
+        kind = f"{len(self._seq)} samples" if self._map else "iterable"
         return (f"DataLoader({kind}, batch_size={self.batch_size}, "
                 f"max_batch_tokens={self.max_batch_tokens}, shuffle={self.shuffle}, "
                 f"seed={self.seed}, num_workers={self.num_workers}, epoch={self._epoch})")
@@ -200,7 +205,7 @@ class DataLoader:
         """
         return {"version": _STATE_VERSION, "kind": "map" if self._map else "iterable",
                 "epoch": self._epoch, "seed": self.seed, "samples_yielded": self._yielded,
-                "num_samples": len(self.sources) if self._map else None,
+                "num_samples": len(self._seq) if self._map else None,
                 "shuffle": self.shuffle, "group_by_size": self.group_by_size,
                 "group_window": self.group_window if self.group_by_size else None}
 
@@ -231,7 +236,7 @@ class DataLoader:
     # -- the sample stream ----------------------------------------------------------------------
     def _order(self, epoch: int):
         if self._order_cache is None or self._order_cache[0] != (epoch, self.seed):
-            n = len(self.sources)
+            n = len(self._seq)
             if self.shuffle:
                 import numpy as np
                 order = np.random.default_rng(self.seed + epoch).permutation(n).tolist()
@@ -247,7 +252,7 @@ class DataLoader:
             order = self._order(epoch)
             for j in range(start, len(order)):
                 i = order[j]
-                yield i, (self.sources[i] if fetch else None)
+                yield i, (self._seq[i] if fetch else None)
         else:
             it = iter(self.sources)
             for _ in range(start):  # resume: skip consumed items without reading headers
@@ -308,16 +313,18 @@ class DataLoader:
         if not self._map:
             raise TypeError("len(DataLoader): an iterable source has no length; pass a sequence "
                             "(len + index) to get one")
-        n = len(self.sources)
+        n = len(self._seq)
         if not self._need_tokens:
-            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+            bs = self.batch_size
+            assert bs is not None  # without a token budget, batch_size is required (__init__)
+            return n // bs if self.drop_last else math.ceil(n / bs)
         if self._len_cache is None or self._len_cache[0] != (self._epoch, self.seed):
 
             def light(pos: int, index: int, raw: Any) -> Sample:
                 # Token counts only: sources[index] is fetched on a header-cache miss alone.
                 t = self._tokens.get(index)
                 if t is None:
-                    return self._make_sample(pos, index, self.sources[index])
+                    return self._make_sample(pos, index, self._seq[index])
                 return Sample(pos, index, index, None, t)
 
             count = sum(1 for _ in self._batches(self._epoch, 0, light, fetch=False))
@@ -379,13 +386,14 @@ class DataLoader:
             if k in pre:
                 parts[k] = self._error_part(pre[k])
                 continue
-            key = self.cache.key_for(s.image, self.proc) if self.cache is not None else None
-            if key is not None:
+            cache = self.cache
+            key = cache.key_for(s.image, self.proc) if cache is not None else None
+            if key is not None and cache is not None:
                 if key in first:  # the same image twice in one batch: processed once
                     dup[k] = first[key]
                     continue
                 first[key] = k
-                hit = self.cache.get(key)
+                hit = cache.get(key)
                 if hit is not None:
                     if self._cuda:
                         # made on another worker's stream: an eviction must not free it while
@@ -400,7 +408,7 @@ class DataLoader:
             out = self._call(samples, todo)
             for k, part in zip(todo, out.split()):
                 parts[k] = part
-                if k in keys:
+                if k in keys and self.cache is not None:
                     self.cache.put(keys[k], part)
         for k, j in dup.items():
             parts[k] = parts[j]
@@ -477,6 +485,7 @@ class DataLoader:
     def _iterate(self, epoch: int, skip: int, gen: int
                  ) -> Iterator[tuple[list[Any], "PackedBatch"]]:
         batches = self._batches(epoch, skip)
+        results: Iterator[tuple[list[Sample], PackedBatch]]
         if self.num_workers == 0:
             results = ((b, self._process(b)) for b in batches)
         else:

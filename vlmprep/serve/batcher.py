@@ -128,7 +128,7 @@ class Batcher:
         # seconds), and not on the worker (a request's plan must not wait behind a batch).
         self._planner = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vlmprep-plan")
         self._admitting = 0  # submits between their closed-check and their enqueue
-        self._stream = None  # the worker's CUDA stream, made on first use in the worker
+        self._stream: Any = None  # the worker's torch.cuda.Stream, made on first use in the worker
         self._queue: deque[_Request] = deque()
         self._queued_images = 0
         self._queued_tokens = 0
@@ -196,7 +196,7 @@ class Batcher:
                 raise errs[0]  # planned on this request alone: the index is already local
             fut = loop.create_future()
             req = _Request(items, sources, plans, tokens, fut, t0, loop.time())
-            fut.add_done_callback(lambda f, r=req: self._on_done(r))
+            fut.add_done_callback(lambda _f: self._on_done(req))
             self._queue.append(req)
             self._queued_images += req.n
             self._queued_tokens += req.tokens
