@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
+from ..presets import gemma3
+
 if TYPE_CHECKING:
     from ..pack import PackedBatch
     from ..plan import Plan
@@ -30,7 +32,7 @@ __all__ = ["PROMPT_IMAGE_TOKENS", "expand_prompt", "expand_prompts", "model_inpu
 #: ``pack.hf_output`` form -> the image token a prompt holds once per image, where it is not the
 #: expanded ``pack.image_token`` itself (Gemma 3 writes ``<start_of_image>`` = ``boi_token``; the
 #: processor turns it into ``\n\n<start_of_image><image_soft_token>*256<end_of_image>\n\n``).
-PROMPT_IMAGE_TOKENS: dict[str, str] = {"gemma3": "<start_of_image>"}
+PROMPT_IMAGE_TOKENS: dict[str, str] = {"gemma3": gemma3.BOI_TOKEN}
 
 
 def placeholders_of(batch_or_plan: "PackedBatch | Plan | Sequence[str]") -> list[str]:

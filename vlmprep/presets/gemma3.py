@@ -15,6 +15,9 @@ from ..pipeline import Pipeline
 from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Gemma3ImageProcessor")
+#: Gemma3Processor's ``boi_token``: what a prompt holds once per image (the processor expands it
+#: to ``\n\n<start_of_image>`` + soft tokens + ``<end_of_image>\n\n``).
+BOI_TOKEN = "<start_of_image>"
 #: Gemma3Processor's ``images_kwargs`` (used where the config says null): off, min crop 256, max
 #: 4 crops, ratio 1.2, which are the ``pan_and_scan`` op's defaults (defined there once).
 PAN_AND_SCAN_DEFAULTS = {k: getattr(ops.pan_and_scan(), k) for k in ops.pan_and_scan.field_names()
@@ -32,7 +35,7 @@ def _pipeline(hw: tuple[int, int], mean, std, interpolation: str = "bilinear",
     steps += normalize_steps(rescale, mean, std, do_normalize)
     # merge_size = the 4 x 4 average pool: (896 / 14)^2 / 16 = 256 soft tokens per sequence.
     steps += [ops.patchify(patch_size=patch, temporal_patch_size=1, merge_size=pool, order="tiles"),
-              ops.pack(image_token="<image_soft_token>", prefix="\n\n<start_of_image>",
+              ops.pack(image_token="<image_soft_token>", prefix="\n\n" + BOI_TOKEN,
                        suffix="<end_of_image>\n\n", hf_output="gemma3")]
     return Pipeline(steps, name="gemma3")
 
