@@ -216,7 +216,7 @@ def normalize_on_device(batch: "PackedBatch", dtype: "torch.dtype | None" = None
     ``pixel_values`` uint8 -> float32 (or ``dtype``, rounded from float32 as the float path does),
     same shape and layout; bit-equal to ``Processor(..., dtype="float32")`` on the same images.
     The math is a per-channel lookup of ``((v.astype(f64) * rescale).astype(f32) - mean) / std``
-    for the 256 levels (float64 on a GPU is slow; the table is exact). The channel of an element:
+    for the 256 levels (float64 on a GPU is slow; the lut is exact). The channel of an element:
     ``merge_grouped`` rows ``[c, t, py, px]`` and ``raster`` rows ``[c, py, px]``: index //
     (row_len / C); ``naflex`` rows ``[py, px, c]``: index % C; ``tiles`` ``(S, C, H, W)``: dim 1.
     A batch that is not uint8 is returned as it is (already normalized).
