@@ -1,4 +1,12 @@
-"""Backends execute a plan. One registry: ``available()``, ``names()``, ``get(name)``."""
+"""Backends execute a plan. One registry: ``available()``, ``names()``, ``get(name)``.
+
+    registry.py       backends and their per-op lowerings (loud on conflicts and misses)
+    base.py           Backend: one image at a time, by the executor fusion.py chooses
+    fusion.py         which executor runs an image (op by op or a fused kernel): the one table
+    fused.py          the fused executors' kernel calls
+    normalize_lut.py  the normalize lut (one builder, used by every backend and the adapters)
+    reference/ torch/ dali/   the backends
+"""
 from __future__ import annotations
 
 import importlib.util

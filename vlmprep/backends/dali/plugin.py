@@ -4,7 +4,7 @@ patchify lowerings, when ``vlmprep.kernels.dali_plugin_loaded(device)``.
 
 Contract with ``csrc/dali``:
     input 0: uint8 ``(h, w, 3)`` HWC, one tile per sample (the output of ``graph.cut_tile``);
-    arguments: ``layout`` (``patchify.order``), ``patch_size``, ``merge_size``,
+    arguments: ``order`` (``patchify.order``), ``patch_size``, ``merge_size``,
         ``temporal_patch_size``, ``lut`` (``normalize_lut(op).ravel()``: 768 floats,
         ``lut[c * 256 + v]``; left out for uint8 output), ``dtype`` (FLOAT or UINT8);
     output 0: this tile's rows, exactly what the stock lowerings return (same shape, same bits:
@@ -40,6 +40,6 @@ def normalize_patchify(x: "DataNode", normalize_op: "ops.normalize | None",
     kw = {"dtype": types.UINT8} if normalize_op is None else {
         "dtype": types.FLOAT, "lut": [float(v) for v in normalize_lut(normalize_op).ravel()]}
     return fn.vlmprep_normalize_patchify(
-        x, layout=patchify_op.order, patch_size=patchify_op.patch_size,
+        x, order=patchify_op.order, patch_size=patchify_op.patch_size,
         merge_size=patchify_op.merge_size, temporal_patch_size=patchify_op.temporal_patch_size,
         device=device, **kw)
