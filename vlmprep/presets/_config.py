@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..ops import CLIP_MEAN, CLIP_STD, PIL_RESAMPLE, Op, normalize
+from ..ops import PIL_RESAMPLE, Op, normalize
 
-__all__ = ["CLIP_MEAN", "CLIP_STD", "IMAGENET_MEAN", "IMAGENET_STD", "HALF", "need",
-           "config_interpolation", "config_normalize", "config_hw", "config_types",
+__all__ = ["HALF", "need", "config_interpolation", "config_normalize", "config_hw", "config_types",
            "normalize_steps"]
 
-# CLIP_MEAN / CLIP_STD: OpenAI CLIP's, the normalize op's defaults (defined in vlmprep.ops).
-#: ImageNet's mean / std (InternVL).
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+# OpenAI CLIP's mean / std are the normalize op's defaults: ops.CLIP_MEAN / ops.CLIP_STD.
 #: mean = std = 0.5 per channel (SigLIP, SigLIP2, Gemma 3, Idefics3, Qwen3-VL, LLaVA-OneVision,
 #: and the transformers class default of Mllama).
 HALF = (0.5, 0.5, 0.5)

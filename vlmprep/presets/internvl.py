@@ -9,17 +9,11 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    config_hw,
-    config_interpolation,
-    config_normalize,
-    config_types,
-    need,
-    normalize_steps,
-)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
+#: ImageNet's mean / std (only InternVL's checkpoints use them).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_PROCESSOR_TYPES = config_types("GotOcr2ImageProcessor")
 
 

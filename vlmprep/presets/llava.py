@@ -10,16 +10,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    CLIP_MEAN,
-    CLIP_STD,
-    config_hw,
-    config_interpolation,
-    config_normalize,
-    config_types,
-    need,
-    normalize_steps,
-)
+from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("CLIPImageProcessor")
 
@@ -39,7 +30,7 @@ def _pipeline(shortest_edge: int, crop_hw: tuple[int, int], patch: int, mean, st
 
 
 def llava_1_5() -> Pipeline:
-    return _pipeline(336, (336, 336), 14, CLIP_MEAN, CLIP_STD)
+    return _pipeline(336, (336, 336), 14, ops.CLIP_MEAN, ops.CLIP_STD)
 
 
 def matches(cfg: Mapping[str, Any]) -> bool:
@@ -55,7 +46,7 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     if not cfg.get("do_center_crop", True):
         raise ValueError("preprocessor_config: do_center_crop=false is not supported for "
                          "CLIPImageProcessor (tiles need one size); expected do_center_crop=true")
-    mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
+    mean, std, rescale, do_norm = config_normalize(cfg, ops.CLIP_MEAN, ops.CLIP_STD)
     return _pipeline(short, config_hw(cfg, "crop_size", (224, 224)), int(need(cfg, "patch_size", 14)),
                      mean, std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
 

@@ -17,17 +17,7 @@ from typing import Any, Mapping, cast
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    CLIP_MEAN,
-    CLIP_STD,
-    HALF,
-    config_hw,
-    config_interpolation,
-    config_normalize,
-    config_types,
-    need,
-    normalize_steps,
-)
+from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 #: OneVision's pinpoints: every (384 i, 384 j), i, j in 1..6, row-major (the checkpoint's order).
 ONEVISION_PINPOINTS = tuple((384 * i, 384 * j) for i in range(1, 7) for j in range(1, 7))
@@ -60,7 +50,7 @@ def _pipeline(name: str, tile_size: int, pinpoints, mean, std, *, patch: int = 1
 
 
 def llava_next() -> Pipeline:
-    return _pipeline("llava-next", 336, ops.LLAVA_NEXT_PINPOINTS, CLIP_MEAN, CLIP_STD,
+    return _pipeline("llava-next", 336, ops.LLAVA_NEXT_PINPOINTS, ops.CLIP_MEAN, ops.CLIP_STD,
                      num_additional_image_tokens=1, strategy="default")
 
 
@@ -102,8 +92,8 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     """
     onevision = cfg.get("image_processor_type") in ONEVISION_TYPES
     if onevision:
-        mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
-        raw_mean = tuple(need(cfg, "image_mean", CLIP_MEAN))
+        mean, std, rescale, do_norm = config_normalize(cfg, ops.CLIP_MEAN, ops.CLIP_STD)
+        raw_mean = tuple(need(cfg, "image_mean", ops.CLIP_MEAN))
         aspect = str(need(cfg, "vision_aspect_ratio", "anyres_max_9"))
         max_np = int(aspect[len("anyres_max_"):]) if aspect.startswith("anyres_max_") else 0
         return _pipeline(
@@ -114,7 +104,7 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
             strategy=str(need(cfg, "vision_feature_select_strategy", "full")),
             interpolation=config_interpolation(cfg, "bicubic"), rescale=rescale,
             do_normalize=do_norm, square_mean=raw_mean, hf_output="llava_onevision")
-    mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
+    mean, std, rescale, do_norm = config_normalize(cfg, ops.CLIP_MEAN, ops.CLIP_STD)
     return _pipeline(
         "llava-next", _tile_size(cfg, 224),
         need(cfg, "image_grid_pinpoints", ops.LLAVA_NEXT_PINPOINTS), mean, std,

@@ -11,17 +11,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import (
-    CLIP_MEAN,
-    CLIP_STD,
-    HALF,
-    config_hw,
-    config_interpolation,
-    config_normalize,
-    config_types,
-    need,
-    normalize_steps,
-)
+from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("MllamaImageProcessor")
 
@@ -40,7 +30,7 @@ def _pipeline(tile_size: int, max_tiles: int, mean, std, interpolation: str = "b
 
 
 def mllama() -> Pipeline:
-    return _pipeline(560, 4, CLIP_MEAN, CLIP_STD)
+    return _pipeline(560, 4, ops.CLIP_MEAN, ops.CLIP_STD)
 
 
 def matches(cfg: Mapping[str, Any]) -> bool:

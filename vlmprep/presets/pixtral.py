@@ -12,13 +12,13 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import CLIP_MEAN, CLIP_STD, config_interpolation, config_normalize, config_types, need, normalize_steps
+from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("PixtralImageProcessor")
 
 
-def _pipeline(patch: int = 16, merge: int = 1, longest_edge: int = 1024, mean=CLIP_MEAN,
-              std=CLIP_STD, interpolation: str = "bicubic", rescale: float = 1 / 255,
+def _pipeline(patch: int = 16, merge: int = 1, longest_edge: int = 1024, mean=ops.CLIP_MEAN,
+              std=ops.CLIP_STD, interpolation: str = "bicubic", rescale: float = 1 / 255,
               do_normalize: bool = True) -> Pipeline:
     steps: list[ops.Op] = [ops.decode(),
                            ops.pixtral_resize(longest_edge=longest_edge,
@@ -72,7 +72,7 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
                          "do_resize=true")
     patch = _side(cfg, "patch_size", ("height", "width"), 16)
     merge = int(need(cfg, "spatial_merge_size", 2 if patch == 14 else 1))
-    mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
+    mean, std, rescale, do_norm = config_normalize(cfg, ops.CLIP_MEAN, ops.CLIP_STD)
     return _pipeline(patch, merge, _side(cfg, "size", ("longest_edge", "height", "width"), 1024),
                      mean, std, config_interpolation(cfg, "bicubic"), rescale, do_norm)
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ._config import CLIP_MEAN, CLIP_STD, HALF, config_interpolation, config_normalize, need, normalize_steps
+from ._config import HALF, config_interpolation, config_normalize, need, normalize_steps
 
 #: Image-processor class names (4.x and 5.x spellings) that this family's configs carry.
 IMAGE_PROCESSOR_TYPES = (
@@ -37,7 +37,7 @@ def _pipeline(name: str, patch: int, min_pixels: int, max_pixels: int,
 
 def qwen2_vl() -> Pipeline:
     """Qwen2-VL-* / Qwen2.5-VL-*: patch 14, merge 2, pixels 3136..12,845,056, CLIP mean/std."""
-    return _pipeline("qwen2-vl", 14, 3136, 12_845_056, CLIP_MEAN, CLIP_STD)
+    return _pipeline("qwen2-vl", 14, 3136, 12_845_056, ops.CLIP_MEAN, ops.CLIP_STD)
 
 
 def qwen3_vl() -> Pipeline:
@@ -62,7 +62,7 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     min_pixels = cfg.get("min_pixels") or size.get("shortest_edge") or 56 * 56
     max_pixels = cfg.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280
     patch = int(need(cfg, "patch_size", 14))
-    mean, std, rescale, do_norm = config_normalize(cfg, CLIP_MEAN, CLIP_STD)
+    mean, std, rescale, do_norm = config_normalize(cfg, ops.CLIP_MEAN, ops.CLIP_STD)
     name = "qwen3-vl" if patch == 16 else "qwen2-vl"
     if not cfg.get("do_resize", True):
         raise ValueError("preprocessor_config: do_resize=false is not supported for Qwen "
