@@ -19,8 +19,9 @@ def config(preset: str) -> dict:
 def hf_processor(preset: str, backend: str, raw: bool = False):
     """``backend``: "pil" (the oracle) or "torchvision". ``raw``: no rescale/normalize.
 
-    Built as ``vlmprep bench --compare hf`` builds it (``vlmprep.bench.hf``): the checkpoint
-    config's values plus what the model's Processor forces (InternVL crop_to_patches, LLaVA-NeXT
+    Built as ``vlmprep bench --compare hf`` builds it (``vlmprep.bench.hf.processor_kwargs``): the
+    checkpoint config's values plus what the model's Processor forces, as each family's
+    ``vlmprep.presets.<family>.processor_forces`` says (InternVL crop_to_patches, LLaVA-NeXT
     do_pad, Pixtral patch * merge, Gemma 3's pan-and-scan fields).
     """
     import transformers
