@@ -23,7 +23,7 @@ import torch
 
 import vlmprep
 from vlmprep import kernels
-from vlmprep.backends.base import Context
+from vlmprep.backends.context import Context
 from vlmprep.backends.normalize_lut import normalize_array, normalize_lut
 from vlmprep.backends.reference import ops as R
 from vlmprep.backends.torch import ops as T

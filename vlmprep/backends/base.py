@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from ..errors import ImageError
+from ..kernels import get_num_threads, local_threads
 from ..ops import OP_TYPES
 from ..pipeline import Pipeline
 from . import fused, fusion
+from .context import Context
 from .normalize_lut import lut_tensor, normalize_array
 from .registry import get_lowering, lowering
 
@@ -23,28 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vlmprep.backends")
 
-__all__ = ["Context", "Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings",
+__all__ = ["Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings",
            "register_sizing"]
-
-
-@dataclass
-class Context:
-    """What a lowering may read besides its op and its input value.
-
-    Fields:
-        source: the validated input item.
-        plan: this image's plan (all sizes and boxes come from here).
-        dest: this image's slice of the batch output, which patchify fills:
-            ``(num_patches, patch_dim)`` rows or ``(num_tiles, C, H, W)`` tiles.
-        dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"``.
-        device: torch device string.
-    """
-
-    source: "Source"
-    plan: "ImagePlan"
-    dest: "torch.Tensor"
-    dtype: str
-    device: str
 
 
 class Backend:
@@ -139,7 +121,6 @@ class Backend:
     def _map(self, jobs: list[Context]) -> list[ImageError | None]:
         """Run every image; on the CPU with several threads allowed, images run side by side
         (decoders and kernels release the GIL), each with one kernel thread."""
-        from ..kernels import get_num_threads, local_threads
         n = min(get_num_threads(), len(jobs))
         if n <= 1 or not self.device.startswith("cpu"):
             return [self._one(c) for c in jobs]

@@ -23,7 +23,7 @@ from ..plan.grid import row_length
 if TYPE_CHECKING:
     from ..io.inputs import Source
     from ..ops import decode, patchify
-    from .base import Context
+    from .context import Context
 
 __all__ = ["write_rows", "resize_rows", "decode_resize_rows"]
 

@@ -48,7 +48,7 @@ from .. import kernels
 
 if TYPE_CHECKING:
     from ..ops import Op
-    from .base import Context
+    from .context import Context
 
 __all__ = ["OP_BY_OP", "ROWS", "RESIZE_ROWS", "DECODE_RESIZE_ROWS", "EXECUTORS", "RESIZE_ORDERS",
            "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write"]

@@ -270,7 +270,7 @@ def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet
 
     from .. import backends, kernels, pack
     from ..backends import fusion
-    from ..backends.base import Context
+    from ..backends.context import Context
     from ..io.inputs import resolve
     from ..plan import plan_images
     from ..plan.grid import row_length

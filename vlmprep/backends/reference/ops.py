@@ -6,7 +6,8 @@ import numpy as np
 from ... import ops
 from ...io import decode as _io
 from ...plan.boxes import box_overlap
-from ..base import Context, register_geometry_lowerings
+from ..base import register_geometry_lowerings
+from ..context import Context
 from ..normalize_lut import normalize_array
 from ..registry import lowering
 

@@ -7,7 +7,8 @@ import torch
 from ... import kernels, ops
 from ...io import decode as _io
 from ...plan.boxes import box_overlap
-from ..base import Context, register_geometry_lowerings
+from ..base import register_geometry_lowerings
+from ..context import Context
 from ..registry import lowering
 from .resize import resize_like_pil
 
