@@ -1,7 +1,7 @@
 """Ops: what the user wants done to each image, as frozen data (stdlib only).
 
 Each op has one resolved form and one name that is the same in every layer
-(spec, plan rule, backend lowering, tests, bench): grep ``smart_resize`` and you
+(ops, plan rule, backend lowering, tests, bench): grep ``smart_resize`` and you
 find all of it. Ops hold numbers only; they never decide per-image sizes — the
 plan does (``vlmprep.plan``), from these numbers and the image header.
 """
