@@ -2,6 +2,11 @@
 
 Backends receive a plan and never decide a shape; ``Processor.plan()`` returns the
 same plan that ``Processor.__call__`` executes.
+
+This module holds the types (``Canvas``, ``ImagePlan``, ``Sizing``, ``Plan``), the rule registry
+(``SIZING_RULES``, filled by ``@sizing_rule``) and ``plan_image`` / ``plan_images``; each sizing
+op's rule lives in its own module (``qwen``, ``resize``, ``internvl``, ``anyres``, ``idefics3``,
+``mllama``, ``gemma3``, ``pixtral``, ``naflex``).
 """
 from __future__ import annotations
 
