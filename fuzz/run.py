@@ -118,6 +118,9 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma list of harnesses (default: all)")
     args = ap.parse_args()
     names = [n for n in HARNESSES if not args.only or n in args.only.split(",")]
+    if names and args.seconds / len(names) < 4:  # run_one starts a harness only with >= 3 whole s left
+        ap.error(f"--seconds: expected at least {4 * len(names)} ({len(names)} harnesses, 4 s each), "
+                 f"got {args.seconds:g}: nothing would run")
     python = sys.executable
     results = []
     for n in names:
