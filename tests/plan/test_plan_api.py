@@ -166,3 +166,25 @@ def test_plan_equals_call_with_skipped_image():
 
 def test_plan_is_exported():
     assert isinstance(Processor("qwen2-vl").plan([_arr(5, 5)]), vlmprep.Plan)
+
+
+def test_rule_registry_is_loud(monkeypatch):
+    # One rule per sizing op: a second one, or a rule for a non-sizing op, is refused at import;
+    # a sizing op without a rule is named when a plan needs it.
+    from vlmprep.plan import plan_image
+    from vlmprep.plan.plan import SIZING_RULES, sizing_rule
+    with pytest.raises(RuntimeError, match="defined twice"):
+        sizing_rule("smart_resize")(lambda op, hw, pipeline: None)
+    with pytest.raises(RuntimeError, match="sizing op"):
+        sizing_rule("normalize")(lambda op, hw, pipeline: None)
+    monkeypatch.delitem(SIZING_RULES, "smart_resize")
+    with pytest.raises(NotImplementedError, match="'smart_resize'"):
+        plan_image(vlmprep.presets.get("qwen2-vl"), (10, 10))
+
+
+def test_hf_form_registry_is_loud():
+    from vlmprep.hf_forms import hf_form
+    with pytest.raises(RuntimeError, match="defined twice"):
+        hf_form("qwen2_vl")(lambda b: {})
+    with pytest.raises(RuntimeError, match="HF_OUTPUTS"):
+        hf_form("not_a_form")(lambda b: {})
