@@ -3,11 +3,13 @@ Processor stays usable afterwards."""
 from __future__ import annotations
 
 import os
+import random
 
 import numpy as np
 import pytest
 import torch
 from _support.imgdata import crop, encode
+from _support.seed import SEED
 
 import vlmprep
 
@@ -24,7 +26,7 @@ def _bad_items(tmp_path):
     jpeg = encode(crop("astronaut", 120, 160), "jpeg")
     return {
         "empty bytes": b"",
-        "random bytes": os.urandom(512),
+        "random bytes": random.Random(SEED).randbytes(512),
         "truncated header": jpeg[:40],
         "truncated data": jpeg[: len(jpeg) // 2],
         "huge header": _huge_png_header(),
@@ -76,7 +78,7 @@ def test_first_bad_index_raised_before_any_decode(tmp_path, monkeypatch):
     monkeypatch.setattr(dec, "decode", lambda src: calls.append(src) or None)
     with pytest.raises(vlmprep.ImageError) as ei:
         vlmprep.Processor("qwen2-vl", backend="reference")(
-            [crop("chelsea", 50, 50), b"", os.urandom(64)])
+            [crop("chelsea", 50, 50), b"", random.Random(SEED).randbytes(64)])
     assert ei.value.index == 1 and calls == []
 
 

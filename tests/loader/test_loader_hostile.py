@@ -67,7 +67,7 @@ def _sources(tmp_path, rng):
         "long-name": str(tmp_path / ("x" * 300 + ".jpg")),
         "nul": "a\0b.png",
         "released": _released(),
-        "strided-view": memoryview(bytearray(os.urandom(200)))[::2],
+        "strided-view": memoryview(bytearray(rng.bytes(200)))[::2],
         "meta": torch.empty((3, 8, 8), dtype=torch.uint8, device="meta"),
         "float": np.zeros((8, 8, 3), np.float32),
     }
