@@ -158,6 +158,8 @@ def test_tile_is_a_deprecated_alias_of_internvl_tile():
         old = ops.tile(rule="internvl", tile_size=448, max_tiles=6)
     assert old == ops.internvl_tile(tile_size=448, max_tiles=6)
     assert old.name == "internvl_tile" and "rule" not in old.to_dict()
+    with pytest.warns(DeprecationWarning):  # the old positional order: rule, tile_size, ...
+        assert ops.tile("internvl", 336, 1, 4) == ops.internvl_tile(tile_size=336, max_tiles=4)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="rule"):
         ops.tile(rule="llava")
     assert "tile" not in ops.OP_TYPES  # a function, not an op: one name per op

@@ -227,14 +227,15 @@ class internvl_tile(Op):
         return self.tile_size, self.tile_size
 
 
-def tile(rule: str = "internvl", **fields: Any) -> internvl_tile:
+def tile(rule: str = "internvl", *args: Any, **fields: Any) -> internvl_tile:
     """Deprecated spelling of ``internvl_tile`` (API.md's op ``tile``, whose only ``rule`` was
-    ``"internvl"``): warns and returns ``internvl_tile(**fields)``."""
+    ``"internvl"``; its other fields come in the same order): warns and returns
+    ``internvl_tile(*args, **fields)``."""
     warnings.warn("vlmprep.ops.tile(rule='internvl', ...) is deprecated; use "
                   "vlmprep.ops.internvl_tile(...)", DeprecationWarning, stacklevel=2)
     if rule != "internvl":
         _fail("tile", "rule", "one of ('internvl',)", rule, "use vlmprep.ops.internvl_tile(...)")
-    return internvl_tile(**fields)
+    return internvl_tile(*args, **fields)
 
 
 @dataclass(frozen=True)
