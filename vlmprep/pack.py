@@ -28,8 +28,8 @@ class PackedBatch:
 
     Fields (shapes first):
         pixel_values: float32 / bfloat16 / uint8 on ``device``. ``layout="patches"``:
-            ``(total_patches, patch_dim)``, a row is one patch in the family's layout (Qwen:
-            ``[c, t, py, px]``, merge-grouped rows); ``order="tiles"``:
+            ``(total_patches, patch_dim)``, a row is one patch in the family's row order (Qwen:
+            ``[c, t, py, px]``, merge-grouped rows); ``layout="tiles"``:
             ``(num_seqs, C, H, W)``, one tile image per ViT sequence.
         cu_seqlens: ``(num_seqs + 1,)`` int32 on ``device``: prefix sums of ``seqlens`` from 0.
         seqlens: ``list[int]`` (host): patches per sequence; no device sync needed.
@@ -114,7 +114,7 @@ class PackedBatch:
     def to_hf(self, images_per_sample: Sequence[int] | None = None) -> dict:
         """What the family's transformers image processor returns for the same images.
 
-        By the pipeline's ``pack.hf_output`` ("auto": by layout):
+        By the pipeline's ``pack.hf_output`` ("auto": by patchify's order):
           - ``qwen2_vl``: ``{"pixel_values": (total_patches, patch_dim), "image_grid_thw":
             (num_images, 3) int64}`` (``Qwen2VLImageProcessor``);
           - ``images``: ``{"pixel_values": (num_images, C, H, W)}`` (SigLIP, CLIP / LLaVA-1.5);

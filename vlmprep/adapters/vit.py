@@ -18,7 +18,7 @@ N = total ViT tokens (``sum(batch.seqlens)``), S = ``batch.num_seqs``. Positions
 
     Given  one Qwen image with grid (1, 2, 4), merge 2 (rows merge-grouped)
     Output patch_positions rows (0,0) (0,1) (1,0) (1,1) | (0,2) (0,3) (1,2) (1,3)
-    Given  the same grid in raster / naflex / tiles layout
+    Given  the same grid in raster / naflex / tiles order
     Output (0,0) (0,1) (0,2) (0,3) (1,0) (1,1) (1,2) (1,3)
 """
 from __future__ import annotations
@@ -146,7 +146,7 @@ def rotary_position_ids(batch: "PackedBatch") -> "torch.Tensor":
     op = _patchify(batch)
     if op.order != "merge_grouped":
         raise ValueError(f"rotary_position_ids: expected a merge_grouped batch (Qwen families), "
-                         f"got layout {op.order!r}; use patch_positions(batch) for other layouts")
+                         f"got order {op.order!r}; use patch_positions(batch) for other orders")
     return patch_positions(batch)
 
 
@@ -158,7 +158,7 @@ def naflex_inputs(batch: "PackedBatch") -> dict[str, "torch.Tensor"]:
     _check_batch(batch)
     if _patchify(batch).order != "naflex":
         raise ValueError(f"naflex_inputs: expected a naflex batch (preset 'siglip2-naflex'), got "
-                         f"layout {_patchify(batch).order!r}")
+                         f"order {_patchify(batch).order!r}")
     from ..hf_forms import HF_FORMS
     out = HF_FORMS["siglip2"](batch)
     out["spatial_shapes"] = out["spatial_shapes"].to(batch.device, non_blocking=True)
@@ -230,22 +230,22 @@ def normalize_on_device(batch: "PackedBatch", dtype: "torch.dtype | None" = None
         raise ValueError("normalize_on_device: expected a batch whose pipeline has a normalize op "
                          "(its mean/std), got none; build the batch with a preset or add "
                          "vlmprep.ops.normalize(...) to the pipeline")
-    layout = _patchify(batch).order
+    order = _patchify(batch).order
     c = len(op.mean)
-    if layout == "tiles":
+    if order == "tiles":
         view = pv.reshape(pv.shape[0], pv.shape[1], -1)             # (S, C, H*W)
-    elif layout == "naflex":
+    elif order == "naflex":
         view = pv.reshape(-1, 1, c).transpose(1, 2)                 # (N*P*P, C, 1)
     else:
         view = pv.reshape(pv.shape[0], c, -1)                       # (N, C, T*P*P) / (N, C, P*P)
     if view.shape[1] != c:
         raise ValueError(f"normalize_on_device: expected {c} channels, got pixel_values "
-                         f"{tuple(pv.shape)} in layout {layout!r}")
+                         f"{tuple(pv.shape)} in order {order!r}")
     lut = _normalize_lut(op).to(pv.device, non_blocking=True)
     offsets = torch.arange(c, device=pv.device, dtype=torch.int32).mul_(256)[None, :, None]
     idx = view.to(torch.int32) + offsets                            # flat index into (C*256,)
     out = torch.index_select(lut.reshape(-1), 0, idx.reshape(-1)).reshape(idx.shape)
-    if layout == "naflex":
+    if order == "naflex":
         out = out.transpose(1, 2)
     out = out.reshape(pv.shape)
     if dtype is not None and dtype != torch.float32:

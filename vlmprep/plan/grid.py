@@ -35,7 +35,7 @@ __all__ = ["patch_grid", "tokens_for_grid", "row_length"]
 def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
     """``(t, gh, gw)`` for a still image or tile of size ``hw`` (t = 1: one temporal group).
 
-    ``tiles`` layout: ``floor(side / patch_size)``, what a stride-P patch embedding sees
+    ``tiles`` order: ``floor(side / patch_size)``, what a stride-P patch embedding sees
     (SigLIP 384 with patch 14 -> 27 x 27).
     """
     h, w = hw
@@ -44,7 +44,7 @@ def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
         return 1, h // p, w // p
     if h % (p * m) or w % (p * m):
         raise ImageError(f"expected sides that are multiples of patch_size*merge_size = {p * m} "
-                         f"for layout {op.order!r}, got {h}x{w} (HxW) after resizing; use a "
+                         f"for order {op.order!r}, got {h}x{w} (HxW) after resizing; use a "
                          f"resize op whose factor is {p * m}")
     return 1, h // p, w // p
 
