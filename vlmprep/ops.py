@@ -574,6 +574,6 @@ class pack(Op):
         _check_int(self.name, "extra_tokens", self.extra_tokens, lo=0)
         if self.hf_output not in HF_OUTPUTS:
             _fail(self.name, "hf_output", f"one of {HF_OUTPUTS}", self.hf_output,
-                  "'auto' picks from the patchify layout")
+                  "'auto' picks from the patchify order")
 
 
