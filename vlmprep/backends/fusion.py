@@ -22,7 +22,8 @@ a lowering's input is an image or a list of tiles, never a wrapper.
 |                      |                                              | plan's one canvas is the whole |
 |                      |                                              | source resized (no crop, no    |
 |                      |                                              | pad) with an interpolation of  |
-|                      |                                              | ``kernels.RESIZE_FILTERS``, and|
+|                      |                                              | ``kernels.                     |
+|                      |                                              | RESIZE_INTERPOLATIONS``, and   |
 |                      |                                              | its one tile is that canvas    |
 | `ROWS`               | the lowerings up to the sizing op's tiles,   | the kernels are loaded and     |
 |                      | then one ``kernels.normalize_patchify`` call | built for the output's device; |
@@ -117,7 +118,7 @@ def _whole_source_resized(ctx: "Context", interpolation: str) -> bool:
     c = plan.canvases[0]
     if c.parent != -1 or c.box is not None or c.size is not None:
         return False
-    return ((c.interpolation or interpolation) in kernels.RESIZE_FILTERS
+    return ((c.interpolation or interpolation) in kernels.RESIZE_INTERPOLATIONS
             and list(plan.tiles) == [(0, 0, *c.resize_hw)])
 
 

@@ -35,10 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "dali_plugin_loaded",
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
            "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_available", "JpegDeclined",
-           "RESIZE_FILTERS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
+           "RESIZE_INTERPOLATIONS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
-RESIZE_FILTERS = ("bilinear", "bicubic", "lanczos")
+RESIZE_INTERPOLATIONS = ("bilinear", "bicubic", "lanczos")
 
 #: The largest image side the kernels take (csrc/include/vlmprep/limits.h: kMaxSide).
 MAX_SIDE = 1 << 28

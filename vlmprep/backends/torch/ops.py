@@ -42,7 +42,7 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
     """``(C, H, W)`` uint8 -> ``(C, h, w)``: on the CPU the compiled Pillow-exact resize when
     built (its output is HWC memory, so the fused rows kernel reads it without a copy), else
     ``resize_like_pil``."""
-    if (img.device.type == "cpu" and interpolation in kernels.RESIZE_FILTERS
+    if (img.device.type == "cpu" and interpolation in kernels.RESIZE_INTERPOLATIONS
             and kernels.available()):
         if tuple(img.shape[-2:]) == tuple(hw):
             return img
