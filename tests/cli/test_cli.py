@@ -19,7 +19,8 @@ def test_plan_sizes_table_and_json():
     rc, out, _ = _run("plan", "--preset", "qwen2-vl", "--size", "1920x1080")
     assert rc == 0
     line = [s for s in out.splitlines() if s.startswith("1920x1080")][0].split()
-    # PEERS.md 2.1: 1080x1920 (HxW) -> 1092x1932, grid (1, 78, 138), 2691 tokens.
+    # Qwen2-VL (transformers' processor, checkpoint config): 1080x1920 (HxW) -> 1092x1932,
+    # grid (1, 78, 138), 2691 tokens.
     assert line[2] == "1932x1092" and line[-2] == "2691"
     rc, out, _ = _run("plan", "--preset", "qwen3-vl", "--size", "1920x1080", "--json")
     d = json.loads(out)
@@ -27,7 +28,7 @@ def test_plan_sizes_table_and_json():
     assert (img["resized"], img["grid_thw"], img["tokens"]) == ("1920x1088", [[1, 68, 120]], 2040)
     rc, out, _ = _run("plan", "--size", "1920x1080", "--set", "max_pixels=1003520", "--json")
     assert json.loads(out)["images"][0]["tokens"] == 1222
-    # A tiling family: InternVL 1080x1920 -> 4x2 tiles + thumbnail, 2306 tokens (PEERS.md 2.6).
+    # A tiling family: InternVL 1080x1920 -> 4x2 tiles + thumbnail, 2306 tokens (as transformers).
     rc, out, _ = _run("plan", "--preset", "internvl", "--size", "1920x1080", "--json")
     img = json.loads(out)["images"][0]
     assert (img["tiles"], img["tokens"], img["resized"]) == (9, 2306, "1792x896")
