@@ -16,7 +16,11 @@ _OLD_FIELDS = {("patchify", "layout"): "order"}
 
 
 def _upgrade(i: int, name: Any, od: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """An op dict written before a rename -> its current form (warns once per old spelling)."""
+    """An op dict written before a rename -> its current form, with a DeprecationWarning.
+
+    Given {"op": "tile", "rule": "internvl", "tile_size": 448} -> ("internvl_tile", {"tile_size": 448});
+    patchify's {"layout": "tiles"} -> {"order": "tiles"}.
+    """
     if name in _OLD_OPS:
         new, dropped = _OLD_OPS[name]
         for k, only in dropped.items():
@@ -180,6 +184,8 @@ class Pipeline:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Pipeline":
+        """The pipeline ``to_dict()`` wrote; dicts written before a rename (op ``tile`` with
+        ``rule="internvl"``, patchify's ``layout``) are read with a DeprecationWarning."""
         if not isinstance(d, Mapping) or not isinstance(d.get("ops"), list):
             raise ValueError(f"Pipeline.from_dict: expected {{'name': str, 'ops': [...]}} as made by "
                              f"Pipeline.to_dict(), got {type(d).__name__} with keys "
