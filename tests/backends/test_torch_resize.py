@@ -33,11 +33,14 @@ from PIL import Image
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
+from _support.figures import record  # noqa: E402
+
 from vlmprep.backends.resample_order import pil_pass_order  # noqa: E402
 from vlmprep.backends.torch import resize as resize_mod  # noqa: E402
 from vlmprep.backends.torch.resize import resize_like_pil  # noqa: E402
 from vlmprep.ops import PIL_RESAMPLE  # noqa: E402
 
+SECTION = "torch resize vs Pillow (uint8 levels)"
 MAX_LEVELS = 2
 MEAN_LEVELS = 0.05
 # The float path (what CUDA runs) on uniform noise with bilinear: at scale factors such as 1.5 the
@@ -148,7 +151,7 @@ def _check_bounds(results, label: str, mean_bound: float = MEAN_LEVELS) -> None:
     ]
     worst_max = max(r[1] for r in results)
     worst_mean = max((r[2] for r in results if r[3] >= MIN_PIXELS_FOR_MEAN * 3), default=0.0)
-    print(f"{label}: {len(results)} cases, worst max {worst_max}, worst mean {worst_mean:.4f}")
+    record(SECTION, f"{label}: {len(results)} cases, worst max {worst_max}, worst mean {worst_mean:.4f}")
     assert not bad, f"{label}: out of bounds (max<={MAX_LEVELS}, mean<={mean_bound}): {bad[:10]}"
 
 
@@ -241,7 +244,7 @@ def test_pass_order_matches_pillow_bit_exact(seed):
             two = np.asarray(_two_step(img, order, dst, f))
             if not np.array_equal(one, two):
                 failures.append((src, dst, interp, img.mode, order))
-    print(f"seed {seed}: {len(cases) * len(INTERPOLATIONS)} resizes, orders {orders}")
+    record(SECTION, f"pass order, seed {seed}: {len(cases) * len(INTERPOLATIONS)} resizes, orders {orders}")
     assert not failures, f"seed {seed} (VLMPREP_TEST_SEED={seed} replays): {failures[:10]}"
     assert orders.get(("v", "h"), 0) >= 30 and orders.get(("h", "v"), 0) >= 30, orders
 
@@ -330,18 +333,24 @@ def test_matches_pil_on_noise(interp, seed):
                       f"noise {interp} float={force_float} seed={seed}", bound)
 
 
-@pytest.mark.parametrize("interp", ["bicubic", "lanczos", "bilinear"])
-def test_qwen_3000x4000_photo_mosaic(interp):
-    """3000x4000 -> 2996x4004 (Pillow goes vertical first); the naive one-shot resize is worse."""
-    a = _mosaic(3000, 4000)
-    dst = (2996, 4004)
+def _ours_and_naive(a: np.ndarray, dst, interp: str, label: str):
+    """A vertical-first pair: |resize_like_pil - PIL| and |one-shot torchvision - PIL| as (max,
+    mean); ours is held to the bounds here."""
     assert pil_pass_order(a.shape[:2], dst, interp) == ("v", "h")
     t = _chw(a)
     ref = _pil(a, dst, interp)
     ours = _err(_hwc(resize_like_pil(t, dst, interp)), ref)
     naive = _err(_hwc(_naive(t, dst, interp)), ref)
-    print(f"3000x4000 {interp}: ours max {ours[0]} mean {ours[1]:.4f}; naive max {naive[0]} mean {naive[1]:.4f}")
+    record(SECTION, f"{label}->{dst} {interp}: ours max {ours[0]} mean {ours[1]:.4f}; "
+                    f"naive max {naive[0]} mean {naive[1]:.4f}")
     assert ours[0] <= MAX_LEVELS and ours[1] <= MEAN_LEVELS
+    return ours, naive
+
+
+@pytest.mark.parametrize("interp", ["bicubic", "lanczos", "bilinear"])
+def test_qwen_3000x4000_photo_mosaic(interp):
+    """3000x4000 -> 2996x4004 (Pillow goes vertical first); the naive one-shot resize is worse."""
+    ours, naive = _ours_and_naive(_mosaic(3000, 4000), (2996, 4004), interp, "3000x4000")
     # Measured naive: mean 0.08 (bilinear) .. 0.12 (lanczos), max 15 / 27 (bicubic / lanczos).
     assert naive[1] > 10 * max(ours[1], 1e-3)
     if interp != "bilinear":  # bilinear has no negative lobes: the wrong order costs <= 1 level
@@ -352,14 +361,7 @@ def test_qwen_3000x4000_photo_mosaic(interp):
 def test_naive_one_shot_is_worse_where_pillow_goes_vertical_first(interp):
     """Guards the order logic: on vertical-first photo pairs, ours beats the one-shot resize."""
     a = _odd_crop(_photos()[2])  # coffee, 399 x 599
-    dst = (101, 561)
-    assert pil_pass_order(a.shape[:2], dst, interp) == ("v", "h")
-    t = _chw(a)
-    ref = _pil(a, dst, interp)
-    ours = _err(_hwc(resize_like_pil(t, dst, interp)), ref)
-    naive = _err(_hwc(_naive(t, dst, interp)), ref)
-    print(f"coffee {a.shape[:2]}->{dst} {interp}: ours {ours}, naive {naive}")
-    assert ours[0] <= MAX_LEVELS and ours[1] <= MEAN_LEVELS
+    ours, naive = _ours_and_naive(a, (101, 561), interp, f"coffee {a.shape[:2]}")
     assert naive[1] > 10 * max(ours[1], 1e-3) and naive[1] > MEAN_LEVELS
 
 
