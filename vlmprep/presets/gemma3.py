@@ -57,7 +57,8 @@ def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     pas["do_pan_and_scan"] = bool(pas["do_pan_and_scan"])
     pipe = _pipeline(hw, mean, std, config_interpolation(cfg, "bilinear"), rescale, do_norm, **pas)
     seq = cfg.get("image_seq_length")
-    grid = (hw[0] // 14) * (hw[1] // 14) // 16
+    pf = pipe.patchify  # the soft tokens of one sequence: patches pooled merge x merge
+    grid = (hw[0] // pf.patch_size) * (hw[1] // pf.patch_size) // pf.merge_size ** 2
     if seq is not None and int(seq) != grid:
         raise ValueError(f"preprocessor_config: image_seq_length expected {grid} ((size / 14)^2 "
                          f"pooled 4 x 4), got {seq!r}; build the Pipeline by hand for this model")
