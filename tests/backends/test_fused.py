@@ -119,6 +119,19 @@ def test_decode_resize_rows_changes_no_bit(kernels, chosen, preset, dtype):
     assert chosen == [fusion.DECODE_RESIZE_ROWS] + [fusion.RESIZE_ROWS] * 5
 
 
+def test_rules_per_pipeline():
+    """The pipeline's part of fusion's table: which executors a backend instance may choose."""
+    torch_be, ref_be = vlmprep.backends.get("torch"), vlmprep.backends.get("reference")
+    qwen = vlmprep.presets.get("qwen2-vl")
+    raw = vlmprep.Pipeline([op for op in qwen.ops if op.name != "normalize"], name="raw")
+    assert torch_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, True, "bicubic")
+    assert torch_be(qwen, "cuda", "float32").fusion == fusion.Rules(True, False, "bicubic")
+    assert ref_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, False, "bicubic")
+    assert torch_be(vlmprep.presets.get("internvl"), "cpu", "uint8").fusion.resize_rows is False
+    assert torch_be(raw, "cpu", "float32").fusion == fusion.Rules(False, False, "bicubic")
+    assert torch_be(raw, "cpu", "uint8").fusion == fusion.Rules(True, True, "bicubic")
+
+
 def test_at_most_is_checked():
     with pytest.raises(ValueError, match="expected one of"):
         with fusion.at_most("fused"):

@@ -88,14 +88,14 @@ def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) 
     for uint8) on ``device``; ``resize_in_kernel``: the backend lets the kernel resize (torch)."""
     names = [op.name for op in ops]
     sizing: Any = next(op for op in ops if op.sizing)  # every sizing op has an interpolation
+    patchify: Any = next(op for op in ops if op.name == "patchify")
     at = names.index(sizing.name)
     normalizes = "normalize" in names and names.index("normalize") > at
     rows = dtype == "uint8" or normalizes
-    order = ops[-1].order if names[-1] == "patchify" else None  # type: ignore[attr-defined]
-    resize_rows = (rows and resize_in_kernel and device.startswith("cpu") and at == 1
-                   and names[0] == "decode" and names[2:] in (["normalize", "patchify"],
-                                                              ["patchify"])
-                   and order in RESIZE_ORDERS)
+    resize_rows = (rows and resize_in_kernel and device.startswith("cpu")
+                   and names[:2] == ["decode", sizing.name]
+                   and names[2:] in (["normalize", "patchify"], ["patchify"])
+                   and patchify.order in RESIZE_ORDERS)
     return Rules(rows=rows, resize_rows=resize_rows, interpolation=sizing.interpolation)
 
 
