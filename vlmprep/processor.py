@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from . import presets
 from .errors import ImageError, describe_source
-from .io.inputs import as_image_list
+from .io.inputs import as_image_list, resolve
 from .pipeline import Pipeline
 from .plan import ImagePlan, Plan, plan_images
 
@@ -92,7 +92,6 @@ class Processor:
         Never raises for a per-item cause: a bad item has ``None`` as its source and its
         ImageError in its plan. ``_execute`` runs the result without probing again.
         """
-        from .io.inputs import resolve
         max_bytes = cast("decode", self.pipeline["decode"]).max_source_bytes
         sources: list = []
         sizes: list = []

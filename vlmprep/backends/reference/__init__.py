@@ -1,7 +1,9 @@
 """``reference``: PIL + numpy, operation for operation as transformers' PIL-backend processors.
 
 Values flow as uint8 ``(H, W, 3)`` until normalize, float32 ``(H, W, 3)`` after; patchify writes
-the output rows. Always available (needs only Pillow, numpy and torch for the output tensors).
+the output rows. With the kernels built, ``fusion.choose`` runs normalize + patchify as one kernel
+call whose lut is this backend's normalize (``normalize_lut.normalize_array``: the same bits).
+Always available (needs only Pillow, numpy and torch for the output tensors).
 """
 from __future__ import annotations
 
