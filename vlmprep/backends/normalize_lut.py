@@ -3,7 +3,7 @@
 A uint8 channel has 256 levels, so a normalize is a per-channel 256-entry table. Every user of
 the table gets it from ``normalize_lut`` here: the fused kernels of the reference and torch
 backends (``lut_tensor``), DALI's lookup table and its plugin, ``adapters.vit.normalize_on_device``
-and the benches. The table is a backend's own normalize applied to every level (the ``RAMP``
+and the benches. The table is a backend's own normalize applied to every level (the ``ramp``
 image), so a lookup gives exactly the bits of that backend's op-by-op path, whatever order it
 rounds in.
 
