@@ -34,6 +34,8 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # The header is hidden under -q (make test): the seed is repeated here so a failure can be replayed.
+    terminalreporter.write_line(f"vlmprep test seed: {SEED} (replay with VLMPREP_TEST_SEED={SEED})")
     got = figures.collected()
     if not got:
         return

@@ -86,11 +86,12 @@ class Processor:
                 f"device={self.device!r}, dtype={self.dtype!r}, errors={self.errors!r})")
 
     # -- planning -------------------------------------------------------------------------------
-    def _resolve(self, items: list) -> tuple[list, list[ImagePlan]]:
+    def prepare(self, items: list) -> tuple[list, list[ImagePlan]]:
         """Probe (headers, shapes) and plan every item once -> (sources, plans).
 
         Never raises for a per-item cause: a bad item has ``None`` as its source and its
-        ImageError in its plan. ``_execute`` runs the result without probing again.
+        ImageError in its plan. ``execute`` runs the result without probing again; the serving
+        batcher calls ``prepare`` when a request arrives and ``execute`` when its batch runs.
         """
         max_bytes = cast("decode", self.pipeline["decode"]).max_source_bytes
         sources: list = []
@@ -124,17 +125,17 @@ class Processor:
         Returns a Plan equal to what ``self(images)`` produces. With ``errors="raise"``
         the first bad image raises ImageError; with ``"skip"`` it is recorded in its plan.
         """
-        _, plans = self._resolve(as_image_list(images))
+        _, plans = self.prepare(as_image_list(images))
         self._first_error(plans)
         return Plan(list(plans), self.pipeline)
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, images: Sequence[Any]):
         """Process ``images`` -> PackedBatch (see API.md for every field)."""
-        return self._execute(*self._resolve(as_image_list(images)))
+        return self.execute(*self.prepare(as_image_list(images)))
 
-    def _execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
-        """``_resolve``'s output -> PackedBatch, without probing again (the Batcher plans a
+    def execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
+        """``prepare``'s output -> PackedBatch, without probing again (the Batcher plans a
         request when it arrives and runs it later through this).
 
         ``plans[k].index`` must be ``k``.
@@ -144,9 +145,9 @@ class Processor:
         from . import pack
         from .plan.grid import row_length
         self._first_error(plans)  # raise before any decode: no partial state
-        layout = self.pipeline.patchify.order
-        total = sum(p.rows(layout) for p in plans if p.error is None)
-        if layout == "tiles":
+        order = self.pipeline.patchify.order
+        total = sum(p.rows(order) for p in plans if p.error is None)
+        if order == "tiles":
             shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]
         else:
             shape = (total, row_length(self.pipeline.patchify))
@@ -156,7 +157,7 @@ class Processor:
         if late:
             if self.errors == "raise":
                 raise late[min(late)]
-            out = _drop_rows(out, plans, late, layout)
+            out = _drop_rows(out, plans, late, order)
         errors = {p.index: p.error for p in plans if p.error is not None}
         errors.update(late)
         return pack.build(out, plans, errors, self.pipeline)
@@ -168,14 +169,14 @@ def _with_source(p: ImagePlan, desc: str) -> ImagePlan:
     return replace(p, error=err.at(source=desc) if err is not None else None)
 
 
-def _drop_rows(out, plans: Sequence[ImagePlan], failed: dict[int, ImageError], layout: str):
+def _drop_rows(out, plans: Sequence[ImagePlan], failed: dict[int, ImageError], order: str):
     """``out`` without the rows of images that failed during decode (rare path: one copy)."""
     import torch
     keep, row = [], 0
     for p in plans:
         if p.error is not None:
             continue
-        n = p.rows(layout)
+        n = p.rows(order)
         if p.index not in failed:
             keep.append(torch.arange(row, row + n))
         row += n

@@ -137,11 +137,11 @@ class Recorder:
         self._hold(images)
         return self.inner(images)
 
-    def _execute(self, sources, plans):
+    def execute(self, sources, plans):
         # The batcher's worker runs the sources and plans made at submit (no second probe);
         # an item that failed to resolve has no Source: recorded as None.
         self._hold([s.item if s is not None else None for s in sources])
-        return self.inner._execute(sources, plans)
+        return self.inner.execute(sources, plans)
 
 
 def record(b: Batcher, **kw) -> Recorder:

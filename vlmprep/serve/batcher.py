@@ -182,7 +182,7 @@ class Batcher:
             # Probe + plan once, off the loop: the token count cuts batches before anything
             # queues, header errors come before any decode (as proc() itself raises them), and
             # the worker later runs these very sources and plans (no second probe).
-            sources, plans = await loop.run_in_executor(self._planner, self._proc._resolve, items)
+            sources, plans = await loop.run_in_executor(self._planner, self._proc.prepare, items)
             tokens = sum(p.num_tokens for p in plans)
             if self.max_request_tokens is not None and tokens > self.max_request_tokens:
                 self._metrics.rejected += 1
@@ -415,7 +415,7 @@ class Batcher:
                 where.append((s, i))
         with self._stream_ctx():
             if plans:
-                parts = list(self._proc._execute(sources, plans).split())
+                parts = list(self._proc.execute(sources, plans).split())
                 for (s, i), key, part in zip(where, keys, parts):
                     s[i] = part
                     if key is not None and not part.errors:

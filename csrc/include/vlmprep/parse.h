@@ -23,7 +23,7 @@ inline bool parse_order(std::string_view s, Order* out) {
   return true;
 }
 
-// The compiled resize's interpolations (vlmprep.kernels.RESIZE_FILTERS; nearest stays with PIL).
+// The compiled resize's interpolations (vlmprep.kernels.RESIZE_INTERPOLATIONS; nearest stays with PIL).
 constexpr const char* kInterpolationNames = "bilinear, bicubic or lanczos";
 
 // "bilinear" -> Interpolation::kBilinear, ...; false for any other name.
