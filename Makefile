@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint clean sanitize fuzz fuzz-short
+.PHONY: venv demo test lint clean sanitize fuzz fuzz-short gpu-check-dry
 
 venv: $(STAMP)
 
@@ -74,3 +74,27 @@ sanitize:
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache vlmprep/kernels/*.so vlmprep/kernels/_build_info.json
+
+# The GPU test machine simulated (bench/README.md, issue 15): its Python 3.12 and torch 2.11 stack
+# (requirements/gpu-machine.txt) in a venv made once from the registry; then, with no registry
+# (PIP_NO_INDEX=1), no DALI and DEVICE=cpu, bench/gpu_check.sh in a copy of the tree (it builds
+# csrc in place, CUDA for sm_90 when nvcc is here); then the same script with a failure injected,
+# which must exit non-zero. Results in build/gpu-dry/results*.
+PYTHON312 ?= python3.12
+GPU_DRY   := build/gpu-dry
+GPU_DRY_PY := $(CURDIR)/$(GPU_DRY)/venv/bin/python
+
+gpu-check-dry: venv
+	@test -x $(GPU_DRY_PY) || { $(PYTHON312) -m venv $(GPU_DRY)/venv && \
+	  $(GPU_DRY_PY) -m pip install --quiet --disable-pip-version-check -r requirements/gpu-machine.txt; }
+	test -d bench/.gpu_inputs || $(PY) bench/gpu_check.py --prepare-inputs
+	rm -rf $(GPU_DRY)/tree $(GPU_DRY)/results $(GPU_DRY)/results-injected && mkdir -p $(GPU_DRY)/tree
+	git ls-files -z --cached --others --exclude-standard | \
+	  tar --null -T - --ignore-failed-read -cf - | tar -xf - -C $(GPU_DRY)/tree
+	cp -r bench/.gpu_inputs $(GPU_DRY)/tree/bench/
+	cd $(GPU_DRY)/tree && PIP_NO_INDEX=1 PYTHON=$(GPU_DRY_PY) DEVICE=cpu \
+	  bash bench/gpu_check.sh --budget 1800 --out $(CURDIR)/$(GPU_DRY)/results
+	cd $(GPU_DRY)/tree && ! PIP_NO_INDEX=1 VLMPREP_GPU_CHECK_INJECT=kernels PYTHON=$(GPU_DRY_PY) DEVICE=cpu \
+	  bash bench/gpu_check.sh --skip-build --quick --only env,kernels,parity \
+	  --out $(CURDIR)/$(GPU_DRY)/results-injected
+	@echo "gpu-check-dry: the dry run passed and the injected failure failed the run"

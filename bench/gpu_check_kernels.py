@@ -4,6 +4,8 @@ device-to-device copy of the same bytes in the same run (goal: >= 70% of the cop
 Called by bench/gpu_check.py; `--device cpu` runs the twin against itself (a dry run)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -27,12 +29,32 @@ def _run(imgs, lut, order, P, m, T, dtype, device):
     return out
 
 
+def small_cases(device: str) -> bool:
+    """A small ragged batch per order and dtype (odd sizes, 1-patch images), device vs twin: the
+    case compute-sanitizer memcheck runs over (every block shape, little time under the tool)."""
+    rng = np.random.default_rng(1)
+    ok = True
+    for order, P, m, T in CASES:
+        q = P * (m if order == "merge_grouped" else 1)
+        imgs = [torch.from_numpy(rng.integers(0, 256, (q * (k % 2 + 1), q * (k % 3 + 1), 3), dtype=np.uint8))
+                for k in range(5)]
+        for dtype in (torch.float32, torch.bfloat16, torch.uint8):
+            lut = None if dtype == torch.uint8 else torch.randn(3, 256).to(dtype)
+            got = _run(imgs, lut, order, P, m, T, dtype, device).cpu()
+            want = _run(imgs, lut, order, P, m, T, dtype, "cpu")
+            ok &= bool(torch.equal(got.view(torch.uint8), want.view(torch.uint8)))
+    return ok
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
-def check(device: str) -> tuple[list[dict], bool]:
+def check(device: str, corrupt: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+          ) -> tuple[list[dict], bool]:
+    """Every case against the twin (``corrupt`` is applied to the device output before the
+    comparison: gpu_check's failure injection), then the bandwidth. -> (rows, all bit-exact)."""
     rows, ok = [], True
     if kernels.why_unavailable():
         return [{"check": "kernels", "result": f"not built: {kernels.why_unavailable()}"}], False
@@ -43,7 +65,7 @@ def check(device: str) -> tuple[list[dict], bool]:
                                               dtype=np.uint8)) for k in range(7)]
         for dtype in (torch.float32, torch.bfloat16, torch.uint8):
             lut = None if dtype == torch.uint8 else torch.randn(3, 256).to(dtype)
-            got = _run(imgs, lut, order, P, m, T, dtype, device).cpu()
+            got = corrupt(_run(imgs, lut, order, P, m, T, dtype, device)).cpu()
             want = _run(imgs, lut, order, P, m, T, dtype, "cpu")
             same = bool(torch.equal(got.view(torch.uint8), want.view(torch.uint8)))
             ok &= same

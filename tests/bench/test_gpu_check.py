@@ -1,0 +1,78 @@
+"""bench/gpu_check.sh, dry-run on the CPU (issue 15): every step but the build and the CUDA-only
+memcheck runs here as it will on the GPU machine; a wrong result, a step past its time box and a
+Python without torch each make the run fail loudly. The build step and Python 3.12 / torch 2.11
+are covered by `make gpu-check-dry` (the machine simulated, in CI)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # ~1 min: real pipelines on every step
+
+
+def _run(tmp_path: Path, *args: str, **env_extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "VLMPREP_GPU_CHECK_INJECT")}
+    env.update(PYTHON=sys.executable, DEVICE="cpu", **env_extra)
+    p = subprocess.run(["bash", "bench/gpu_check.sh", "--skip-build", "--quick", "--out", str(tmp_path),
+                        "--tag", "t", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    report = tmp_path / "gpu_check_t.json"
+    return p, (json.loads(report.read_text()) if report.exists() else {})
+
+
+def test_dry_run_passes_and_reports_every_step(tmp_path):
+    out = tmp_path / "device_out"
+    out.mkdir()
+    p, rep = _run(tmp_path, OUT=str(out))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    st = {k: v["status"] for k, v in rep["steps"].items()}
+    assert list(st) == ["env", "build", "kernels", "memcheck", "parity", "timing", "dali"]
+    assert st["build"] == "SKIP" and st["memcheck"] == "SKIP"  # --skip-build; memcheck is CUDA-only
+    assert all(st[k] == "PASS" for k in ("env", "kernels", "parity", "timing")), st
+    assert st["dali"] in ("PASS", "SKIP")
+    parity = rep["steps"]["parity"]["rows"]
+    assert len(parity) == 9 and all(r["ok"] and r["batch_invariant"] and r["same_geometry"] for r in parity)
+    timing = rep["steps"]["timing"]["rows"]
+    assert [r["size"] for r in timing] == ["720p", "1080p"] and all(r["output_ok"] for r in timing)
+    assert set(rep["goals"]) == {"images_per_s_1080p", "speedup_vs_hf_torchvision",
+                                 "kernel_fraction_of_copy", "max_levels"}
+    assert rep["goals"]["max_levels"]["got"] is not None
+    assert "gpu_check: all steps passed" in p.stdout
+    # The device tool brings back what is under $OUT: the JSON, the table and the log are there.
+    assert sorted(f.name for f in out.iterdir()) == ["gpu_check_t.json", "gpu_check_t.log", "gpu_check_t.md"]
+    assert "| parity | PASS |" in (out / "gpu_check_t.md").read_text()
+
+
+@pytest.mark.parametrize("step", ["kernels", "parity", "timing"])
+def test_an_injected_wrong_result_fails_the_run(tmp_path, step):
+    p, rep = _run(tmp_path, "--only", f"env,{step},timing" if step != "timing" else "env,timing",
+                  VLMPREP_GPU_CHECK_INJECT=step)
+    assert p.returncode == 1, p.stdout[-2000:]
+    assert rep["failed"] == [step] and rep["exit_status"] == 1
+    assert f"gpu_check: FAILED 1 step(s): {step}" in p.stderr
+    if step != "timing":  # the steps after a failed one still run and report
+        assert rep["steps"]["timing"]["status"] == "PASS"
+
+
+def test_a_step_past_its_time_box_fails_and_the_rest_still_report(tmp_path):
+    # parity needs ~10 s here: in a 2 s box it is killed, reported, and the run fails.
+    p, rep = _run(tmp_path, "--only", "env,parity,kernels", "--box", "parity=2")
+    assert p.returncode == 1
+    assert "within its" in rep["steps"]["parity"]["summary"], rep["steps"]["parity"]
+    assert rep["steps"]["env"]["status"] == "PASS" and rep["steps"]["kernels"]["status"] == "PASS"
+    assert rep["failed"] == ["parity"]
+
+
+def test_a_python_without_torch_is_refused_with_a_fix(tmp_path):
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    p = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHON=str(fake)), timeout=60)
+    assert p.returncode == 2
+    assert "expected" in p.stderr and "fix: PYTHON=" in p.stderr
