@@ -12,8 +12,9 @@ or a hang costs that step, never the others or the JSON), inside one overall bud
   memcheck  compute-sanitizer memcheck over a small ragged batch of every order and dtype
   parity    the torch backend on the device against the reference backend on the CPU, every
             preset and dtype, in uint8 levels, and batch invariance (each image alone = in a batch)
-  timing    qwen2-vl at 720p / 1080p / 4K, JPEG bytes to packed tensors on the device; the decode
-            floor (torchvision.io.decode_jpeg on the device: nvJPEG); transformers' torchvision
+  timing    qwen2-vl at 720p / 1080p / 4K, JPEG bytes to packed tensors on the device, two ways:
+            the Processor on the bytes, and torchvision.io.decode_jpeg on the device (nvJPEG) then
+            the Processor on the decoded tensors; the decode floor; transformers' torchvision
             processor on the device on the same images
   dali      the dali backend on the device against the reference, when DALI is importable;
             "skipped: DALI absent" otherwise
@@ -322,21 +323,32 @@ def step_timing(a: argparse.Namespace) -> dict:
         data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in items]
         dev = a.device if a.device.startswith("cuda") else "cpu"
         t_dec = _best_time(lambda data=data, dev=dev: decode_jpeg(data, device=dev), a.device, repeats)
+        # The same bytes decoded by torchvision on the device (nvJPEG on cuda) and handed to
+        # the Processor as CHW uint8 tensors: JPEG bytes to packed tensors without a CPU decode.
+        nv = proc(decode_jpeg(data, device=dev))
+        nv_levels = _levels(nv.pixel_values.float(), out.pixel_values.float(),
+                            255 * max(proc.pipeline.normalize.std))[0]
+        t_nv = _best_time(lambda data=data, dev=dev: proc(decode_jpeg(data, device=dev)), a.device, repeats)
         t_hf = _best_time(lambda items=items: bench_hf.call(hf_proc, items, a.device), a.device,
                           max(1, repeats // 2))
+        t_best = min(t_ours, t_nv)
         row = {"size": size, "batch": batch, "output_ok": same,
                "images_per_s": round(batch / t_ours, 1),
+               "nvjpeg_path_images_per_s": round(batch / t_nv, 1),
+               "nvjpeg_path_max_levels": round(nv_levels, 3),
                "decode_floor_images_per_s": round(batch / t_dec, 1),
                "hf_torchvision_images_per_s": round(batch / t_hf, 1),
-               "speedup_vs_hf_torchvision": round(t_hf / t_ours, 2)}
+               "best_images_per_s": round(batch / t_best, 1),
+               "speedup_vs_hf_torchvision": round(t_hf / t_best, 2)}
         rows.append(row)
         print(json.dumps(row))
     r1080 = next((r for r in rows if r["size"] == "1080p"), {})
-    text = "; ".join(f"{r['size']} {r['images_per_s']} img/s (decode floor {r['decode_floor_images_per_s']}, "
-                     f"{r['speedup_vs_hf_torchvision']}x hf)" for r in rows)
+    text = "; ".join(f"{r['size']} {r['images_per_s']} img/s, via decode_jpeg {r['nvjpeg_path_images_per_s']} "
+                     f"(decode floor {r['decode_floor_images_per_s']}, best {r['speedup_vs_hf_torchvision']}x hf)"
+                     for r in rows)
     return _result("PASS" if ok else "FAIL", text + ("" if ok else "; a batch's rows differ from one image's"),
                    rows=rows, torchvision=torchvision.__version__,
-                   figures={"images_per_s_1080p": r1080.get("images_per_s"),
+                   figures={"images_per_s_1080p": r1080.get("best_images_per_s"),
                             "speedup_vs_hf_torchvision": r1080.get("speedup_vs_hf_torchvision")})
 
 
