@@ -1,6 +1,10 @@
 """vlmprep: exact, fast image preprocessing for vision-language models.
 
-``import vlmprep`` is cheap: torch, numpy, PIL and DALI load on first use.
+``import vlmprep`` is cheap: torch, numpy, PIL and DALI load on first use. Every submodule the
+docs name (``vlmprep.pack.concat``, ``vlmprep.kernels.set_num_threads``,
+``vlmprep.adapters.vit.encode``, ...) is reachable after ``import vlmprep`` alone: it is imported
+on first attribute access. The library logs through ``logging.getLogger("vlmprep")`` and installs
+no handler (configure logging in the application).
 """
 from __future__ import annotations
 
@@ -31,6 +35,16 @@ _LAZY = {
     "loader": ("vlmprep.loader", None),
     "cache": ("vlmprep.cache", None),
     "serve": ("vlmprep.serve", None),
+    # submodules the docs name: imported on first access, so ``import vlmprep`` stays light
+    "adapters": ("vlmprep.adapters", None),
+    "kernels": ("vlmprep.kernels", None),
+    "pack": ("vlmprep.pack", None),
+    "plan": ("vlmprep.plan", None),
+    "io": ("vlmprep.io", None),
+    "hf_forms": ("vlmprep.hf_forms", None),
+    "processor": ("vlmprep.processor", None),
+    "bench": ("vlmprep.bench", None),
+    "cli": ("vlmprep.cli", None),
 }
 
 

@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..pipeline import Pipeline
+    from ..processor import Processor
+
 __all__ = ["SIZES", "photos", "mosaic", "encode", "parse_size", "ImageSet", "synthetic_set",
-           "folder_set"]
+           "folder_set", "why_unusable"]
 
 #: Named sizes, (H, W).
 SIZES = {"720p": (720, 1280), "1080p": (1080, 1920), "4k": (2160, 3840)}
@@ -123,12 +126,15 @@ class ImageSet:
         items: encoded files, as bytes.
         names: one name per item (file name or ``mosaic_<label>_<seed>.jpg``).
         hw: ``(H, W)`` for a synthetic set, None for a folder (sizes vary).
+        skipped: ``(name, reason)`` of each folder file left out because it cannot be measured
+            (not an image, damaged, refused by the pipeline).
     """
 
     label: str
     items: tuple[bytes, ...]
     names: tuple[str, ...]
     hw: tuple[int, int] | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> dict:
         from ..io.probe import probe
@@ -139,7 +145,8 @@ class ImageSet:
                 "formats": sorted({h.format for h in heads}),
                 "mean_megapixels": round(sum(mp) / len(mp), 4),
                 "mean_bytes": round(sum(len(b) for b in self.items) / len(self.items)),
-                "synthetic": self.hw is not None}
+                "synthetic": self.hw is not None,
+                "skipped": [{"name": n, "reason": r} for n, r in self.skipped]}
 
 
 def synthetic_set(size: str, count: int, quality: int = JPEG_QUALITY) -> ImageSet:
@@ -150,18 +157,67 @@ def synthetic_set(size: str, count: int, quality: int = JPEG_QUALITY) -> ImageSe
     return ImageSet(label, items, tuple(f"mosaic_{label}_{i}.jpg" for i in range(count)), hw)
 
 
-def folder_set(folder: str | os.PathLike, count: int | None = None) -> ImageSet:
-    """The image files of ``folder`` (by extension, sorted by name; the first ``count``)."""
+def why_unusable(data: bytes, proc: "Processor | None" = None) -> str | None:
+    """Why an encoded file cannot be benchmarked, or None. It must go through ``proc`` (default:
+    qwen2-vl on the reference backend, the path every backend's output equals: header, plan,
+    decode, pixels) and decode fully with Pillow (what the decode floor runs)."""
+    from PIL import Image
+
+    from ..errors import ImageError
+    from ..processor import Processor
+    try:
+        (proc or Processor("qwen2-vl", backend="reference"))([data])
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+    except ImageError as e:
+        return e.reason
+    except Exception as e:  # noqa: BLE001 (any decoder's refusal: the file is reported, not run)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def folder_set(folder: str | os.PathLike, count: int | None = None,
+               pipeline: "Pipeline | None" = None) -> ImageSet:
+    """The image files of ``folder`` (by extension, sorted by name; the first ``count`` usable).
+
+    Each file is run once through ``pipeline`` (default qwen2-vl) on the reference backend. A
+    file that cannot be measured (see ``why_unusable``) is left out and listed in
+    ``ImageSet.skipped`` with its reason; only a folder without one usable file raises.
+    """
     p = Path(folder)
     if not p.is_dir():
         what = "a file" if p.exists() else "nothing"
         raise ValueError(f"--images: expected a directory of image files, found {what} at "
                          f"{str(folder)!r}")
     files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in _EXTENSIONS)
-    if count is not None:
-        files = files[:count]
     if not files:
         raise ValueError(f"--images: expected image files ({', '.join(_EXTENSIONS)}) in "
                          f"{str(folder)!r}, found none")
-    return ImageSet(p.resolve().name or str(p), tuple(f.read_bytes() for f in files),
-                    tuple(f.name for f in files))
+    items: list[bytes] = []
+    names: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    check: "Processor | None" = None
+    for f in files:
+        if count is not None and len(items) == count:
+            break
+        try:
+            data = f.read_bytes()
+        except OSError as e:
+            skipped.append((f.name, f"cannot read: {e.strerror or e}"))
+            continue
+        if check is None:
+            from ..processor import Processor
+            check = Processor(pipeline or "qwen2-vl", backend="reference")
+        why = why_unusable(data, check)
+        if why is not None:
+            skipped.append((f.name, why))
+            continue
+        items.append(data)
+        names.append(f.name)
+    if not items:
+        listed = "; ".join(f"{n}: {r}" for n, r in skipped[:5])
+        more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
+        raise ValueError(f"--images: expected at least one usable image file in {str(folder)!r}, "
+                         f"got {len(skipped)} that cannot be measured: {listed}{more}")
+    return ImageSet(p.resolve().name or str(p), tuple(items), tuple(names),
+                    skipped=tuple(skipped))

@@ -24,21 +24,58 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+class UsageError(ValueError):
+    """A mistake in the command line (a flag's value): ``main`` prints it and exits 2."""
+
+
+def parse_value(v: str) -> Any:
+    """A ``--set`` value: int, float, true/false, none, or a comma-separated list of those
+    (``0.5,0.5,0.5`` or ``[0.5, 0.5, 0.5]`` -> a tuple); anything else stays a string."""
+    text = v.strip()
+    if text.startswith("[") and text.endswith("]") or text.startswith("(") and text.endswith(")"):
+        text = text[1:-1]
+        return tuple(parse_value(p) for p in text.split(",") if p.strip())
+    if "," in text:
+        return tuple(parse_value(p) for p in text.split(","))
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
 def load_pipeline(preset: str, sets: Sequence[str] = ()) -> Pipeline:
-    """A preset name, or a checkpoint folder / preprocessor_config.json, with ``FIELD=VALUE`` overrides."""
+    """A preset name, or a checkpoint folder / preprocessor_config.json, with ``FIELD=VALUE``
+    overrides (``--set``). A wrong field name or value raises UsageError naming the fields."""
+    import difflib
+
     from .. import presets
     overrides: dict[str, Any] = {}
     for s in sets:
         k, sep, v = s.partition("=")
-        if not sep:
-            raise ValueError(f"--set: expected FIELD=VALUE, got {s!r}")
-        try:
-            overrides[k] = int(v)
-        except ValueError:
-            try:
-                overrides[k] = float(v)
-            except ValueError:
-                overrides[k] = v
+        if not sep or not k.strip():
+            raise UsageError(f"--set: expected FIELD=VALUE (e.g. max_pixels=1003520 or "
+                             f"mean=0.5,0.5,0.5), got {s!r}")
+        overrides[k.strip()] = parse_value(v)
     if os.path.exists(preset):
-        return presets.from_config(presets.load_config(preset)).replace(**overrides)
-    return presets.get(preset, **overrides)
+        base = presets.from_config(presets.load_config(preset))
+    else:
+        base = presets.get(preset)
+    known = sorted({f for op in base.ops for f in op.field_names()})
+    for k in overrides:
+        fld = k.split("__", 1)[-1]
+        if fld not in known:
+            near = difflib.get_close_matches(fld, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise UsageError(f"--set: preset {base.name!r} has no field {k!r}{hint} "
+                             f"(valid fields: {', '.join(known)})")
+    try:
+        return base.replace(**overrides)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--set: {e}") from None

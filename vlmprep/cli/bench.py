@@ -79,25 +79,27 @@ def add_parser(sub) -> None:
                     "visual tokens/s, p50/p99 latency per batch and per image, time per stage, "
                     "the decode-only floor, CPU cores used and peak RSS; --compare hf also runs "
                     "the transformers PIL and torchvision processors on the same bytes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    )
     p.add_argument("--preset", default="qwen2-vl",
-                   help="preset name, or a checkpoint folder / preprocessor_config.json")
+                   help="preset name, or a checkpoint folder / preprocessor_config.json "
+                        "(default: qwen2-vl)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--images", metavar="DIR", help="a folder of image files (all measured as "
-                     "one set)")
+                     "one set); a file that cannot be measured is skipped and reported")
     src.add_argument("--synthetic", type=_sizes, default=None, metavar="SIZES",
-                     help="JPEG mosaics of real photos at these sizes: 720p, 1080p, 4k or WxH, "
-                          "comma-separated (default: 1080p)")
+                     help="JPEG mosaics of real photos at these sizes: 720p, 1080p, 4k or "
+                          "WIDTHxHEIGHT, comma-separated (default: 1080p)")
     p.add_argument("--num-images", type=_positive_int, default=None, metavar="N",
                    help="images per set (default: 4 synthetic mosaics; every file of --images)")
     p.add_argument("--backend", default="auto",
                    help="backend(s), comma-separated: auto, all (every usable one), or names "
-                        "from vlmprep.backends.names()")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+                        "from vlmprep.backends.names() (default: auto)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
     p.add_argument("--dtype", type=_dtypes, default=["float32"],
-                   help="output dtype(s), comma-separated: float32, bfloat16, uint8")
+                   help="output dtype(s), comma-separated: float32, bfloat16, uint8 "
+                        "(default: float32)")
     p.add_argument("--batch-size", type=_positive_int, default=1, metavar="N",
-                   help="images per call (1: per-image latency)")
+                   help="images per call (default: 1, per-image latency)")
     p.add_argument("--threads", type=_threads, default=None, metavar="N[,N...]",
                    help="threads for vlmprep, torch and OpenCV, e.g. 1 or 1,2 (default: leave "
                         "the libraries' defaults)")
@@ -105,10 +107,11 @@ def add_parser(sub) -> None:
                    help="also run the transformers PIL and torchvision image processors "
                         "(needs transformers) and print vlmprep's speedup over each")
     p.add_argument("--repeat", type=_positive_int, default=3, metavar="N",
-                   help="timed passes over each set (stages and decoders: runs per image)")
+                   help="timed passes over each set (stages and decoders: runs per image; "
+                        "default: 3)")
     p.add_argument("--warmup", type=_count, default=2, metavar="N",
-                   help="untimed calls before each timed series (two fault in the output "
-                        "buffers a loop alternates between)")
+                   help="untimed calls before each timed series (default: 2, which fault in the "
+                        "output buffers a loop alternates between)")
     p.add_argument("--no-stages", action="store_true", help="skip the per-stage measurement")
     p.add_argument("--no-decode-floor", action="store_true",
                    help="skip the decode-only floor")
@@ -117,7 +120,11 @@ def add_parser(sub) -> None:
                         "instead of the tables")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of images/s per backend "
                    "and image size")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (skipped files "
+                   "are still reported)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="step lines instead of a progress bar (a bar is drawn only on a terminal "
+                        "with tqdm installed; VLMPREP_PROGRESS=0 also turns it off)")
     p.set_defaults(run=run)
 
 
@@ -183,7 +190,7 @@ def config(args: argparse.Namespace):
         from ..bench.plot import check_available
         check_available()
     if args.images is not None:
-        sets = [bench_images.folder_set(args.images, args.num_images)]
+        sets = [bench_images.folder_set(args.images, args.num_images, pipe)]
     else:
         sizes = args.synthetic or ["1080p"]
         n = args.num_images or 4
@@ -196,13 +203,44 @@ def config(args: argparse.Namespace):
                        stages=not args.no_stages, decode_floor=not args.no_decode_floor)
 
 
+def _reporter(args: argparse.Namespace):
+    """The harness's ``log``: a tqdm bar over its "[k/n] step" lines on a terminal, else the
+    lines themselves on stderr (none with --quiet). Returns ``(log, close)``."""
+    import re
+
+    from .. import progress
+    if args.quiet:
+        return (lambda m: None), (lambda: None)
+    if not progress.shown(False if args.no_progress else None):
+        return (lambda m: print(f"vlmprep bench: {m}", file=sys.stderr, flush=True)), \
+            (lambda: None)
+    bar = progress.bar(None, "vlmprep bench", unit="step")
+
+    def log(m: str) -> None:
+        step = re.match(r"\[(\d+)/(\d+)\] (.*)", m)
+        if step is None:
+            bar.write(f"vlmprep bench: {m}")
+            return
+        bar.total = int(step.group(2))
+        bar.update(int(step.group(1)) - bar.n)
+        bar.set_postfix_str(step.group(3)[:60])
+
+    return log, bar.close
+
+
 def measure(args: argparse.Namespace) -> dict:
     """Parse-validated flags -> the result dict (what ``--json`` writes)."""
     from ..bench import harness as bench_harness
     cfg = config(args)
-    log = (lambda m: None) if args.quiet else (
-        lambda m: print(f"vlmprep bench: {m}", file=sys.stderr, flush=True))
-    return bench_harness.run(cfg, log=log)
+    for s in cfg.image_sets:
+        for name, reason in s.skipped:
+            print(f"vlmprep bench: skipped {os.path.join(args.images or '', name)}: {reason}",
+                  file=sys.stderr, flush=True)
+    log, close = _reporter(args)
+    try:
+        return bench_harness.run(cfg, log=log)
+    finally:
+        close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -241,10 +279,12 @@ def print_report(result: dict) -> None:
     print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
           + f"; compiled kernels: {'loaded' if result['kernels']['built'] else 'not loaded'}")
     for i in result["inputs"]:
-        size = f"{i['width']}x{i['height']}" if i["width"] else "mixed sizes"
+        size = f"{i['width']}x{i['height']} (WxH)" if i["width"] else "mixed sizes"
         print(f"inputs {i['label']}: {i['count']} {'/'.join(i['formats']).upper()} "
               f"{'mosaics ' if i['synthetic'] else 'files, '}{size}, "
               f"{i['mean_megapixels']:.2f} MP and {i['mean_bytes'] / 1024:.0f} KiB each on average")
+        for sk in i.get("skipped") or []:
+            print(f"  skipped {sk['name']}: {sk['reason']}")
 
     rows = result["results"]
     print("\nend to end: Processor(...)(encoded bytes); ms/img = batch latency / batch size")

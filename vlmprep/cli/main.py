@@ -1,4 +1,9 @@
-"""``vlmprep`` command line. Every command takes ``--preset`` and ``--json``."""
+"""``vlmprep`` command line (also ``python -m vlmprep``). Every command takes ``--preset`` and
+``--json``. Sizes on the command line and in its tables are width x height (``1920x1080``);
+``--json`` gives sizes as ``[height, width]`` arrays under keys ending in ``_hw``, as in Python.
+
+Exit status: 0 done; 1 some images failed (``plan``); 2 a usage error (a flag, a file, a preset).
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +15,15 @@ from . import info as _info
 from . import plan as _plan
 
 
+def _version() -> str:
+    from .. import __version__
+    return f"vlmprep {__version__}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vlmprep", description=__doc__)
+    parser = argparse.ArgumentParser(prog="vlmprep", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     _plan.add_parser(sub)
     _info.add_parser(sub)
@@ -20,8 +32,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except (ValueError, KeyError, OSError) as e:
-        print(f"vlmprep {args.command}: error: {e}", file=sys.stderr)
+        # KeyError's str() quotes its message; show it as written
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"vlmprep {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"vlmprep {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

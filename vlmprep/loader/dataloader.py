@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 from ..errors import ImageError
+from ..progress import bar as progress_bar
 from .batching import Sample, group_by_tokens, pack_greedy, stream_from
 
 if TYPE_CHECKING:
@@ -95,11 +96,12 @@ class DataLoader:
             uint8 tensors) or of dicts holding one under ``image_key`` (an HF
             ``{"bytes", "path"}`` struct is accepted there).
         proc: the ``vlmprep.Processor``; its ``errors`` policy decides skip or raise.
-        batch_size: at most this many images per batch (None: no count limit).
-        max_batch_tokens: at most this many LLM tokens per batch, counted header-only with
-            ``proc.plan`` (None: no token limit). Both limits apply when both are set; pass
-            ``max_batch_tokens=None`` for plain count batching. A sample alone above the budget
-            forms its own batch and is listed in ``loader.oversize``; it is never dropped.
+        batch_size: this many images per batch, as in torch (None: no count limit).
+        max_batch_tokens: a token budget, only when asked: at most this many LLM tokens per
+            batch, counted header-only with ``proc.plan`` (default None: no token limit; e.g.
+            16384). Both limits apply when both are set; at least one is required. A sample
+            alone above the budget forms its own batch and is listed in ``loader.oversize``; it
+            is never dropped.
         shuffle: map-style only: the order is ``numpy.random.default_rng(seed + epoch)
             .permutation(len(sources))``.
         seed: int >= 0.
@@ -112,6 +114,9 @@ class DataLoader:
         prefetch: batches processed ahead of the consumer (default ``2 * num_workers``).
         image_key, id_key: the fields of dict samples.
         cache: an optional ``vlmprep.cache.OutputCache``; a hit skips processing that image.
+        progress: a tqdm bar over the epoch's samples on stderr: None (default) when stderr is
+            a terminal and tqdm is installed, False never, True also when not a terminal; the
+            environment variable ``VLMPREP_PROGRESS=0`` turns it off (see ``vlmprep.progress``).
 
     Epochs: a complete pass advances ``epoch``; ``set_epoch(e)`` sets it (either style works).
     A new ``iter(loader)`` restarts the current epoch unless ``load_state_dict`` armed a resume
@@ -122,11 +127,11 @@ class DataLoader:
     """
 
     def __init__(self, sources: Iterable[Any], proc: "Processor", batch_size: int | None = None,
-                 max_batch_tokens: int | None = 16384, shuffle: bool = False, seed: int = 0,
+                 max_batch_tokens: int | None = None, shuffle: bool = False, seed: int = 0,
                  num_workers: int = 2, drop_last: bool = False, *, group_by_size: bool = False,
                  group_window: int | None = None, prefetch: int | None = None,
                  image_key: str = "image", id_key: str | None = "id",
-                 cache: "OutputCache | None" = None):
+                 cache: "OutputCache | None" = None, progress: bool | None = None):
         if not (callable(proc) and hasattr(proc, "plan") and hasattr(proc, "errors")):
             raise TypeError(f"DataLoader: proc expected a vlmprep.Processor, got "
                             f"{type(proc).__name__}; e.g. vlmprep.Processor('qwen2-vl')")
@@ -161,6 +166,7 @@ class DataLoader:
         self.image_key = image_key
         self.id_key = id_key
         self.cache = cache
+        self.progress = progress
         self.skipped: list[tuple[Any, ImageError]] = []
         self.oversize: list[tuple[Any, int]] = []
         self._need_tokens = max_batch_tokens is not None or self.group_by_size
@@ -490,8 +496,11 @@ class DataLoader:
             results = ((b, self._process(b)) for b in batches)
         else:
             results = self._threaded(batches)
+        total = len(self._seq) - skip if self._map else None
+        bar = progress_bar(total, f"vlmprep epoch {epoch}", unit="img", enabled=self.progress)
         try:
             for samples, batch in results:
+                bar.update(len(samples))
                 ids = [s.sid for s in samples]
                 if self._cuda:
                     import torch
@@ -511,6 +520,7 @@ class DataLoader:
                     self._yielded += len(samples)
                 yield ids, batch
         finally:
+            bar.close()
             close = getattr(results, "close", None)
             if close is not None:
                 close()

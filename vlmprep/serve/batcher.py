@@ -235,10 +235,12 @@ class Batcher:
         ``rejected``, ``cancelled``, ``batch_size_p50/p99/max`` (images per batch),
         ``batch_requests_p50/p99/max``, ``batch_tokens_p50/max``,
         ``latency_ms_p50/p90/p99`` (submit to result, answered requests),
-        ``cache_hits``, ``cache_misses``, ``cache_errors``. Percentiles are over the last 4096
-        batches / requests, None before the first.
+        and, only when a ``cache`` is configured, ``cache_hits``, ``cache_misses``,
+        ``cache_errors``. Percentiles are over the last 4096 batches / requests, None before
+        the first.
         """
-        return self._metrics.snapshot(len(self._queue), self._queued_images, self._running)
+        return self._metrics.snapshot(len(self._queue), self._queued_images, self._running,
+                                      cache=self.cache is not None)
 
     # -- event loop side ------------------------------------------------------------------------
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:

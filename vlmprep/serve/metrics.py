@@ -52,11 +52,14 @@ class Metrics:
         self.batch_requests.append(requests)
         self.batch_tokens.append(tokens)
 
-    def snapshot(self, queue_depth: int, queued_images: int, running: int) -> dict:
-        """A plain dict (JSON-safe; percentiles are None until there is data)."""
+    def snapshot(self, queue_depth: int, queued_images: int, running: int,
+                 cache: bool = False) -> dict:
+        """A plain dict (JSON-safe; percentiles are None until there is data). The cache
+        counters are there only with ``cache=True`` (a cache is configured): without one, every
+        image would read as a miss."""
         bi, br, bt, lat = (list(self.batch_images), list(self.batch_requests),
                            list(self.batch_tokens), list(self.latency_ms))
-        return {
+        out = {
             "queue_depth": queue_depth, "queued_images": queued_images, "running": running,
             "batches": self.batches, "images": self.images, "requests": self.requests,
             "failed": self.failed, "rejected": self.rejected, "cancelled": self.cancelled,
@@ -67,6 +70,8 @@ class Metrics:
             "batch_tokens_p50": percentile(bt, 50), "batch_tokens_max": max(bt, default=None),
             "latency_ms_p50": percentile(lat, 50), "latency_ms_p90": percentile(lat, 90),
             "latency_ms_p99": percentile(lat, 99),
-            "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
-            "cache_errors": self.cache_errors,
         }
+        if cache:
+            out.update(cache_hits=self.cache_hits, cache_misses=self.cache_misses,
+                       cache_errors=self.cache_errors)
+        return out
