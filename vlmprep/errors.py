@@ -5,7 +5,11 @@ serving log line is enough to fix the input without reading vlmprep's code.
 """
 from __future__ import annotations
 
-__all__ = ["ImageError", "describe_source"]
+import re
+
+__all__ = ["ImageError", "ConfigNotFoundError", "describe_source"]
+
+_B64 = re.compile(r"[A-Za-z0-9+/_-]{64}")
 
 
 class ImageError(ValueError):
@@ -46,6 +50,12 @@ class ImageError(ValueError):
         return (_rebuild, (self.reason, self.index, self.source))
 
 
+class ConfigNotFoundError(FileNotFoundError, ValueError):
+    """``Processor.from_pretrained`` found no preprocessor config where it was told to look (a
+    local path, or a hub repo: missing, private, offline and not cached). A FileNotFoundError
+    (as transformers raises OSError) and a ValueError; its message says expected / got / fix."""
+
+
 def _rebuild(reason, index, source):
     return ImageError(reason, index=index, source=source)
 
@@ -73,8 +83,13 @@ def _describe(x: object) -> str:
     mod = type(x).__module__ or ""
     if isinstance(x, str) or name.endswith("Path"):
         s = str(x)
-        if s.startswith("data:"):  # a data URI holds the content: never log it
-            return s[:40] + "..." if len(s) > 40 else s
+        if s[:5].lower() == "data:":  # a data URI holds the content: never log it
+            head = s[:s.find(",")] if "," in s[:64] else s[:32]
+            return f"{head.replace(chr(0), '')}... [{len(s):,} chars]"
+        if "://" in s[:32]:  # a URL: its query may hold a signature or a token
+            s = s.split("?", 1)[0].split("#", 1)[0]
+        elif len(s) > 120 and _B64.match(s):  # base64 content, not a path
+            return f"base64 str[{len(s):,} chars]"
         s = s.replace("\0", "\\0")  # a NUL would cut or corrupt the log line
         return s if len(s) <= 120 else "..." + s[-117:]
     shape = getattr(x, "shape", None)

@@ -8,8 +8,9 @@ cu_seqlens, a tiny example::
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, MutableMapping, Sequence
 
 from .errors import ImageError
 
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
     from .pipeline import Pipeline
     from .plan import ImagePlan
 
-__all__ = ["PackedBatch", "build", "concat"]
+__all__ = ["PackedBatch", "build", "concat", "RETURN_TENSORS"]
+
+#: ``to_hf(return_tensors=...)`` values, as transformers' processors take them.
+RETURN_TENSORS = ("pt", "np")
 
 
 @dataclass
@@ -37,7 +41,7 @@ class PackedBatch:
         grid_thw: ``(num_seqs, 3)`` int64 (host): ``(t, h, w)`` patch grid per sequence.
         image_index: ``(num_seqs,)`` int64 (host): the input image of each sequence.
         num_tokens: ``list[int]``, one per input image: LLM placeholder tokens (0 if skipped).
-        errors: ``{input index: ImageError}`` of skipped images (``errors="skip"`` only).
+        errors: ``{input index: ImageError}`` of skipped images (``errors="skip"`` only), by index.
         layout: ``"patches"`` or ``"tiles"``.
         pipeline: the resolved Pipeline that made this batch (decides ``to_hf`` keys).
         placeholders: ``list[str]``, one per input image: its prompt placeholder string.
@@ -65,9 +69,29 @@ class PackedBatch:
         """Input images, skipped ones included."""
         return len(self.num_tokens)
 
+    def __len__(self) -> int:
+        """Input images, skipped ones included (``num_images``)."""
+        return len(self.num_tokens)
+
     @property
     def num_seqs(self) -> int:
+        """ViT sequences (images or tiles) of the processed images."""
         return len(self.seqlens)
+
+    @property
+    def total_patches(self) -> int:
+        """Patches over every sequence (``sum(seqlens)``), as ``Plan.total_patches``."""
+        return sum(self.seqlens)
+
+    @property
+    def total_tokens(self) -> int:
+        """LLM placeholder tokens over every image (``sum(num_tokens)``), as ``Plan.total_tokens``."""
+        return sum(self.num_tokens)
+
+    @property
+    def is_pinned(self) -> bool:
+        """Whether ``pixel_values`` is in pinned (page-locked) host memory."""
+        return self.pixel_values.device.type == "cpu" and self.pixel_values.is_pinned()
 
     @property
     def device(self) -> "torch.device":
@@ -88,6 +112,17 @@ class PackedBatch:
         """The same batch with its device tensors on ``device`` (host fields shared)."""
         return replace(self, pixel_values=self.pixel_values.to(device, non_blocking=non_blocking),
                        cu_seqlens=self.cu_seqlens.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PackedBatch":
+        """The same batch with its CPU tensors in pinned memory, for ``to(device,
+        non_blocking=True)``; as ``torch.Tensor.pin_memory``: a copy of each tensor not yet
+        pinned, the tensor itself when it is (device tensors are left as they are). torch's
+        ``DataLoader(pin_memory=True)`` calls this. Needs an accelerator (torch raises
+        without one)."""
+        def pin(t: "torch.Tensor") -> "torch.Tensor":
+            return t.pin_memory() if t.device.type == "cpu" else t
+        return replace(self, pixel_values=pin(self.pixel_values), cu_seqlens=pin(self.cu_seqlens),
+                       grid_thw=pin(self.grid_thw), image_index=pin(self.image_index))
 
     def split(self) -> Iterator["PackedBatch"]:
         """One PackedBatch per input image, in input order (views, no copy).
@@ -111,8 +146,15 @@ class PackedBatch:
                             _plans_from(self.image_plans[i:i + 1], 0))
             row += n
 
-    def to_hf(self, images_per_sample: Sequence[int] | None = None) -> dict:
+    def to_hf(self, images_per_sample: Sequence[int] | None = None,
+              return_tensors: str = "pt") -> MutableMapping[str, Any]:
         """What the family's transformers image processor returns for the same images.
+
+        Returns transformers' ``BatchFeature`` when transformers is installed (``.to(device)``,
+        attribute access, as the processor's output), else a dict, with the same keys.
+        ``return_tensors``: ``"pt"`` (torch tensors, the batch's own: no copy) or ``"np"``
+        (numpy arrays on the host; bfloat16 has no numpy dtype: ask ``dtype="float32"``);
+        values the processor gives as Python lists (mllama's ``num_tiles``) stay lists.
 
         By the pipeline's ``pack.hf_output`` ("auto": by patchify's order):
           - ``qwen2_vl``: ``{"pixel_values": (total_patches, patch_dim), "image_grid_thw":
@@ -134,11 +176,43 @@ class PackedBatch:
             if any(int(k) < 0 for k in images_per_sample) or sum(images_per_sample) != n_ok:
                 raise ValueError(f"to_hf: images_per_sample expected non-negative counts summing to "
                                  f"{n_ok} (the processed images), got {list(images_per_sample)}")
+        if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
+            raise ValueError(f"to_hf: return_tensors expected one of {RETURN_TENSORS}, got "
+                             f"{return_tensors!r}; use 'pt' for torch tensors, 'np' for numpy")
         from .hf_forms import HF_FORMS, HF_NESTING_FORMS, hf_output
         form = hf_output(self.pipeline)
         if form in HF_NESTING_FORMS:  # forms that nest images into samples get the counts
-            return HF_FORMS[form](self, images_per_sample)
-        return HF_FORMS[form](self)
+            out = HF_FORMS[form](self, images_per_sample)
+        else:
+            out = HF_FORMS[form](self)
+        if return_tensors == "np":
+            out = {k: _to_numpy(k, v) for k, v in out.items()}
+        feature = _batch_feature()
+        return feature(out) if feature is not None else out
+
+
+def _to_numpy(key: str, v: Any) -> Any:
+    """A torch tensor -> a numpy array on the host; anything else (lists) as it is."""
+    if not hasattr(v, "detach"):
+        return v
+    import torch
+    if v.dtype == torch.bfloat16:
+        raise ValueError(f"to_hf: return_tensors='np' expected a dtype numpy has, got {key!r} in "
+                         f"bfloat16; use return_tensors='pt', or Processor(dtype='float32')")
+    return v.detach().cpu().numpy()
+
+
+@functools.lru_cache(maxsize=1)
+def _batch_feature() -> Any:
+    """transformers' ``BatchFeature`` class, or None where transformers is not installed."""
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    try:
+        from transformers.feature_extraction_utils import BatchFeature
+    except Exception:  # noqa: BLE001 (a broken install: a plain dict still carries every key)
+        return None
+    return BatchFeature
 
 
 def _reindex(err: ImageError, index: int) -> ImageError:
@@ -184,7 +258,8 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
         pixel_values, seqlens, torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3),
         torch.tensor(index, dtype=torch.int64), [0 if p.index in errors else p.num_tokens
                                                  for p in plans],
-        errors, "tiles" if pipeline.patchify.order == "tiles" else "patches", pipeline,
+        dict(sorted(errors.items())),  # by index, whatever order they were found in
+        "tiles" if pipeline.patchify.order == "tiles" else "patches", pipeline,
         ["" if p.index in errors else p.placeholder for p in plans], _plans_from(plans, 0))
 
 

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import presets
-from .errors import ImageError, describe_source
-from .io.inputs import as_image_list, resolve
+from .errors import ConfigNotFoundError, ImageError, describe_source
+from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, as_image_list, resolve
 from .pipeline import Pipeline
 from .plan import ImagePlan, Plan, plan_images
 
@@ -19,6 +20,8 @@ __all__ = ["Processor"]
 DTYPES = ("float32", "bfloat16", "uint8")
 _ERRORS = ("raise", "skip")
 DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+# A hub repo id as transformers takes it: "Org/Name" (letters, digits, '-', '_', '.').
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 
 
 class Processor:
@@ -33,12 +36,18 @@ class Processor:
         dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"`` (resized, patchified, not normalized).
         errors: ``"raise"`` (the first bad image raises, nothing is returned) or ``"skip"``
             (bad images are left out and named in ``batch.errors``).
+        fetch: ``fetch(url) -> bytes | binary file object``, the opt-in for URL items (http(s)
+            and any other scheme; without it a URL is an ImageError: vlmprep never downloads
+            by itself). vlmprep bounds it by ``max_source_bytes`` and ``fetch_timeout_s``
+            (``vlmprep.io.inputs.fetch_url``).
+        fetch_timeout_s: seconds one ``fetch`` may take, reading included.
         **overrides: any field of the pipeline's ops, e.g. ``max_pixels=1_003_520``.
     """
 
     def __init__(self, pipeline: str | Pipeline = "qwen2-vl", backend: str = "auto",
                  device: str = "cpu", dtype: str = "float32", errors: str = "raise",
-                 **overrides: Any):
+                 fetch: Callable[[str], Any] | None = None,
+                 fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S, **overrides: Any):
         from . import backends
         if isinstance(pipeline, Pipeline):
             pipe = pipeline.replace(**overrides)
@@ -54,6 +63,12 @@ class Processor:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
         if errors not in _ERRORS:
             raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
+        if fetch is not None and not callable(fetch):
+            raise TypeError(f"fetch: expected a callable fetch(url) -> bytes or None, got "
+                            f"{type(fetch).__name__}")
+        if isinstance(fetch_timeout_s, bool) or not isinstance(fetch_timeout_s, (int, float)) \
+                or not fetch_timeout_s > 0:
+            raise ValueError(f"fetch_timeout_s: expected seconds > 0, got {fetch_timeout_s!r}")
         name = backends.resolve_auto(device) if backend == "auto" else backend
         cls = backends.get(name)
         if device.startswith("cuda"):
@@ -69,21 +84,37 @@ class Processor:
         self.device = device
         self.dtype = dtype
         self.errors = errors
+        self.fetch = fetch
+        self.fetch_timeout_s = float(fetch_timeout_s)
         self._backend = cls(pipe, device, dtype)
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> "Processor":
-        """A Processor from a local checkpoint folder or its ``preprocessor_config.json``.
+    def from_pretrained(cls, path: str | os.PathLike, *, revision: str | None = None,
+                        cache_dir: str | os.PathLike | None = None,
+                        local_files_only: bool = False, token: str | bool | None = None,
+                        **kwargs: Any) -> "Processor":
+        """A Processor from a checkpoint's ``preprocessor_config.json``.
 
-        Reads transformers 4.x and 5.x spellings; never downloads. ``kwargs`` go to
-        ``Processor(...)`` (backend, device, dtype, errors and field overrides).
+        ``path``: a local checkpoint folder or the json file itself (read as is, offline), or a
+        hub repo id ``"Org/Name"`` (as transformers takes it) resolved through huggingface_hub:
+        its local cache first when ``HF_HUB_OFFLINE=1`` or ``local_files_only=True`` (then
+        nothing is downloaded), else the hub (``revision``, ``cache_dir``, ``token`` as in
+        ``huggingface_hub.hf_hub_download``). Reads transformers 4.x and 5.x spellings.
+        ``kwargs`` go to ``Processor(...)`` (backend, device, dtype, errors, fetch and field
+        overrides). A config not found is a ``vlmprep.errors.ConfigNotFoundError`` (a
+        FileNotFoundError and a ValueError) saying expected / got / fix.
         """
-        pipe = presets.from_config(presets.load_config(path))
+        cfg_path = _config_file(path, revision=revision, cache_dir=cache_dir,
+                                local_files_only=local_files_only, token=token)
+        pipe = presets.from_config(presets.load_config(cfg_path))
         return cls(pipe, **kwargs)
 
     def __repr__(self) -> str:
+        """``Processor('<preset>', backend=..., ..., <field>=<value>)``: the fields that differ
+        from the named preset (a checkpoint config or overrides changed them) are shown."""
+        extra = "".join(f", {k}={v!r}" for k, v in _overrides(self.pipeline))
         return (f"Processor({self.pipeline.name!r}, backend={self.backend_name!r}, "
-                f"device={self.device!r}, dtype={self.dtype!r}, errors={self.errors!r})")
+                f"device={self.device!r}, dtype={self.dtype!r}, errors={self.errors!r}{extra})")
 
     # -- planning -------------------------------------------------------------------------------
     def prepare(self, items: list) -> tuple[list, list[ImagePlan]]:
@@ -98,7 +129,7 @@ class Processor:
         sizes: list = []
         for i, item in enumerate(items):
             try:
-                src = resolve(item, max_bytes)
+                src = resolve(item, max_bytes, self.fetch, self.fetch_timeout_s)
             except ImageError as e:
                 sources.append(None)
                 sizes.append(e.at(index=i, source=describe_source(item)))
@@ -161,6 +192,89 @@ class Processor:
         errors = {p.index: p.error for p in plans if p.error is not None}
         errors.update(late)
         return pack.build(out, plans, errors, self.pipeline)
+
+
+def _overrides(pipe: Pipeline) -> list[tuple[str, Any]]:
+    """(field, value) of ``pipe`` where it differs from the preset it is named after, as
+    ``Processor(...)`` keywords (``op__field`` when several ops have the field); ops added or
+    removed show as ``ops=[...]``. Empty for a custom name."""
+    if pipe.name not in presets.names():
+        return []
+    base = presets.get(pipe.name)
+    mine, theirs = [o.name for o in pipe], [o.name for o in base]
+    if mine != theirs:
+        return [("ops", mine)]
+    out: list[tuple[str, Any]] = []
+    for a, b in zip(pipe, base):
+        for f in a.field_names():
+            if getattr(a, f) != getattr(b, f):
+                shared = sum(f in o.field_names() for o in pipe) > 1
+                out.append((f"{a.name}__{f}" if shared else f, getattr(a, f)))
+    return out
+
+
+def _config_file(path: str | os.PathLike, *, revision: str | None,
+                 cache_dir: str | os.PathLike | None, local_files_only: bool,
+                 token: str | bool | None) -> Path:
+    """A local folder / json file as is; a hub repo id -> the cached or downloaded file."""
+    p = Path(path)
+    name = os.fspath(path)
+    if p.exists() or not isinstance(name, str) or not _REPO_ID.match(name) \
+            or name.endswith(".json"):
+        if not p.exists():
+            raise ConfigNotFoundError(
+                f"expected a checkpoint folder holding preprocessor_config.json, the json file "
+                f"itself, or a hub repo id 'Org/Name', got {name!r} (no such file or folder); "
+                f"check the path (vlmprep never downloads for a local path)")
+        return p
+    try:
+        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub import errors as hub_errors
+    except ImportError as e:
+        raise ConfigNotFoundError(
+            f"expected a local checkpoint folder or a hub repo id with huggingface_hub installed, "
+            f"got repo id {name!r} and no huggingface_hub; pip install huggingface_hub, or "
+            f"download the checkpoint and pass its folder") from e
+    offline = local_files_only or constants.is_offline_mode()
+    where = "the local cache (offline: HF_HUB_OFFLINE=1 or local_files_only)" if offline \
+        else "the Hugging Face Hub"
+    cache = os.fspath(cache_dir) if cache_dir is not None else constants.HF_HUB_CACHE
+    rev = f" at revision {revision!r}" if revision else ""
+    try:
+        return Path(hf_hub_download(name, "preprocessor_config.json", revision=revision,
+                                    cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+                                    local_files_only=local_files_only,
+                                    token=token))
+    except hub_errors.GatedRepoError as e:
+        got, fix = "a gated repo", "accept its terms on the hub and pass token= (or log in)"
+        err: Exception = e
+    except hub_errors.RepositoryNotFoundError as e:
+        got, fix = "no such repo (or a private one)", "check the id, or pass token= for a " \
+            "private repo"
+        err = e
+    except hub_errors.HFValidationError as e:
+        got, fix = f"an id the hub refuses ({e})".splitlines()[0][:200], \
+            "check the id ('Org/Name'), or pass a local folder"
+        err = e
+    except hub_errors.RevisionNotFoundError as e:
+        got, fix = f"no revision {revision!r}", "check revision="
+        err = e
+    except hub_errors.EntryNotFoundError as e:  # remote: not in the repo; local: not cached
+        if offline or isinstance(e, FileNotFoundError):
+            got = f"no cached copy in {cache}"
+            fix = (f"download it once online (huggingface-cli download {name} "
+                   f"preprocessor_config.json), or pass a local checkpoint folder")
+        else:
+            got, fix = "a repo without preprocessor_config.json", \
+                "check that it is a vision-language checkpoint, or pass a local config"
+        err = e
+    except (OSError, hub_errors.HfHubHTTPError) as e:  # network down and not cached, ...
+        got, fix = f"{type(e).__name__}: {e}".splitlines()[0][:200], \
+            "check the network, or set HF_HUB_OFFLINE=1 with a cached copy, or pass a local folder"
+        err = e
+    raise ConfigNotFoundError(
+        f"expected preprocessor_config.json of hub repo {name!r}{rev} from {where}, got {got}; "
+        f"{fix}") from err
 
 
 def _with_source(p: ImagePlan, desc: str) -> ImagePlan:

@@ -133,7 +133,8 @@ def _hostile_items(tmp_path):
         "broken symlink": (str(link), "broken symbolic link"),
         "directory": (str(tmp_path), "directory"),
         "URL": ("https://example.com/cat.jpg", "URL"),
-        "data URI": ("data:image/png;base64,iVBORw0KGgo=", "data URI"),
+        "data URI of a PNG signature alone": ("data:image/png;base64,iVBORw0KGgo=", "data URI"),
+        "data URI of text": ("data:text/plain;base64,aGVsbG8=", "media type"),
         "closed PIL": (_closed_pil(tmp_path, png), "closed"),
         "0x0 PIL": (Image.new("RGB", (0, 0)), "at least 1x1"),
         "strided memoryview of a PNG": (memoryview(bytearray(png))[::2], "expected a JPEG/PNG"),
@@ -357,3 +358,14 @@ def test_path_messages_say_what_was_found(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "stat", deny)
     e = proc([f]).errors[0]
     assert "permission denied" in e.reason and "read access" in e.reason
+
+
+def test_transposed_arrays_say_transpose():
+    # A CHW numpy array or an HWC torch tensor: the hint is the transpose, not "stack gray".
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
+    b = proc([np.zeros((3, 20, 30), np.uint8), torch.zeros((20, 30, 3), dtype=torch.uint8),
+              np.zeros((20, 30, 4), np.uint8), torch.zeros((1, 20, 30), dtype=torch.uint8)])
+    assert "got CHW, expected HWC: transpose (e.g. a.transpose(1, 2, 0))" in b.errors[0].reason
+    assert "got HWC, expected CHW: transpose (e.g. t.permute(2, 0, 1))" in b.errors[1].reason
+    for k in (2, 3):  # real channel counts other than 3 keep their hint
+        assert "stack gray to 3 channels" in b.errors[k].reason and "transpose" not in b.errors[k].reason

@@ -1,8 +1,11 @@
 """Classify and validate input items; the boundary where bad inputs become ImageErrors.
 
 An input item is one image: encoded bytes, a path, a PIL image, an HWC uint8 RGB
-numpy array or a CHW uint8 RGB torch tensor. ``resolve`` looks only at headers
-and shapes; pixels are read by ``vlmprep.io.decode``.
+numpy array or a CHW uint8 RGB torch tensor; as serving code has them, also a
+``data:image/...;base64,...`` URI or a raw base64 string of an encoded file (decoded
+here, within ``max_source_bytes``), and a URL when the caller passes a ``fetch``
+callable (never otherwise: vlmprep makes no network call of its own). ``resolve`` looks
+only at headers and shapes; pixels are read by ``vlmprep.io.decode``.
 
 Paths are untrusted too: a path is stat'ed before anything opens it, only a regular file
 is ever opened (a FIFO, ``/dev/zero`` or a socket would block or never end), it is opened
@@ -12,12 +15,16 @@ checked against ``max_source_bytes`` before a byte is read. ``open_image_file`` 
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import errno
 import os
 import re
 import stat
+import threading
+import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from .probe import ProbeResult
@@ -26,11 +33,22 @@ from ..errors import ImageError, describe_source
 from ..ops import DEFAULT_MAX_SOURCE_BYTES
 
 __all__ = ["Source", "as_image_list", "resolve", "encoded_buffer", "open_image_file",
-           "read_image_file", "stat_image_file", "is_ndarray", "is_torch_tensor"]
+           "read_image_file", "stat_image_file", "is_ndarray", "is_torch_tensor",
+           "decode_data_uri", "decode_base64", "fetch_url", "DEFAULT_FETCH_TIMEOUT_S"]
+
+#: Seconds a user-supplied ``fetch(url)`` may take, reading included (``fetch_timeout_s``).
+DEFAULT_FETCH_TIMEOUT_S = 30.0
 
 _ENCODED = (bytes, bytearray, memoryview)
 # A URL scheme ("http://", "s3://", "file://") or a data URI: not a local path.
-_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|data:)")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_DATA = re.compile(r"^data:", re.IGNORECASE)
+# The start of a base64 string (standard or URL-safe alphabet) ...
+_B64_HEAD = re.compile(r"^[A-Za-z0-9+/_-]{16}")
+# ... and the magic numbers of the formats probe reads: a string is taken as base64 only when
+# its first 12 decoded bytes start one, so a missing path is never misread as base64.
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"II*\x00",
+          b"MM\x00*", b"II\x00*", b"MM*\x00", b"II+\x00", b"MM\x00+", b"RIFF")
 _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
 
@@ -83,16 +101,21 @@ def as_image_list(images: Any) -> list:
                     f"CHW uint8 tensors), got {type(images).__name__}; wrap a generator in list()")
 
 
-def resolve(item: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Source:
+def resolve(item: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+            fetch: Callable[[str], Any] | None = None,
+            fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> Source:
     """Validate one input item from its header or shape -> Source; raises ImageError only.
 
-    ``max_bytes``: the largest encoded input (bytes, or a file's size on disk) accepted
-    (``decode.max_source_bytes``). Any other exception met while inspecting a hostile item
-    (a released buffer, a property that raises) becomes an ImageError naming it.
+    ``max_bytes``: the largest encoded input (bytes, a file's size on disk, the decoded size of
+    a data URI or base64 string, a fetched body) accepted (``decode.max_source_bytes``).
+    ``fetch``: the caller's ``fetch(url) -> bytes | binary file object`` for URL items (see
+    ``fetch_url``); without it a URL is an ImageError. Any other exception met while
+    inspecting a hostile item (a released buffer, a property that raises) becomes an
+    ImageError naming it.
     """
     desc = describe_source(item)
     try:
-        return _resolve(item, desc, max_bytes)
+        return _resolve(item, desc, max_bytes, fetch, fetch_timeout_s)
     except ImageError as e:
         # Named as given (probe names what it read: a flat copy of a view, a file object).
         raise ImageError(e.reason, index=e.index, source=desc) from (e.__cause__ or e)
@@ -105,16 +128,33 @@ def resolve(item: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Source:
                          source=desc) from e
 
 
-def _resolve(item: Any, desc: str, max_bytes: int) -> Source:
-    if isinstance(item, _ENCODED):
-        buf = encoded_buffer(item, max_bytes)
-        from .probe import probe
+def _encoded(buf: Any, desc: str, what: str = "") -> Source:
+    from .probe import probe
+    try:
         hdr = probe(buf)
-        return Source("encoded", buf, hdr.size_hw, hdr, desc)
+    except ImageError as e:
+        if not what:
+            raise
+        raise ImageError(f"{e.reason} (in the bytes {what})") from (e.__cause__ or e)
+    return Source("encoded", buf, hdr.size_hw, hdr, desc)
+
+
+def _resolve(item: Any, desc: str, max_bytes: int, fetch: Callable[[str], Any] | None,
+             fetch_timeout_s: float) -> Source:
+    if isinstance(item, _ENCODED):
+        return _encoded(encoded_buffer(item, max_bytes), desc)
+    if isinstance(item, str):  # serving forms first: a data URI, a URL, base64
+        if _DATA.match(item):
+            return _encoded(decode_data_uri(item, max_bytes), desc, "decoded from the data URI")
+        if _URL.match(item):
+            if fetch is None:
+                raise ImageError(_url_reason(item))
+            return _encoded(fetch_url(item, fetch, max_bytes, fetch_timeout_s), desc,
+                            "fetched from the URL")
+        if _is_base64_image(item) and not _exists(item):
+            return _encoded(decode_base64(item, max_bytes), desc, "decoded from the base64 string")
     if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
-        if isinstance(path, str) and _URL.match(path):
-            raise ImageError(_url_reason(path))
         from .probe import probe
         with open_image_file(path, max_bytes) as f:
             hdr = probe(f)
@@ -167,14 +207,153 @@ def encoded_buffer(item: Any, max_bytes: int) -> "bytes | bytearray | memoryview
     return item.tobytes()
 
 
+# -- strings as serving code has them: data URIs, base64, URLs -----------------------------------
+def decode_data_uri(uri: str, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
+    """``data:[image/<type>][;base64],<payload>`` -> the encoded image bytes (RFC 2397).
+
+    The media type must be ``image/...`` (or absent); the payload base64 (standard or URL-safe
+    alphabet) or percent-encoded. The decoded size is bounded from the string's length before
+    anything is decoded. Raises ImageError.
+    """
+    head, sep, payload = uri.partition(",")
+    if not sep:
+        raise ImageError("expected a data URI 'data:image/<type>;base64,<data>', got one without "
+                         "the ',' before the data; send the URI as the client built it")
+    params = [p.strip() for p in head[5:].split(";")]
+    media = params[0].lower()
+    if media and not media.startswith("image/"):
+        raise ImageError(f"expected a data URI of an image (media type image/...), got media type "
+                         f"{params[0][:40]!r}; send an image (e.g. data:image/jpeg;base64,...)")
+    if any(p.lower() == "base64" for p in params[1:]):
+        return decode_base64(payload, max_bytes, "the data URI's base64 data")
+    if len(payload) > max_bytes:  # percent-encoding never decodes to more bytes than characters
+        raise _too_big(len(payload), max_bytes, "or more in a percent-encoded data URI")
+    return urllib.parse.unquote_to_bytes(payload)
+
+
+def decode_base64(s: str, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+                  what: str = "a base64 string") -> bytes:
+    """A base64 string (standard or URL-safe alphabet; padding optional; line breaks allowed)
+    -> its bytes, at most ``max_bytes``: the decoded size (3/4 of the length) is checked before
+    decoding. Raises ImageError for a larger or malformed string."""
+    n = _unpadded(s)
+    if n * 3 // 4 > max_bytes:
+        raise _too_big(n * 3 // 4, max_bytes, f"once decoded, in {what}")
+    if any(c in s for c in " \t\r\n"):  # MIME-style line breaks
+        s = "".join(s.split())
+        n = _unpadded(s)
+    urlsafe = "-" in s or "_" in s
+    body = s if len(s) % 4 == 0 else s + "=" * (-len(s) % 4)  # padding optional
+    try:
+        if n % 4 == 1:
+            raise binascii.Error("a length of 4k + 1 characters")
+        return base64.b64decode(body, altchars=b"-_" if urlsafe else None, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ImageError(f"expected {what} to be valid base64, got malformed base64 ({e}); send "
+                         f"the file's bytes base64-encoded whole (base64.b64encode(data))") from e
+
+
+def _unpadded(s: str) -> int:
+    """Characters of ``s`` before its '=' padding (no copy of a long string)."""
+    return len(s) - (2 if s.endswith("==") else 1 if s.endswith("=") else 0)
+
+
+def _is_base64_image(s: str) -> bool:
+    """Whether ``s`` starts like base64 of an encoded image (decodes 16 characters only)."""
+    if not _B64_HEAD.match(s):
+        return False
+    head = s[:16]
+    try:
+        data = base64.b64decode(head, altchars=b"-_" if ("-" in head or "_" in head) else None,
+                                validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return data.startswith(_MAGIC)
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def fetch_url(url: str, fetch: Callable[[str], Any], max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+              timeout_s: float = DEFAULT_FETCH_TIMEOUT_S) -> bytes:
+    """``fetch(url)`` -> the body, within ``max_bytes`` and ``timeout_s`` seconds (call and read).
+
+    ``fetch`` is the caller's: it returns bytes-like, or a binary file object (an HTTP response
+    such as ``urllib.request.urlopen(url, timeout=...)``), of which at most ``max_bytes + 1``
+    bytes are read, in chunks, and which is closed after. The call runs in a daemon thread:
+    past the time limit this raises ImageError and the thread stops reading at its next chunk
+    (a ``fetch`` that blocks inside itself runs on until it returns: give it its own timeout).
+    Any exception of ``fetch`` becomes an ImageError naming it.
+    """
+    done: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            done["data"] = _read_body(fetch(url), max_bytes, stop)
+        except BaseException as e:  # noqa: BLE001 (reported to the caller's thread)
+            done["error"] = e
+
+    t = threading.Thread(target=work, name="vlmprep-fetch", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        stop.set()
+        raise ImageError(f"expected fetch(url) to return the image within {timeout_s:g} s "
+                         f"(fetch_timeout_s), got no complete answer; check the server, or raise "
+                         f"fetch_timeout_s")
+    err = done.get("error")
+    if isinstance(err, ImageError):
+        raise err
+    if err is not None:
+        raise ImageError(f"expected fetch(url) to return the image, got {type(err).__name__}: "
+                         f"{err}; check the URL and the server") from err
+    return done["data"]
+
+
+def _read_body(out: Any, max_bytes: int, stop: threading.Event) -> bytes:
+    if isinstance(out, _ENCODED):
+        buf = encoded_buffer(out, max_bytes)
+        return buf if isinstance(buf, bytes) else bytes(buf)
+    if not callable(getattr(out, "read", None)):
+        raise ImageError(f"expected fetch(url) to return bytes or a binary file object, got "
+                         f"{type(out).__name__}; return e.g. requests.get(url).content")
+    try:
+        parts: list[bytes] = []
+        got = 0
+        while got <= max_bytes and not stop.is_set():
+            chunk = out.read(min(1 << 16, max_bytes + 1 - got))
+            if not chunk:
+                break
+            if not isinstance(chunk, _ENCODED):
+                raise ImageError(f"expected fetch(url)'s file object to read bytes, got "
+                                 f"{type(chunk).__name__}; open the response in binary mode")
+            parts.append(bytes(chunk))
+            got += len(chunk)
+    finally:
+        close = getattr(out, "close", None)
+        if callable(close):
+            close()
+    if got > max_bytes:
+        raise _too_big(got, max_bytes, "or more fetched from the URL")
+    return b"".join(parts)
+
+
+def _url_reason(url: str) -> str:
+    scheme = url.split("://", 1)[0]
+    return (f"expected bytes, a local file path, a data URI or base64, got a URL ({scheme}://); "
+            f"vlmprep never downloads by itself: pass Processor(..., fetch=fn) with fn(url) -> "
+            f"bytes or a binary file object (e.g. fetch=lambda u: urllib.request.urlopen(u, "
+            f"timeout=10)), bounded by max_source_bytes and fetch_timeout_s, or fetch it first "
+            f"and pass the bytes")
+
+
 # -- paths --------------------------------------------------------------------------------------
-def _url_reason(path: str) -> str:
-    what = "a data URI" if path.startswith("data:") else f"a URL ({path.split('://', 1)[0]}://)"
-    fix = ("decode it first (base64.b64decode of the part after the comma) and pass the bytes"
-           if path.startswith("data:") else
-           "fetch it first (e.g. requests.get(url).content) and pass the bytes, or pass a local "
-           "path; vlmprep never downloads")
-    return f"expected bytes or a local file path, got {what}; {fix}"
 
 
 def _file_kind(mode: int) -> str:
@@ -320,6 +499,13 @@ def _check_array(a: Any, layout: str, channel_axis: int) -> None:
     if dtype != "uint8":
         raise ImageError(f"expected a {layout} uint8 RGB array, got dtype {dtype}; convert with "
                          f"(x * 255).round().clip(0, 255) to uint8 first, or pass the encoded file")
+    if len(shape) == 3 and shape[channel_axis] != 3 and shape[2 - channel_axis] == 3:
+        # The other layout's channel axis holds 3: most likely transposed, not gray or RGBA.
+        other = "CHW" if layout == "HWC" else "HWC"
+        fix = ("a.transpose(1, 2, 0)" if layout == "HWC" else "t.permute(2, 0, 1)")
+        raise ImageError(f"expected a {layout} RGB array with 3 channels on axis {channel_axis}, "
+                         f"got shape {shape}: got {other}, expected {layout}: transpose (e.g. "
+                         f"{fix})")
     if len(shape) != 3 or shape[channel_axis] != 3:
         raise ImageError(f"expected a {layout} RGB array with 3 channels on axis {channel_axis}, "
                          f"got shape {shape}; stack gray to 3 channels or drop alpha first (or pass "
