@@ -64,13 +64,18 @@ def test_custom_pipeline_equals_preset(seed):
         ops.normalize(rescale=1 / 255, mean=QWEN2["mean"], std=QWEN2["std"]),
         ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2, order="merge_grouped"),
     ])
-    assert custom.ops == vlmprep.presets.get("qwen2-vl").ops
+    preset = vlmprep.presets.get("qwen2-vl")
+    # Without a pack op it gets pack()'s neutral "<image>" token; everything else is the preset's,
+    # and with Qwen's token spelled out it is the preset.
+    assert custom.ops[:-1] == preset.ops[:-1] and custom.pack.image_token == "<image>"
+    assert vlmprep.Pipeline([*custom.ops[:-1], ops.pack(image_token="<|image_pad|>")]).ops == preset.ops
     import numpy as np
     rng = np.random.default_rng(seed)
     img = rng.integers(0, 256, (61, 97, 3), dtype=np.uint8)
     a = vlmprep.Processor(custom, backend="reference")([img])
     b = vlmprep.Processor("qwen2-vl", backend="reference")([img])
     assert a.pixel_values.equal(b.pixel_values)
+    assert a.num_tokens == b.num_tokens and a.grid_thw.tolist() == b.grid_thw.tolist()
     assert "smart_resize(factor=28" in repr(custom)
 
 
@@ -145,7 +150,8 @@ def test_patchify_layout_is_a_deprecated_alias_of_order():
     with pytest.warns(DeprecationWarning, match="order"):
         old = ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2,
                            layout="merge_grouped")
-    assert old == ops.patchify(patch_size=14, order="merge_grouped")
+    assert old == ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2,
+                               order="merge_grouped")
     with pytest.warns(DeprecationWarning):
         assert ops.patchify(temporal_patch_size=1, layout="raster").order == "raster"
     assert "layout" not in old.to_dict() and "layout" not in ops.patchify.field_names()
@@ -185,9 +191,10 @@ def test_from_dict_reads_old_spellings():
 # -- registries: every name list is derived from one declaration ---------------------------------
 def test_every_sizing_op_has_one_plan_rule_and_owns_its_tile_size():
     from vlmprep.plan import SIZING_RULES
-    sizing = {n for n, t in ops.OP_TYPES.items() if t.sizing}
-    assert set(SIZING_RULES) == sizing
-    assert set(ops.OP_TYPES) <= set(ops.__all__)
+    builtin = {n: t for n, t in ops.OP_TYPES.items() if t.__module__ == "vlmprep.ops"}
+    sizing = {n for n, t in builtin.items() if t.sizing}
+    assert sizing <= set(SIZING_RULES)  # (user ops, e.g. tests/test_extension.py's, may add more)
+    assert set(builtin) <= set(ops.__all__)
     # Each preset's tile size comes from its sizing op (or its centre crop), as the op says.
     want = {"siglip": (384, 384), "llava-1.5": (336, 336), "internvl": (448, 448),
             "llava-next": (336, 336), "llava-onevision": (384, 384), "mllama": (560, 560),

@@ -11,10 +11,11 @@ import dataclasses
 import math
 import warnings
 from dataclasses import InitVar, dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 __all__ = [
-    "Op", "decode", "smart_resize", "resize", "internvl_tile", "idefics3_tile", "anyres_tile",
+    "Op", "SizingOp", "fail", "check_int", "check_interpolation",
+    "decode", "smart_resize", "resize", "internvl_tile", "idefics3_tile", "anyres_tile",
     "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "center_crop", "normalize",
     "patchify", "pack", "tile",
     "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "HF_OUTPUTS", "CLIP_MEAN", "CLIP_STD",
@@ -41,19 +42,25 @@ DEFAULT_MAX_SOURCE_BYTES = 256 << 20
 DEFAULT_MAX_DECODE_BYTES = 16 * DEFAULT_MAX_SOURCE_PIXELS
 
 
-def _fail(op: str, what: str, expected: str, got: Any, fix: str) -> None:
+def fail(op: str, what: str, expected: str, got: Any, fix: str) -> NoReturn:
+    """Raise the ValueError every op raises on a bad field: ``ops.<op>: <what>: expected
+    <expected>, got <got!r>; <fix>`` (for a custom op's ``__post_init__``)."""
     raise ValueError(f"ops.{op}: {what}: expected {expected}, got {got!r}; {fix}")
 
 
-def _check_int(op: str, name: str, v: Any, lo: int = 1) -> None:
+def check_int(op: str, name: str, v: Any, lo: int = 1) -> None:
+    """Field ``name`` of op ``op`` must be an int ``>= lo`` (not a bool); else ``fail``."""
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        _fail(op, name, f"an int >= {lo}", v, f"pass {name}=<int>")
+        fail(op, name, f"an int >= {lo}", v, f"pass {name}=<int>")
 
 
-def _check_interp(op: str, v: Any) -> None:
+def check_interpolation(op: str, v: Any) -> None:
+    """``v`` must be one of ``INTERPOLATIONS`` (our names, not PIL's integers); else ``fail``."""
     if v not in INTERPOLATIONS:
-        _fail(op, "interpolation", f"one of {INTERPOLATIONS}", v,
-              "use the name (transformers' resample=3 is 'bicubic')")
+        fail(op, "interpolation", f"one of {INTERPOLATIONS}", v,
+             "use the name (transformers' resample=3 is 'bicubic')")
+
+
 
 
 def _triple(op: str, name: str, v: Any) -> tuple[float, float, float]:
@@ -64,8 +71,8 @@ def _triple(op: str, name: str, v: Any) -> tuple[float, float, float]:
     except TypeError:
         t = ()
     if len(t) != 3 or not all(math.isfinite(a) for a in t):
-        _fail(op, name, "3 finite numbers (one per RGB channel)", v, f"pass {name}=(r, g, b)")
-    return t  # type: ignore[return-value]
+        fail(op, name, "3 finite numbers (one per RGB channel)", v, f"pass {name}=(r, g, b)")
+    return t
 
 
 #: op name -> op class; every ``Op`` subclass registers itself here (loud on a clash).
@@ -75,16 +82,34 @@ OP_TYPES: dict[str, type["Op"]] = {}
 @dataclass(frozen=True)
 class Op:
     """Base of every op. ``name`` is the op's one name in every layer; ``sizing`` ops decide the
-    resized canvases and tiles (a pipeline has exactly one, with a plan rule in vlmprep.plan)."""
+    resized canvases and tiles (a pipeline has exactly one, with a plan rule in vlmprep.plan).
+
+    Every subclass registers itself in ``OP_TYPES`` under its ``name`` when the class is made
+    (so ``Pipeline.from_dict`` finds it); a second class with the same name is an error, except
+    the same class defined again (a re-run notebook cell or module reload).
+    """
 
     name: ClassVar[str] = "op"
     sizing: ClassVar[bool] = False
+    #: A sizing op whose rule keeps the resized image as one canvas and honours a later
+    #: ``center_crop`` (its rule returns ``vlmprep.plan.one_canvas``): ``resize``, ``smart_resize``.
+    allows_center_crop: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kw):
+    def __init_subclass__(cls, base: bool = False, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        if cls.name in OP_TYPES and OP_TYPES[cls.name].__qualname__ != cls.__qualname__:
-            raise RuntimeError(f"op name {cls.name!r} defined twice")
-        OP_TYPES[cls.name] = cls
+        if base:  # an abstract base such as SizingOp: no name of its own
+            return
+        name = cls.__dict__.get("name")
+        if not isinstance(name, str) or not name.isidentifier() or "__" in name:
+            fail(cls.__name__, "name", "a class attribute name: ClassVar[str] = '<snake_case>' "
+                 "(an identifier without '__', unique among ops)", name,
+                 f"add name: ClassVar[str] = {cls.__name__!r} to the class")
+        if name in OP_TYPES and OP_TYPES[name].__qualname__ != cls.__qualname__:
+            raise RuntimeError(f"op name {name!r} defined twice: expected a name no other op has "
+                               f"(taken by {OP_TYPES[name].__module__}.{OP_TYPES[name].__qualname__}),"
+                               f" got it again for {cls.__module__}.{cls.__qualname__}; pick "
+                               f"another name")
+        OP_TYPES[name] = cls
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.name}
@@ -108,6 +133,40 @@ class Op:
 
 
 @dataclass(frozen=True)
+class SizingOp(Op, base=True):
+    """Base of every sizing op, the public way to add a model family's resize / tiling rule.
+
+    A sizing op is data; its plan rule (``@vlmprep.plan.sizing_rule(op_class)``) turns a source
+    ``(H, W)`` into the plan's ``Canvas`` list and tile boxes, and every backend executes those
+    alike (no backend code). A subclass is a frozen dataclass with:
+
+    - ``name: ClassVar[str]``: its one name (snake_case, unique; ``to_dict`` writes it);
+    - an ``interpolation: str`` field (one of ``INTERPOLATIONS``): the resize of a canvas whose
+      own ``Canvas.interpolation`` is None;
+    - its numbers as fields with defaults, checked in ``__post_init__`` with ``fail`` /
+      ``check_int`` / ``check_interpolation`` (expected / got / fix);
+    - ``tile_hw`` overridden when every tile has one size (needed for ``patchify(order="tiles")``).
+
+    Example (docs/how-to/new-family.md has the whole of Phi-3-vision)::
+
+        @dataclass(frozen=True)
+        class square(vlmprep.ops.SizingOp):
+            name: ClassVar[str] = "square"
+            size: int = 224
+            interpolation: str = "bicubic"
+
+            @property
+            def tile_hw(self): return (self.size, self.size)
+
+        @vlmprep.plan.sizing_rule(square)
+        def _square(op, hw, pipeline):      # (H, W) of the source -> Sizing
+            return vlmprep.plan.one_canvas((op.size, op.size), pipeline)
+    """
+
+    sizing: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
 class decode(Op):
     """Decode any supported input to uint8 RGB ``(H, W, 3)``.
 
@@ -126,13 +185,13 @@ class decode(Op):
     max_decode_bytes: int = DEFAULT_MAX_DECODE_BYTES
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "max_source_pixels", self.max_source_pixels)
-        _check_int(self.name, "max_source_bytes", self.max_source_bytes)
-        _check_int(self.name, "max_decode_bytes", self.max_decode_bytes)
+        check_int(self.name, "max_source_pixels", self.max_source_pixels)
+        check_int(self.name, "max_source_bytes", self.max_source_bytes)
+        check_int(self.name, "max_decode_bytes", self.max_decode_bytes)
 
 
 @dataclass(frozen=True)
-class smart_resize(Op):
+class smart_resize(SizingOp):
     """Qwen-style aspect-preserving resize to multiples of ``factor``.
 
     Output ``(h, w)``: both multiples of ``factor``, ``min_pixels <= h*w <= max_pixels``
@@ -142,6 +201,7 @@ class smart_resize(Op):
 
     name: ClassVar[str] = "smart_resize"
     sizing: ClassVar[bool] = True
+    allows_center_crop: ClassVar[bool] = True
     factor: int = 28
     min_pixels: int = 3136
     max_pixels: int = 12_845_056
@@ -149,20 +209,20 @@ class smart_resize(Op):
     max_aspect_ratio: float = 200.0
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "factor", self.factor)
-        _check_int(self.name, "min_pixels", self.min_pixels)
-        _check_int(self.name, "max_pixels", self.max_pixels)
+        check_int(self.name, "factor", self.factor)
+        check_int(self.name, "min_pixels", self.min_pixels)
+        check_int(self.name, "max_pixels", self.max_pixels)
         if self.min_pixels > self.max_pixels:
-            _fail(self.name, "min_pixels", f"<= max_pixels ({self.max_pixels})", self.min_pixels,
+            fail(self.name, "min_pixels", f"<= max_pixels ({self.max_pixels})", self.min_pixels,
                   "lower min_pixels or raise max_pixels")
-        _check_interp(self.name, self.interpolation)
+        check_interpolation(self.name, self.interpolation)
         if not (isinstance(self.max_aspect_ratio, (int, float)) and self.max_aspect_ratio >= 1):
-            _fail(self.name, "max_aspect_ratio", "a number >= 1", self.max_aspect_ratio,
+            fail(self.name, "max_aspect_ratio", "a number >= 1", self.max_aspect_ratio,
                   "transformers uses 200")
 
 
 @dataclass(frozen=True)
-class resize(Op):
+class resize(SizingOp):
     """Resize to a fixed size or by one edge.
 
     ``mode``:
@@ -174,6 +234,7 @@ class resize(Op):
 
     name: ClassVar[str] = "resize"
     sizing: ClassVar[bool] = True
+    allows_center_crop: ClassVar[bool] = True
     mode: str = "fixed"
     size: int = 0
     height: int = 0
@@ -183,13 +244,13 @@ class resize(Op):
     def __post_init__(self) -> None:
         modes = ("fixed", "shortest_edge", "longest_edge")
         if self.mode not in modes:
-            _fail(self.name, "mode", f"one of {modes}", self.mode, "pick a mode")
+            fail(self.name, "mode", f"one of {modes}", self.mode, "pick a mode")
         if self.mode == "fixed":
-            _check_int(self.name, "height", self.height)
-            _check_int(self.name, "width", self.width)
+            check_int(self.name, "height", self.height)
+            check_int(self.name, "width", self.width)
         else:
-            _check_int(self.name, "size", self.size)
-        _check_interp(self.name, self.interpolation)
+            check_int(self.name, "size", self.size)
+        check_interpolation(self.name, self.interpolation)
 
     @property
     def tile_hw(self) -> tuple[int, int] | None:
@@ -197,7 +258,7 @@ class resize(Op):
 
 
 @dataclass(frozen=True)
-class internvl_tile(Op):
+class internvl_tile(SizingOp):
     """InternVL / GotOcr2 ``crop_to_patches`` (a sizing op): choose ``cols x rows`` with
     ``min_tiles <= cols*rows <= max_tiles`` closest to the image's aspect ratio, squash-resize the
     image to ``(rows*tile_size, cols*tile_size)``, cut it row-major into ``tile_size`` squares,
@@ -214,13 +275,13 @@ class internvl_tile(Op):
     interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "tile_size", self.tile_size)
-        _check_int(self.name, "min_tiles", self.min_tiles)
-        _check_int(self.name, "max_tiles", self.max_tiles)
+        check_int(self.name, "tile_size", self.tile_size)
+        check_int(self.name, "min_tiles", self.min_tiles)
+        check_int(self.name, "max_tiles", self.max_tiles)
         if self.min_tiles > self.max_tiles:
-            _fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
+            fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
                   "lower min_tiles or raise max_tiles")
-        _check_interp(self.name, self.interpolation)
+        check_interpolation(self.name, self.interpolation)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -234,12 +295,12 @@ def tile(rule: str = "internvl", *args: Any, **fields: Any) -> internvl_tile:
     warnings.warn("vlmprep.ops.tile(rule='internvl', ...) is deprecated; use "
                   "vlmprep.ops.internvl_tile(...)", DeprecationWarning, stacklevel=2)
     if rule != "internvl":
-        _fail("tile", "rule", "one of ('internvl',)", rule, "use vlmprep.ops.internvl_tile(...)")
+        fail("tile", "rule", "one of ('internvl',)", rule, "use vlmprep.ops.internvl_tile(...)")
     return internvl_tile(*args, **fields)
 
 
 @dataclass(frozen=True)
-class idefics3_tile(Op):
+class idefics3_tile(SizingOp):
     """Idefics3 / SmolVLM (a sizing op): resize the long side to ``longest_edge`` (short side
     even-rounded; up or down; capped at ``max_edge``), then each side up to a multiple of
     ``tile_size`` (from that image), cut ``rows x cols`` tiles row-major and append the global
@@ -259,13 +320,13 @@ class idefics3_tile(Op):
     interpolation: str = "lanczos"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "longest_edge", self.longest_edge)
-        _check_int(self.name, "tile_size", self.tile_size)
-        _check_int(self.name, "image_seq_len", self.image_seq_len)
-        _check_int(self.name, "max_edge", self.max_edge)
+        check_int(self.name, "longest_edge", self.longest_edge)
+        check_int(self.name, "tile_size", self.tile_size)
+        check_int(self.name, "image_seq_len", self.image_seq_len)
+        check_int(self.name, "max_edge", self.max_edge)
         if not isinstance(self.split, bool):
-            _fail(self.name, "split", "a bool", self.split, "pass split=True or split=False")
-        _check_interp(self.name, self.interpolation)
+            fail(self.name, "split", "a bool", self.split, "pass split=True or split=False")
+        check_interpolation(self.name, self.interpolation)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -277,7 +338,7 @@ FEATURE_SELECT_STRATEGIES = ("default", "full")
 
 
 @dataclass(frozen=True)
-class anyres_tile(Op):
+class anyres_tile(SizingOp):
     """LLaVA-NeXT / LLaVA-OneVision "anyres" (a sizing op). See ``vlmprep.plan.anyres``.
 
     Pick the pinpoint ``(ph, pw)`` of ``pinpoints`` that keeps most pixels (max effective
@@ -307,29 +368,29 @@ class anyres_tile(Op):
     interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "tile_size", self.tile_size)
+        check_int(self.name, "tile_size", self.tile_size)
         try:
             pins = tuple((int(h), int(w)) for h, w in self.pinpoints)
         except (TypeError, ValueError):
             pins = ()
         if not pins or any(h < 1 or w < 1 or h % self.tile_size or w % self.tile_size
                            for h, w in pins):
-            _fail(self.name, "pinpoints", f"(height, width) pairs, multiples of tile_size "
+            fail(self.name, "pinpoints", f"(height, width) pairs, multiples of tile_size "
                   f"({self.tile_size})", self.pinpoints, "use the checkpoint's image_grid_pinpoints")
         object.__setattr__(self, "pinpoints", pins)
-        _check_int(self.name, "max_num_patches", self.max_num_patches, lo=0)
-        _check_int(self.name, "num_additional_image_tokens", self.num_additional_image_tokens, lo=0)
+        check_int(self.name, "max_num_patches", self.max_num_patches, lo=0)
+        check_int(self.name, "num_additional_image_tokens", self.num_additional_image_tokens, lo=0)
         if self.vision_feature_select_strategy not in FEATURE_SELECT_STRATEGIES:
-            _fail(self.name, "vision_feature_select_strategy", f"one of {FEATURE_SELECT_STRATEGIES}",
+            fail(self.name, "vision_feature_select_strategy", f"one of {FEATURE_SELECT_STRATEGIES}",
                   self.vision_feature_select_strategy, "use the checkpoint processor's value")
         if not isinstance(self.multi_image, bool):
-            _fail(self.name, "multi_image", "a bool", self.multi_image, "pass True or False")
+            fail(self.name, "multi_image", "a bool", self.multi_image, "pass True or False")
         fill = tuple(self.square_fill) if isinstance(self.square_fill, (tuple, list)) else ()
         if len(fill) != 3 or not all(isinstance(v, int) and 0 <= v <= 255 for v in fill):
-            _fail(self.name, "square_fill", "3 ints in 0..255", self.square_fill,
+            fail(self.name, "square_fill", "3 ints in 0..255", self.square_fill,
                   "use tuple(int(255 * m) for m in mean)")
         object.__setattr__(self, "square_fill", fill)
-        _check_interp(self.name, self.interpolation)
+        check_interpolation(self.name, self.interpolation)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -337,7 +398,7 @@ class anyres_tile(Op):
 
 
 @dataclass(frozen=True)
-class canvas_tile(Op):
+class canvas_tile(SizingOp):
     """Mllama / Llama-3.2-Vision (a sizing op): pick the canvas of ``a x b`` tiles
     (``a*b <= max_tiles``) that needs the smallest upscale (else the largest downscale; ties: the
     smaller area), resize aspect-fit into it (sides clipped to ``[tile_size, canvas]``, never
@@ -352,9 +413,9 @@ class canvas_tile(Op):
     interpolation: str = "bilinear"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "tile_size", self.tile_size)
-        _check_int(self.name, "max_tiles", self.max_tiles)
-        _check_interp(self.name, self.interpolation)
+        check_int(self.name, "tile_size", self.tile_size)
+        check_int(self.name, "max_tiles", self.max_tiles)
+        check_interpolation(self.name, self.interpolation)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -362,7 +423,7 @@ class canvas_tile(Op):
 
 
 @dataclass(frozen=True)
-class pan_and_scan(Op):
+class pan_and_scan(SizingOp):
     """Gemma 3 (a sizing op): squash the image to ``(height, width)``; with ``do_pan_and_scan``
     also cut 2..``pan_and_scan_max_num_crops`` crops along the long side of the ORIGINAL image
     (only when its aspect ratio is at least ``pan_and_scan_min_ratio_to_activate`` and every crop
@@ -381,18 +442,18 @@ class pan_and_scan(Op):
     interpolation: str = "bilinear"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "height", self.height)
-        _check_int(self.name, "width", self.width)
+        check_int(self.name, "height", self.height)
+        check_int(self.name, "width", self.width)
         if not isinstance(self.do_pan_and_scan, bool):
-            _fail(self.name, "do_pan_and_scan", "a bool", self.do_pan_and_scan,
+            fail(self.name, "do_pan_and_scan", "a bool", self.do_pan_and_scan,
                   "pass do_pan_and_scan=True or False")
-        _check_int(self.name, "pan_and_scan_min_crop_size", self.pan_and_scan_min_crop_size)
-        _check_int(self.name, "pan_and_scan_max_num_crops", self.pan_and_scan_max_num_crops, lo=2)
+        check_int(self.name, "pan_and_scan_min_crop_size", self.pan_and_scan_min_crop_size)
+        check_int(self.name, "pan_and_scan_max_num_crops", self.pan_and_scan_max_num_crops, lo=2)
         r = self.pan_and_scan_min_ratio_to_activate
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 1:
-            _fail(self.name, "pan_and_scan_min_ratio_to_activate", "a number >= 1", r,
+            fail(self.name, "pan_and_scan_min_ratio_to_activate", "a number >= 1", r,
                   "Gemma3Processor uses 1.2")
-        _check_interp(self.name, self.interpolation)
+        check_interpolation(self.name, self.interpolation)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -410,8 +471,8 @@ class center_crop(Op):
     width: int = 224
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "height", self.height)
-        _check_int(self.name, "width", self.width)
+        check_int(self.name, "height", self.height)
+        check_int(self.name, "width", self.width)
 
     @property
     def tile_hw(self) -> tuple[int, int]:
@@ -435,14 +496,14 @@ class normalize(Op):
         object.__setattr__(self, "mean", _triple(self.name, "mean", self.mean))
         object.__setattr__(self, "std", _triple(self.name, "std", self.std))
         if any(s == 0 for s in self.std):
-            _fail(self.name, "std", "non-zero values", self.std, "use std=1 to skip scaling")
+            fail(self.name, "std", "non-zero values", self.std, "use std=1 to skip scaling")
         if not (isinstance(self.rescale, (int, float)) and math.isfinite(self.rescale)):
-            _fail(self.name, "rescale", "a finite number", self.rescale, "use 1/255 or 1.0")
+            fail(self.name, "rescale", "a finite number", self.rescale, "use 1/255 or 1.0")
         object.__setattr__(self, "rescale", float(self.rescale))
 
 
 @dataclass(frozen=True)
-class pixtral_resize(Op):
+class pixtral_resize(SizingOp):
     """Pixtral / Mistral-Small-3.x (a sizing op): if the long side exceeds ``longest_edge``,
     scale both sides by ``max(H, W) / longest_edge`` with floor (transformers' choice; the
     original Mistral code and mistral_common round), then ceil each side to a multiple of
@@ -460,15 +521,15 @@ class pixtral_resize(Op):
     interpolation: str = "bicubic"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "longest_edge", self.longest_edge)
+        check_int(self.name, "longest_edge", self.longest_edge)
         for k in ("break_token", "end_token"):
             if not isinstance(getattr(self, k), str):
-                _fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
-        _check_interp(self.name, self.interpolation)
+                fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
+        check_interpolation(self.name, self.interpolation)
 
 
 @dataclass(frozen=True)
-class naflex_resize(Op):
+class naflex_resize(SizingOp):
     """SigLIP2 NaFlex (a sizing op): the largest scale (binary search, as transformers'
     ``get_image_size_for_max_num_patches``) whose sides, each ceiled to a multiple of the patch
     size (``patchify.patch_size``) and at least one patch, give at most ``max_num_patches``
@@ -481,8 +542,8 @@ class naflex_resize(Op):
     interpolation: str = "bilinear"
 
     def __post_init__(self) -> None:
-        _check_int(self.name, "max_num_patches", self.max_num_patches)
-        _check_interp(self.name, self.interpolation)
+        check_int(self.name, "max_num_patches", self.max_num_patches)
+        check_interpolation(self.name, self.interpolation)
 
 
 #: Row orders of patchify's output (see ``vlmprep.plan.grid`` for Given/Input/Output examples):
@@ -507,14 +568,20 @@ class patchify(Op):
     ``order="raster"`` (Pixtral) / ``"naflex"`` (SigLIP2 NaFlex): one sequence per image, rows
     in raster order, each ``[c, py, px]`` / ``[py, px, c]``; ``temporal_patch_size`` must be 1.
 
+    Defaults are a plain ViT's (CLIP, SigLIP): ``temporal_patch_size=1``, ``merge_size=1``
+    (one LLM token per patch; ``merge_grouped`` with merge 1 is raster order). Up to 0.1.0 they
+    were Qwen's (2 and 2): Qwen-style pipelines pass ``temporal_patch_size=2, merge_size=2``
+    (every preset spells its values). A fixed tile whose patch grid is not a multiple of
+    ``merge_size`` is refused when its tokens are counted (``vlmprep.plan.grid``).
+
     ``layout=``: the deprecated spelling of ``order=`` (API.md's); warns, sets ``order``, and is
     not a field (``to_dict`` writes ``order``).
     """
 
     name: ClassVar[str] = "patchify"
     patch_size: int = 14
-    temporal_patch_size: int = 2
-    merge_size: int = 2
+    temporal_patch_size: int = 1
+    merge_size: int = 1
     order: str = "merge_grouped"
     layout: InitVar[str | None] = None
 
@@ -523,16 +590,16 @@ class patchify(Op):
             warnings.warn("vlmprep.ops.patchify(layout=...) is deprecated; use order=...",
                           DeprecationWarning, stacklevel=3)
             if self.order not in ("merge_grouped", layout):
-                _fail(self.name, "layout", f"the same value as order ({self.order!r}) or no "
+                fail(self.name, "layout", f"the same value as order ({self.order!r}) or no "
                       f"layout", layout, "pass order= only")
             object.__setattr__(self, "order", layout)
-        _check_int(self.name, "patch_size", self.patch_size)
-        _check_int(self.name, "temporal_patch_size", self.temporal_patch_size)
-        _check_int(self.name, "merge_size", self.merge_size)
+        check_int(self.name, "patch_size", self.patch_size)
+        check_int(self.name, "temporal_patch_size", self.temporal_patch_size)
+        check_int(self.name, "merge_size", self.merge_size)
         if self.order not in ORDERS:
-            _fail(self.name, "order", f"one of {ORDERS}", self.order, "pick an order")
+            fail(self.name, "order", f"one of {ORDERS}", self.order, "pick an order")
         if self.order in ("raster", "naflex") and self.temporal_patch_size != 1:
-            _fail(self.name, "temporal_patch_size", f"1 for order {self.order!r} (still images)",
+            fail(self.name, "temporal_patch_size", f"1 for order {self.order!r} (still images)",
                   self.temporal_patch_size, "pass temporal_patch_size=1")
 
 
@@ -556,10 +623,15 @@ class pack(Op):
     ``prefix``/``suffix`` — exactly what the family's transformers processor puts
     where the prompt had one image token (Qwen: ``<|image_pad|>`` repeated; the
     ``<|vision_start|>``/``<|vision_end|>`` pair comes from the chat template).
+
+    The default ``image_token`` is the neutral ``"<image>"`` (LLaVA's, Idefics3's); up to 0.1.0 it
+    was Qwen's ``"<|image_pad|>"``, which a Qwen-style custom pipeline now passes
+    explicitly (every preset spells its token). A ``Pipeline`` without a ``pack`` gets this
+    default.
     """
 
     name: ClassVar[str] = "pack"
-    image_token: str = "<|image_pad|>"
+    image_token: str = "<image>"
     prefix: str = ""
     suffix: str = ""
     #: LLM tokens that ``prefix`` + ``suffix`` add (InternVL's ``<img>``/``</img>``: 2).
@@ -570,10 +642,10 @@ class pack(Op):
     def __post_init__(self) -> None:
         for k in ("image_token", "prefix", "suffix"):
             if not isinstance(getattr(self, k), str):
-                _fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
-        _check_int(self.name, "extra_tokens", self.extra_tokens, lo=0)
+                fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
+        check_int(self.name, "extra_tokens", self.extra_tokens, lo=0)
         if self.hf_output not in HF_OUTPUTS:
-            _fail(self.name, "hf_output", f"one of {HF_OUTPUTS}", self.hf_output,
+            fail(self.name, "hf_output", f"one of {HF_OUTPUTS}", self.hf_output,
                   "'auto' picks from the patchify order")
 
 

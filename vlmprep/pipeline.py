@@ -4,7 +4,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterable, Iterator, Mapping
 
-from .ops import OP_TYPES, Op, decode, normalize, pack, patchify
+from .ops import INTERPOLATIONS, OP_TYPES, Op, decode, normalize, pack, patchify
 
 __all__ = ["Pipeline"]
 
@@ -51,7 +51,8 @@ class Pipeline:
     Example::
 
         pipe = Pipeline([ops.decode(), ops.smart_resize(factor=28), ops.normalize(),
-                         ops.patchify(patch_size=14)], name="my-qwen")
+                         ops.patchify(patch_size=14, temporal_patch_size=2, merge_size=2),
+                         ops.pack(image_token="<|image_pad|>")], name="my-qwen")
         pipe.replace(max_pixels=1_003_520)   # a changed copy
     """
 
@@ -76,7 +77,14 @@ class Pipeline:
         if len(sizing) != 1:
             allowed = sorted(n for n, t in OP_TYPES.items() if t.sizing)
             raise ValueError(f"Pipeline: expected exactly one sizing op (one of {allowed}), got "
-                             f"{sizing or 'none'}; add one, e.g. vlmprep.ops.smart_resize(...)")
+                             f"{sizing or 'none'}; add one, e.g. vlmprep.ops.smart_resize(...) "
+                             f"or your own vlmprep.ops.SizingOp")
+        size_op = next(op for op in ops if op.sizing)
+        if getattr(size_op, "interpolation", None) not in INTERPOLATIONS:
+            raise ValueError(f"Pipeline: sizing op {size_op.name!r} expected an interpolation field "
+                             f"(one of {INTERPOLATIONS}: canvases without their own resize with "
+                             f"it), got {getattr(size_op, 'interpolation', 'none')!r}; add "
+                             f"interpolation: str = 'bicubic' to the op class")
         if "patchify" not in names:
             raise ValueError("Pipeline: expected a patchify op (it defines the ViT sequences), got "
                              "none; add vlmprep.ops.patchify(patch_size=...)")
@@ -84,17 +92,22 @@ class Pipeline:
                 "normalize" in names and names.index("normalize") > names.index("patchify")):
             raise ValueError(f"Pipeline: expected resize and normalize before patchify, got order "
                              f"{names}; reorder the ops")
-        if "center_crop" in names and (names.index("center_crop") < names.index(sizing[0])
-                                       or sizing[0] == "internvl_tile"):
-            raise ValueError(f"Pipeline: expected center_crop after a resize (not with "
-                             f"internvl_tile), got order {names}")
+        if "center_crop" in names:
+            if not size_op.allows_center_crop:
+                takes = sorted(n for n, t in OP_TYPES.items() if t.sizing and t.allows_center_crop)
+                raise ValueError(f"Pipeline: expected center_crop only with a sizing op that keeps "
+                                 f"one canvas ({takes}), got it with {size_op.name!r} (whose rule "
+                                 f"makes its own tiles); remove the center_crop")
+            if names.index("center_crop") < names.index(sizing[0]):
+                raise ValueError(f"Pipeline: expected center_crop after the sizing op, got order "
+                                 f"{names}; reorder the ops")
         self._ops = ops
         self._name = str(name)
         if self.patchify.order == "tiles" and self.tile_hw is None:
             raise ValueError(f"Pipeline: patchify order 'tiles' expected one tile size for every "
-                             f"image (a tiling op such as ops.internvl_tile, ops.center_crop or "
-                             f"ops.resize(mode='fixed')), got {names}; add a crop or use "
-                             f"order='merge_grouped'")
+                             f"image (a tiling op such as ops.internvl_tile, ops.center_crop, "
+                             f"ops.resize(mode='fixed'), or a SizingOp whose tile_hw is fixed), "
+                             f"got {names}; add a crop or use order='merge_grouped'")
 
     # -- access ---------------------------------------------------------------------------------
     @property

@@ -188,3 +188,38 @@ def test_hf_form_registry_is_loud():
         hf_form("qwen2_vl")(lambda b: {})
     with pytest.raises(RuntimeError, match="HF_OUTPUTS"):
         hf_form("not_a_form")(lambda b: {})
+
+
+# -- issue 17 item 4: no silent wrong geometry ----------------------------------------------------
+def test_tiles_whose_patch_grid_the_merger_cannot_join_are_refused():
+    # 384 / 14 = 27 patches per side: a 2x2 merger cannot join them (the count used to floor).
+    pipe = vlmprep.Pipeline([vlmprep.ops.resize(mode="fixed", height=384, width=384),
+                             vlmprep.ops.patchify(patch_size=14, merge_size=2, order="tiles")])
+    with pytest.raises(ValueError, match=r"multiples of merge_size = 2, got 27x27 patches.*"
+                                         r"multiple of patch_size\*merge_size = 28"):
+        Processor(pipe).plan([_arr(10, 10)])
+    ok = pipe.replace(merge_size=3)  # 27 = 3 * 9
+    assert Processor(ok).plan([_arr(10, 10)]).num_tokens == [81]
+
+
+def test_a_plain_vit_pipeline_gets_plain_vit_defaults():
+    # A CLIP-like pipeline as docs/concepts.md writes it: one token per patch, "<image>".
+    pipe = vlmprep.Pipeline([vlmprep.ops.resize(mode="shortest_edge", size=224),
+                             vlmprep.ops.center_crop(height=224, width=224),
+                             vlmprep.ops.normalize(),
+                             vlmprep.ops.patchify(patch_size=14, order="tiles")])
+    p = Processor(pipe).plan([_arr(300, 400)])[0]
+    assert p.grid_thw == [(1, 16, 16)] and p.num_tokens == 256
+    assert p.placeholder == "<image>" * 256
+    pf = vlmprep.ops.patchify()
+    assert (pf.temporal_patch_size, pf.merge_size, vlmprep.ops.pack().image_token) == (1, 1, "<image>")
+
+
+def test_plan_repr_abbreviates_long_fields():
+    p = Processor("qwen2-vl").plan([_arr(4000, 3000)])
+    assert len(p[0].placeholder) > 100_000
+    r = repr(p)
+    assert len(r) < 2000, len(r)
+    assert f"... ({len(p[0].placeholder)} chars)" in r and "resized_hw=(" in r
+    many = Processor("internvl").plan([_arr(1080, 1920)])[0]  # 9 tiles: the list is shortened
+    assert "... (9 items)" in repr(many) and repr(many).startswith("ImagePlan(index=0, ")

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from ..errors import ImageError
 from ..kernels import get_num_threads, local_threads
-from ..ops import OP_TYPES
 from ..pipeline import Pipeline
 from . import fused, fusion
 from .context import Context
 from .normalize_lut import lut_tensor, normalize_array
-from .registry import get_lowering, lowering
+from .registry import SIZING, get_lowering, lowering
 
 if TYPE_CHECKING:
     import torch
@@ -238,12 +237,11 @@ def _already_cut(op: Any, tiles: list, ctx: Context) -> list:
 
 
 def register_sizing(backend: str, fn: Callable) -> None:
-    """Register ``fn`` as ``backend``'s lowering of every sizing op, and ``center_crop`` as
-    nothing to do: the plan decides every canvas and tile box, so all sizing ops lower alike,
-    and a centre crop is a tile box too."""
-    for name, typ in OP_TYPES.items():
-        if typ.sizing:
-            lowering(backend, name)(fn)
+    """Register ``fn`` as ``backend``'s lowering of every sizing op (``registry.SIZING``: found
+    by ``get_lowering`` for any op whose ``Op.sizing`` is set, including ops defined later), and
+    ``center_crop`` as nothing to do: the plan decides every canvas and tile box, so all sizing
+    ops lower alike, and a centre crop is a tile box too."""
+    lowering(backend, SIZING)(fn)
     lowering(backend, "center_crop")(_already_cut)
 
 

@@ -2,7 +2,10 @@
 
 A backend registers a loader (imported lazily, so listing backends imports neither
 torch nor DALI) and a probe that says whether it can run here and, if not, why.
-Each backend module registers one lowering per op with ``@lowering(backend, op)``.
+Each backend module registers one lowering per op with ``@lowering(backend, op)``, and one
+lowering for every sizing op under ``SIZING`` (``base.register_sizing``): a sizing op is looked
+up when a Backend is made, by its ``Op.sizing`` flag, so a sizing op defined at any time (after
+the backend module was imported, after a Processor exists) runs on every backend.
 """
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["register", "lowering", "get_lowering", "get", "names", "available", "why_unavailable",
+from ..ops import OP_TYPES
+
+__all__ = ["SIZING", "register", "lowering", "get_lowering", "get", "names", "available", "why_unavailable",
            "resolve_auto"]
 
 
@@ -20,6 +25,10 @@ class _Entry:
     module: str          # imported on first use; must define ``Backend``
     check: Callable[[], str | None]  # -> None when usable here, else the reason
 
+
+#: The op key of a backend's one lowering of every sizing op (not an op name: ``<`` keeps it
+#: apart from them).
+SIZING = "<sizing>"
 
 _BACKENDS: dict[str, _Entry] = {}
 _LOWERINGS: dict[tuple[str, str], Callable] = {}
@@ -43,13 +52,16 @@ def lowering(backend: str, op: str) -> Callable[[Callable], Callable]:
 
 
 def get_lowering(backend: str, op: str) -> Callable:
-    try:
-        return _LOWERINGS[(backend, op)]
-    except KeyError:
-        have = sorted(b for (b, o) in _LOWERINGS if o == op)
-        raise NotImplementedError(
-            f"backend {backend!r} has no lowering for op {op!r}; backends that have it: "
-            f"{have or 'none'}; pick one of those with backend=...") from None
+    """The lowering of op ``op`` on ``backend``: its own, else, for a sizing op (``Op.sizing``,
+    looked up in ``ops.OP_TYPES`` now), the backend's ``SIZING`` lowering."""
+    sizing = op in OP_TYPES and OP_TYPES[op].sizing
+    fn = _LOWERINGS.get((backend, op)) or (_LOWERINGS.get((backend, SIZING)) if sizing else None)
+    if fn is not None:
+        return fn
+    have = sorted(b for (b, o) in _LOWERINGS if o == op or (sizing and o == SIZING))
+    raise NotImplementedError(
+        f"backend {backend!r} has no lowering for op {op!r}; backends that have it: "
+        f"{have or 'none'}; pick one of those with backend=...")
 
 
 def names() -> list[str]:
@@ -88,4 +100,6 @@ def resolve_auto(device: str) -> str:
         if n in _BACKENDS and _BACKENDS[n].check() is None and (
                 not device.startswith("cuda") or n != "reference"):
             return n
-    raise RuntimeError(f"no backend can run on device {device!r}; usable here: {available()}")
+    why = [f"{n}: {_BACKENDS[n].check() or 'CPU only'}" for n in prefer if n in _BACKENDS]
+    raise RuntimeError(f"no backend can run on device {device!r}; usable here: {available()}; "
+                       f"{'; '.join(why)}")

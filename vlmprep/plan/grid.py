@@ -51,9 +51,22 @@ def patch_grid(hw: tuple[int, int], op: patchify) -> tuple[int, int, int]:
 
 def tokens_for_grid(grid_thw: tuple[int, int, int], op: patchify) -> int:
     """LLM tokens of one sequence: ``t*gh*gw / merge**2`` (the 2x2 merger joins 4 patches;
-    InternVL's pixel shuffle likewise; merge 1: one token per patch)."""
+    InternVL's pixel shuffle likewise; merge 1: one token per patch).
+
+    A grid side that is not a multiple of ``merge_size`` (a fixed tile of the ``tiles`` order:
+    the other orders' sides are checked by ``patch_grid``) raises ValueError: the merger could
+    not join its patches, and a floored count would be silently wrong.
+
+    Given (1, 32, 32), merge 2 -> 256; (1, 16, 16), merge 1 -> 256; (1, 27, 27), merge 2 -> raises.
+    """
     t, gh, gw = grid_thw
-    return t * gh * gw // (op.merge_size ** 2)
+    m = op.merge_size
+    if gh % m or gw % m:
+        raise ValueError(f"patchify: expected a patch grid whose sides are multiples of merge_size "
+                         f"= {m}, got {gh}x{gw} patches (HxW) of a tile at patch_size "
+                         f"{op.patch_size}; use a tile size that is a multiple of patch_size*"
+                         f"merge_size = {op.patch_size * m}, or merge_size=1 (one token per patch)")
+    return t * gh * gw // (m ** 2)
 
 
 def row_length(op: patchify, channels: int = 3) -> int:

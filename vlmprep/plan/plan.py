@@ -10,11 +10,11 @@ op's rule lives in its own module (``qwen``, ``resize``, ``internvl``, ``anyres`
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
-from ..ops import OP_TYPES, center_crop, decode
+from ..ops import OP_TYPES, Op, center_crop, decode
 from ..pipeline import Pipeline
 from . import grid
 from .boxes import Box, center_crop_box
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from ..io.probe import ProbeResult
 
-__all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SIZING_RULES", "sizing_rule", "one_canvas",
-           "plan_image", "plan_images"]
+__all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SizingRule", "SIZING_RULES", "sizing_rule",
+           "check_sizing", "one_canvas", "plan_image", "plan_images"]
 
 RGB = tuple[int, int, int]
 
@@ -56,7 +56,20 @@ class Canvas:
         return self.size if self.size is not None else self.resize_hw
 
 
-@dataclass(frozen=True)
+def _abbrev(v: Any, chars: int = 40, items: int = 8) -> str:
+    """``repr(v)``, a long string as its first ``chars`` characters + ``'... (N chars)'`` and a
+    long list as its first ``items`` items + ``'... (N items)'``.
+
+    Given "<|image_pad|>" * 3000 -> "'<|image_pad|><|image_pad|><|image_pad|><|i'... (39000 chars)".
+    """
+    if isinstance(v, str) and len(v) > chars:
+        return f"{v[:chars]!r}... ({len(v)} chars)"
+    if isinstance(v, list) and len(v) > items:
+        return f"[{', '.join(repr(x) for x in v[:items])}, ... ({len(v)} items)]"
+    return repr(v)
+
+
+@dataclass(frozen=True, repr=False)
 class ImagePlan:
     """Geometry of one input image.
 
@@ -93,6 +106,12 @@ class ImagePlan:
     def ok(self) -> bool:
         return self.error is None
 
+    def __repr__(self) -> str:
+        """The dataclass repr with long fields abbreviated (a 4000x3000 Qwen image's placeholder
+        is ~199,000 characters): strings past 40 characters, lists past 8 items."""
+        parts = [f"{f.name}={_abbrev(getattr(self, f.name))}" for f in fields(self)]
+        return f"ImagePlan({', '.join(parts)})"
+
     def rows(self, order: str) -> int:
         """Leading-dimension rows this image fills in ``pixel_values``: patches or tiles."""
         return len(self.tiles) if order == "tiles" else self.num_patches
@@ -102,9 +121,21 @@ class ImagePlan:
 class Sizing:
     """What a sizing rule decides for one image (see ImagePlan for the fields).
 
-    ``image_tokens`` / ``placeholder``: None means the default rule, the sum over tiles of
-    ``tokens_for_grid`` and ``prefix + image_token * image_tokens + suffix``; families whose
-    token count or prompt string follows another rule set them.
+    Fields:
+        canvases: the intermediate images, each built from the source (``parent=-1``) or an
+            earlier canvas; ``canvases[0]`` is the main resized image.
+        tiles: ``(top, left, height, width)`` boxes, in output order (one ViT sequence each).
+        tile_canvas: for each tile, the index of the canvas it is cut from.
+        image_tokens: LLM tokens of the image without ``pack.extra_tokens``; None: the default
+            rule, the sum over tiles of ``grid.tokens_for_grid`` (patches / merge**2).
+        placeholder: the prompt string; None: ``prefix + image_token * image_tokens + suffix``.
+        resized_hw: ``ImagePlan.resized_hw`` when it is not ``canvases[0].resize_hw`` (chained
+            resizes).
+
+    Given Phi-3-vision on 300x451 (HxW): canvases [Canvas((894, 1344), size=(1008, 1344),
+    offset=(57, 0), fill=(255, 255, 255)), Canvas((336, 336), parent=0)], tiles
+    [(0, 0, 336, 336)] (the global view, canvas 1) + 12 row-major boxes of canvas 0,
+    image_tokens 1921 (docs/how-to/new-family.md).
     """
 
     canvases: list[Canvas]
@@ -116,22 +147,84 @@ class Sizing:
     resized_hw: tuple[int, int] | None = None
 
 
-#: sizing op name -> rule(op, (H, W), pipeline) -> Sizing: the one registry of plan rules, filled
-#: by ``@sizing_rule`` in each rule's module (``vlmprep.plan`` imports them all); loud on conflicts.
-SIZING_RULES: dict[str, Callable[[Any, tuple[int, int], Pipeline], Sizing]] = {}
+#: A sizing rule: ``rule(op, (H, W), pipeline) -> Sizing`` for a source of ``(H, W)`` (oriented).
+SizingRule = Callable[[Any, tuple[int, int], Pipeline], Sizing]
+
+#: sizing op name -> its rule: the one registry of plan rules, filled by ``@sizing_rule`` (each
+#: built-in rule's module; ``vlmprep.plan`` imports them all; user rules at any time).
+SIZING_RULES: dict[str, SizingRule] = {}
 
 
-def sizing_rule(op_name: str):
-    """Decorator: register the plan rule of sizing op ``op_name`` (an ``ops`` sizing op)."""
-    def deco(fn):
-        if op_name in SIZING_RULES:
-            raise RuntimeError(f"sizing rule for op {op_name!r} defined twice")
-        if op_name not in OP_TYPES or not OP_TYPES[op_name].sizing:
-            raise RuntimeError(f"sizing rule for {op_name!r}: expected the name of a sizing op "
-                               f"in vlmprep.ops, got an unknown or non-sizing name")
-        SIZING_RULES[op_name] = fn
+def sizing_rule(op: "str | type[Op]") -> Callable[[SizingRule], SizingRule]:
+    """Decorator: register the plan rule of sizing op ``op`` (its class, or its name).
+
+    The rule is ``rule(op, (H, W), pipeline) -> Sizing``: from the op's fields, the oriented
+    source size and the pipeline (its ``patchify``, ``pack``) it returns the canvases and tile
+    boxes of one image; every backend executes them (no backend code). Register at any time:
+    plans and Processors look the rule up per call. Defining the same function again (a re-run
+    cell) replaces it; a different second rule for the op is an error.
+
+    Example::
+
+        @vlmprep.plan.sizing_rule(square)            # square: a vlmprep.ops.SizingOp subclass
+        def _square(op, hw, pipeline):
+            return vlmprep.plan.one_canvas((op.size, op.size), pipeline)
+    """
+    name = op if isinstance(op, str) else getattr(op, "name", None)
+    typ = OP_TYPES.get(name) if isinstance(name, str) else None
+    if typ is None or not typ.sizing:
+        raise RuntimeError(f"sizing_rule: expected a sizing op (a vlmprep.ops.SizingOp subclass "
+                           f"or its name; known: {sorted(n for n, t in OP_TYPES.items() if t.sizing)}"
+                           f"), got {op!r}, an unknown or non-sizing op; subclass SizingOp first")
+    if "interpolation" not in typ.field_names():
+        raise RuntimeError(f"sizing_rule: op {name!r} expected an interpolation field (canvases "
+                           f"without their own resize with it), got fields {list(typ.field_names())};"
+                           f" add interpolation: str = 'bicubic' to the class")
+
+    def deco(fn: SizingRule) -> SizingRule:
+        old = SIZING_RULES.get(name)  # type: ignore[arg-type]
+        if old is not None and (getattr(old, "__module__", None), getattr(old, "__qualname__", None)
+                                ) != (getattr(fn, "__module__", None), getattr(fn, "__qualname__", 0)):
+            raise RuntimeError(f"sizing rule for op {name!r} defined twice: expected one rule, got "
+                               f"{_fn_name(old)} and {_fn_name(fn)}; keep one")
+        SIZING_RULES[name] = fn  # type: ignore[index]
         return fn
     return deco
+
+
+def _fn_name(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def check_sizing(sz: Any, op: Op, pipeline: Pipeline) -> Sizing:
+    """A rule's answer, checked before any backend sees it (expected / got / fix, naming the op):
+    a ``Sizing``; one ``tile_canvas`` index per tile, each a canvas; each canvas built from the
+    source or an earlier canvas, with positive sizes; a tile of the ``tiles`` order of the
+    pipeline's tile size."""
+    where = f"plan: sizing rule of op {op.name!r}"
+    if not isinstance(sz, Sizing):
+        raise TypeError(f"{where}: expected a vlmprep.plan.Sizing, got {type(sz).__name__}; "
+                        f"return Sizing(canvases, tiles, tile_canvas)")
+    n = len(sz.canvases)
+    if n == 0 or not sz.tiles or len(sz.tiles) != len(sz.tile_canvas):
+        raise ValueError(f"{where}: expected >= 1 canvas, >= 1 tile and one tile_canvas index per "
+                         f"tile, got {n} canvases, {len(sz.tiles)} tiles, {len(sz.tile_canvas)} "
+                         f"indices; give each tile box its canvas index")
+    for k, c in enumerate(sz.canvases):
+        if not isinstance(c, Canvas) or not -1 <= c.parent < k or min(c.resize_hw) < 1 or (
+                c.size is not None and min(c.size) < 1):
+            raise ValueError(f"{where}: canvas {k}: expected a Canvas with sizes >= 1 built from the "
+                             f"source (parent=-1) or an earlier canvas (parent < {k}), got {c!r}; "
+                             f"order the canvases so parents come first")
+    tile_hw = pipeline.tile_hw if pipeline.patchify.order == "tiles" else None
+    for box, k in zip(sz.tiles, sz.tile_canvas):
+        if not 0 <= k < n or len(box) != 4 or box[2] < 1 or box[3] < 1 or (
+                tile_hw is not None and (box[2], box[3]) != tile_hw):
+            want = f"{tile_hw} (the pipeline's tile_hw)" if tile_hw else "(h, w) >= 1"
+            raise ValueError(f"{where}: expected tile boxes (top, left, h, w) with (h, w) {want} "
+                             f"in a canvas 0..{n - 1}, got {box} in canvas {k}; fix the rule or "
+                             f"the op's tile_hw")
+    return sz
 
 
 def one_canvas(rhw: tuple[int, int], pipeline: Pipeline) -> Sizing:
@@ -168,7 +261,7 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
         raise NotImplementedError(f"plan: expected a plan rule for sizing op "
                                   f"{pipeline.sizing.name!r}, got none; rules exist for "
                                   f"{sorted(SIZING_RULES)} (add one with @sizing_rule)")
-    sz = rule(pipeline.sizing, (h, w), pipeline)
+    sz = check_sizing(rule(pipeline.sizing, (h, w), pipeline), pipeline.sizing, pipeline)
     pf = pipeline.patchify
     grids = [grid.patch_grid((b[2], b[3]), pf) for b in sz.tiles]
     pk = pipeline.pack
