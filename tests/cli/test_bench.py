@@ -285,3 +285,50 @@ def test_scenario_files_are_valid_commands():
         assert args.preset and args.synthetic and args.threads, f
     with pytest.raises(ValueError, match="unknown keys"):
         mod.scenario_argv({"preset": "qwen2-vl", "thread": [1]}, "x.json")
+
+
+def test_images_folder_skips_and_names_bad_files(tmp_path, capsys):
+    """A bad file is skipped and named with its reason (stderr, report, JSON); the rest run."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    img = bench_images.mosaic((40, 70), seed=2)
+    good = bench_images.encode(img, "JPEG", quality=90)
+    (folder / "a.jpg").write_bytes(good)
+    (folder / "b_cut.jpg").write_bytes(good[:200])           # truncated
+    (folder / "c_text.png").write_bytes(b"not an image at all")  # wrong content
+    (folder / "d.png").write_bytes(bench_images.encode(img, "PNG"))
+    rc, out, err = _main(["--images", str(folder), "--repeat", "1", "--warmup", "0",
+                          "--no-stages", "--no-decode-floor", "--backend", "reference", "--json",
+                          "--quiet"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    skipped = {s["name"]: s["reason"] for s in d["inputs"][0]["skipped"]}
+    assert set(skipped) == {"b_cut.jpg", "c_text.png"}
+    assert "truncated" in skipped["b_cut.jpg"] and "JPEG/PNG" in skipped["c_text.png"]
+    assert d["inputs"][0]["count"] == 2 and d["results"][0]["images"] == 2
+    assert "skipped" in err and "b_cut.jpg" in err and "c_text.png" in err
+    # The human report names them too.
+    rc, out, err = _main(["--images", str(folder), "--repeat", "1", "--warmup", "0",
+                          "--no-stages", "--no-decode-floor", "--backend", "reference",
+                          "--quiet"], capsys)
+    assert rc == 0 and "skipped b_cut.jpg:" in out and "skipped c_text.png:" in out
+
+
+def test_images_folder_without_a_usable_file(tmp_path, capsys):
+    (tmp_path / "x.jpg").write_bytes(b"\xff\xd8\xff")
+    rc, out, err = _main(["--images", str(tmp_path)], capsys)
+    assert rc == 2 and "x.jpg" in err and "cannot be measured" in err and out == ""
+
+
+def test_progress_lines_without_a_terminal(capsys, monkeypatch):
+    """Not a TTY (pytest's capture): plain step lines, no bar; --no-progress the same."""
+    monkeypatch.delenv("VLMPREP_PROGRESS", raising=False)
+    rc, _, err = _main([*TINY, "--no-stages", "--no-decode-floor", "--backend", "reference",
+                        "--json"], capsys)
+    assert rc == 0 and "[1/2]" in err and "\r" not in err
+    from vlmprep import progress
+    assert not progress.wanted() and not progress.wanted(False)
+    monkeypatch.setenv("VLMPREP_PROGRESS", "1")
+    assert progress.wanted() and not progress.wanted(False)
+    monkeypatch.setenv("VLMPREP_PROGRESS", "0")
+    assert not progress.wanted(True)

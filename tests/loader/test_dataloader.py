@@ -420,3 +420,42 @@ def test_collate_hf_equals_transformers(seed, proc):
     batches = [collate_hf(x) for x in DataLoader(pils, proc, max_batch_tokens=300)]
     assert torch.equal(torch.cat([b["pixel_values"] for b in batches]), want["pixel_values"])
     assert torch.equal(torch.cat([b["image_grid_thw"] for b in batches]), want["image_grid_thw"])
+
+
+class Heavy(Jittery):
+    """A Processor whose plans say 5000 tokens per image (a 4K photo's worth), on small arrays."""
+
+    def plan(self, images):
+        class P:
+            total_tokens = 5000 * len(images)
+        return P()
+
+
+def test_batch_size_alone_gives_batches_of_batch_size(seed, proc):
+    """As torch: batch_size=4 alone gives 4, 4, 2 whatever the images' token counts; the token
+    budget is off unless asked for (it used to default to 16384: batches of 3, 3, 3, 1 here)."""
+    imgs = _images(np.random.default_rng(seed), 10, lo=20, hi=40)
+    heavy = Heavy(proc, max_sleep=0)
+    loader = DataLoader(imgs, heavy, batch_size=4, num_workers=0)
+    assert loader.max_batch_tokens is None
+    assert [len(ids) for ids, _ in loader] == [4, 4, 2] and len(loader) == 3
+    asked = DataLoader(imgs, heavy, batch_size=4, max_batch_tokens=16384, num_workers=0)
+    assert [len(ids) for ids, _ in asked] == [3, 3, 3, 1]
+    with pytest.raises(ValueError, match="expected batch_size or max_batch_tokens"):
+        DataLoader(imgs, proc)
+
+
+def test_progress_bar_over_the_epoch(seed, proc, capsys, monkeypatch):
+    """progress=True draws a tqdm bar on stderr over the epoch's samples; off by default when
+    stderr is not a terminal, and with VLMPREP_PROGRESS=0."""
+    pytest.importorskip("tqdm")
+    monkeypatch.delenv("VLMPREP_PROGRESS", raising=False)
+    imgs = _images(np.random.default_rng(seed), 5, lo=20, hi=40)
+    list(DataLoader(imgs, proc, batch_size=2, num_workers=0))
+    assert capsys.readouterr().err == ""
+    list(DataLoader(imgs, proc, batch_size=2, num_workers=0, progress=True))
+    err = capsys.readouterr().err
+    assert "vlmprep epoch 0" in err and "/5 " in err  # total: the epoch's samples
+    monkeypatch.setenv("VLMPREP_PROGRESS", "0")
+    list(DataLoader(imgs, proc, batch_size=2, num_workers=0, progress=True))
+    assert capsys.readouterr().err == ""

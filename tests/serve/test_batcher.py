@@ -213,6 +213,8 @@ def test_many_concurrent_requests_each_get_their_own_rows(rng):
     assert multi >= 10, f"only {multi} batches coalesced more than one request"
     assert m["batches"] == len(rec.calls) < len(ok)
     assert m["images"] == sum(len(c) for c in rec.calls)
+    # No cache configured: no cache counters (every image would read as a miss).
+    assert not any(k.startswith("cache_") for k in m), sorted(m)
     assert m["batch_requests_max"] >= 2
     assert m["batch_size_max"] == max(len(c) for c in rec.calls)
     assert m["requests"] == len(ok)
