@@ -116,3 +116,16 @@ def test_repr_shows_the_overrides(tmp_path):
     mine = vlmprep.Pipeline(list(vlmprep.presets.get("qwen2-vl")), name="mine")
     custom = vlmprep.Processor(mine, backend="reference")
     assert repr(custom).startswith("Processor('mine'") and repr(custom).endswith("errors='raise')")
+
+
+def test_clone_keeps_every_setting():
+    def fetch(url):
+        return b""
+
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", dtype="uint8", fetch=fetch,
+                             fetch_timeout_s=3, max_pixels=1_003_520)
+    c = proc.clone(errors="skip")
+    assert (c.pipeline, c.backend_name, c.device, c.dtype, c.fetch, c.fetch_timeout_s) == \
+        (proc.pipeline, "reference", "cpu", "uint8", fetch, 3.0)
+    assert c.errors == "skip" and proc.errors == "raise" and c._backend is not proc._backend
+    assert proc.clone(max_pixels=200_704).pipeline["smart_resize"].max_pixels == 200_704

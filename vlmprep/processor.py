@@ -109,6 +109,17 @@ class Processor:
         pipe = presets.from_config(presets.load_config(cfg_path))
         return cls(pipe, **kwargs)
 
+    def clone(self, **changes: Any) -> "Processor":
+        """A new Processor with this one's settings (pipeline, backend, device, dtype, errors,
+        fetch, fetch_timeout_s), changed by ``changes`` (those names, or pipeline fields):
+        e.g. the serving batcher's ``proc.clone(errors="skip")``. Shares no backend state."""
+        kw: dict[str, Any] = dict(backend=self.backend_name, device=self.device, dtype=self.dtype,
+                                  errors=self.errors, fetch=self.fetch,
+                                  fetch_timeout_s=self.fetch_timeout_s)
+        pipeline = changes.pop("pipeline", self.pipeline)
+        kw.update(changes)  # the rest: settings, or pipeline fields as overrides
+        return type(self)(pipeline, **kw)
+
     def __repr__(self) -> str:
         """``Processor('<preset>', backend=..., ..., <field>=<value>)``: the fields that differ
         from the named preset (a checkpoint config or overrides changed them) are shown."""
