@@ -1,6 +1,7 @@
 """Loading for batch jobs and training: a DataLoader replacement and collate helpers.
 
-    loader = vlmprep.loader.DataLoader(sources, proc, max_batch_tokens=16384, num_workers=2)
+    loader = vlmprep.loader.DataLoader(sources, proc, batch_size=8, num_workers=2)  # as torch
+    loader = vlmprep.loader.DataLoader(sources, proc, max_batch_tokens=16384)  # a token budget
     for ids, batch in loader: ...                       # batch: PackedBatch, ids: sample ids
     state = loader.state_dict(); loader.load_state_dict(state)   # resume mid-epoch
 
