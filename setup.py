@@ -1,11 +1,16 @@
 """vlmprep: pure-Python install always works; compiled parts (csrc/) are built when they can be.
 
 What is built (each step prints what it resolved; a failed step leaves the package usable):
-- ``vlmprep/kernels/_vlmprep_torch*.so``: the torch ops (torch.ops.vlmprep.*): the CPU twins
+- ``vlmprep/kernels/_vlmprep_torch.so``: the torch ops (torch.ops.vlmprep.*): the CPU twins
   whenever a C++ compiler and torch are present, plus the CUDA kernels when nvcc is found
   (architectures: VLMPREP_CUDA_ARCHS, default "80;90" with PTX of the last).
 - ``vlmprep/kernels/libvlmprep_dali.so``: the DALI plugin, when nvidia-dali is importable.
 - ``vlmprep/kernels/_build_info.json``: what was built, for ``vlmprep info`` and load errors.
+All three go where the build puts the package: the build folder for a wheel or ``pip install .``
+(so the wheel carries them), the source tree for ``pip install -e .`` and
+``setup.py build_ext --inplace``. Nothing is written when this file is merely run for metadata.
+torch is found at build time only without build isolation (``pip install --no-build-isolation .``):
+the library is built for the torch that is installed, the one it will load into.
 Set VLMPREP_NO_BUILD=1 for a pure-Python install; VLMPREP_REQUIRE_KERNELS=1 (CI) turns a failed
 build into an error.
 
@@ -14,6 +19,7 @@ UBSan, for ``setup.py build_ext --build-lib DIR``: the library and its build rec
 (never over the package's own), no CUDA, no DALI plugin. Load it with VLMPREP_KERNELS_DIR and
 libasan preloaded (see the Makefile).
 """
+import glob
 import json
 import os
 import re
@@ -25,14 +31,18 @@ import time
 
 from setuptools import find_packages, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SANITIZE = os.environ.get("VLMPREP_SANITIZE") == "1"
 # -fno-wrapv: Python's own flags carry -fwrapv, which would hide signed overflow from UBSan.
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all",
                   "-fno-wrapv"]
-KERNELS_DIR = os.path.join(HERE, "vlmprep", "kernels")
-INFO_PATH = os.path.join(KERNELS_DIR, "_build_info.json")
+KERNELS_DIR = os.path.join(HERE, "vlmprep", "kernels")  # in-tree builds (editable, --inplace)
+KERNELS_PKG = os.path.join("vlmprep", "kernels")  # under build_lib: what a wheel carries
+INFO_NAME = "_build_info.json"
+PLUGIN_NAME = "libvlmprep_dali.so"
+PURE_STALE = (INFO_NAME, PLUGIN_NAME, "_vlmprep_torch*.so")  # a pure build ships none of them
 
 
 def _read_version() -> str:
@@ -109,27 +119,30 @@ def _libjpeg(cxx: str) -> tuple[bool, str]:
     return True, ""
 
 
+def _not_built(reason: str) -> tuple[None, dict]:
+    _log(f"{reason}: kernels not built (pure Python)")
+    return None, {"reason": reason}
+
+
 def _torch_extension():
-    """The torch extension, or None (with the reason printed) when it cannot be built here."""
+    """(the torch extension, its build config), or (None, {"reason": why}) when it cannot be
+    built here (the reason is printed, and recorded by the build)."""
     if os.environ.get("VLMPREP_NO_BUILD"):
-        _log("VLMPREP_NO_BUILD is set: pure-Python install")
-        return None, {}
+        return _not_built("VLMPREP_NO_BUILD is set")
     if SOURCES is None:
-        _log("no csrc/sources.json (no csrc/ here): pure-Python install")
-        return None, {}
+        return _not_built("no csrc/sources.json (no csrc/ in this source tree)")
     if _cuda_home():  # before torch.utils.cpp_extension reads it at import
         os.environ["CUDA_HOME"] = _cuda_home()
     try:
         import torch
         from torch.utils import cpp_extension as ce
     except ImportError as e:
-        _log(f"torch is not importable ({e}): kernels not built (pure Python); install torch first "
-             f"and build without isolation (pip install --no-build-isolation -e .)")
-        return None, {}
+        # pip's default build isolation hides the installed torch from this build
+        return _not_built(f"torch was not importable at build time ({e}); install torch first, then "
+                          f"build without isolation: pip install --no-build-isolation . (or -e .)")
     cxx = shutil.which(os.environ.get("CXX", "c++"))
     if not cxx:
-        _log("no C++ compiler: kernels not built (pure Python)")
-        return None, {}
+        return _not_built("no C++ compiler (c++ or $CXX) at build time")
     nvcc = None if SANITIZE else _nvcc()
     manifest = SOURCES["torch_ext"]
     sources = list(manifest["cpu"])
@@ -169,8 +182,8 @@ def _torch_extension():
     return ext, cfg
 
 
-def _build_dali_plugin(build_temp: str) -> dict:
-    """g++ (+ nvcc) the DALI plugin next to the package (recipe: ../shared/reference/DALI.md)."""
+def _build_dali_plugin(build_temp: str, out_dir: str) -> dict:
+    """g++ (+ nvcc) the DALI plugin into ``out_dir`` (recipe: ../shared/reference/DALI.md)."""
     if os.environ.get("VLMPREP_NO_BUILD"):
         return {"built": False, "reason": "VLMPREP_NO_BUILD is set"}
     try:
@@ -207,7 +220,7 @@ def _build_dali_plugin(build_temp: str) -> dict:
                                 *cflags, *inc, *gencode, "-c", src, "-o", obj], check=True)
                 objs.append(obj)
             link_cuda = [f"-L{cuda_home}/lib64", "-lcudart_static", "-lrt", "-ldl", "-lpthread"]
-        out = os.path.join(KERNELS_DIR, "libvlmprep_dali.so")
+        out = os.path.join(out_dir, PLUGIN_NAME)
         subprocess.run(["g++", "-shared", "-o", out, *objs, *lflags, *link_cuda], check=True)
     except (subprocess.CalledProcessError, OSError) as e:
         _log(f"DALI plugin: build failed ({e}); the dali backend uses stock ops instead")
@@ -218,13 +231,48 @@ def _build_dali_plugin(build_temp: str) -> dict:
             "seconds": round(time.time() - t0, 1)}
 
 
+def _write_record(out_dir: str, info: dict) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, INFO_NAME)
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1)
+    _log(f"build record: {path}")
+
+
+def _out_dir(cmd, in_tree: bool, stale: tuple[str, ...] = (INFO_NAME, PLUGIN_NAME)) -> str:
+    """Where the compiled parts and their record go: the source tree (editable installs,
+    build_ext --inplace), else build_lib, whose whole content a wheel and ``pip install .`` carry.
+    In build_lib, ``stale`` (glob patterns) left by an earlier build are removed first."""
+    if in_tree:
+        return KERNELS_DIR
+    out = os.path.join(cmd.build_lib, KERNELS_PKG)
+    for pattern in stale:
+        for path in glob.glob(os.path.join(out, pattern)):
+            os.remove(path)
+    return out
+
+
+def _pure_record() -> dict:
+    reason = TORCH_CFG.get("reason", "pure-Python install")
+    return {"torch_ext": {"built": False, "reason": f"pure-Python install: {reason}"},
+            "dali_plugin": {"built": False, "reason": "pure-Python install"}}
+
+
 class BuildExt(build_ext):
-    """torch's BuildExtension, then the DALI plugin, then the build record."""
+    """torch's BuildExtension, then the DALI plugin, then the build record (into ``_out_dir``)."""
 
     def run(self):
-        if SANITIZE and self.inplace:
+        # setuptools' own run clears self.inplace while it builds: read it (and editable) first
+        in_tree = bool(self.inplace or getattr(self, "editable_mode", False))
+        if SANITIZE and in_tree:
             raise SystemExit("vlmprep setup: VLMPREP_SANITIZE=1 builds only into a separate folder "
                              "(setup.py build_ext --build-lib DIR; see `make sanitize`), never in place")
+        if EXT is None:  # `setup.py build_ext` asked for explicitly, with nothing to build
+            _write_record(_out_dir(self, in_tree, PURE_STALE), _pure_record())
+            return
+        # distutils skips an extension whose .so is newer than its sources (headers and the torch
+        # it was built for are not compared): always build; ninja recompiles only what changed.
+        self.force = True
         t0 = time.time()
         info = {"torch_ext": {"built": False, "reason": "not attempted"}, "dali_plugin": {}}
         try:
@@ -233,15 +281,13 @@ class BuildExt(build_ext):
         except Exception as e:  # a failed build leaves a working pure-Python package
             _log(f"torch extension: build failed ({e}); the package runs without it")
             info["torch_ext"] = dict(TORCH_CFG, built=False, reason=f"build failed: {e}")
-        info_path = INFO_PATH
-        if SANITIZE:  # the record goes next to the sanitizer build, the package's stays
+        out_dir = _out_dir(self, in_tree)
+        if SANITIZE:  # build_lib only (checked above): the package's own record stays
             info["dali_plugin"] = {"built": False, "reason": "not built by the sanitizer build"}
-            info_path = os.path.join(self.build_lib, "vlmprep", "kernels", "_build_info.json")
         else:
-            info["dali_plugin"] = _build_dali_plugin(os.path.join(self.build_temp, "dali"))
-        with open(info_path, "w") as f:
-            json.dump(info, f, indent=1)
-        _log(f"build record: {info_path} ({time.time() - t0:.0f} s in all)")
+            info["dali_plugin"] = _build_dali_plugin(os.path.join(self.build_temp, "dali"), out_dir)
+        _write_record(out_dir, info)
+        _log(f"compiled parts: {time.time() - t0:.0f} s in all")
         if os.environ.get("VLMPREP_REQUIRE_KERNELS"):
             failed = [k for k in ("torch_ext", "dali_plugin")
                       if not info[k].get("built") and "not importable" not in str(info[k].get("reason"))]
@@ -250,8 +296,19 @@ class BuildExt(build_ext):
                                  f"to build: {[info[k].get('reason') for k in failed]}")
 
 
+class BuildPy(build_py):
+    """A pure-Python build runs no build_ext: the record (why there are no kernels) is written here."""
+
+    def run(self):
+        super().run()
+        if EXT is None:
+            in_tree = bool(getattr(self, "editable_mode", False))
+            _write_record(_out_dir(self, in_tree, PURE_STALE), _pure_record())
+
+
+# setup.py is also run only for metadata (pip, `setup.py --version`): nothing below writes a file.
 EXT, TORCH_CFG = _torch_extension()
-cmdclass = {}
+cmdclass: dict = {"build_py": BuildPy, "build_ext": BuildExt}
 if EXT is not None:
     from torch.utils.cpp_extension import BuildExtension
 
@@ -259,11 +316,6 @@ if EXT is not None:
         pass
 
     cmdclass["build_ext"] = _Build.with_options(no_python_abi_suffix=True)
-else:
-    os.makedirs(KERNELS_DIR, exist_ok=True)
-    with open(INFO_PATH, "w") as f:
-        json.dump({"torch_ext": {"built": False, "reason": "pure-Python install (see setup output)"},
-                   "dali_plugin": {"built": False, "reason": "pure-Python install"}}, f, indent=1)
 
 setup(
     name="vlmprep",
@@ -272,15 +324,32 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["vlmprep", "vlmprep.*"]),
+    # The compiled parts are not package data: the build writes them into build_lib (see BuildExt),
+    # so a stale in-tree copy never reaches a wheel.
     package_data={"vlmprep.presets": ["checkpoints/*.json"]},
     ext_modules=[EXT] if EXT is not None else [],
     cmdclass=cmdclass,
     python_requires=">=3.10",
-    install_requires=["numpy", "pillow", "opencv-python-headless"],
+    # Ranges, not pins: requirements/runtime.txt pins what CI tests (torch 2.14.1, torchvision 0.29.1,
+    # numpy 2.4.6, pillow 13.0.0, opencv-python-headless 5.0.0.93); the GPU machine's stack
+    # (requirements/gpu-machine.txt: torch 2.11, torchvision 0.26) is also tested. torch >= 2.4 for
+    # torch.library.register_fake; numpy >= 2 (its type promotion is what the pixels are tested with);
+    # opencv decodes 16-bit PNG/TIFF (vlmprep/io/decode.py: Pillow drops the low byte).
+    install_requires=[
+        "torch>=2.4",
+        "torchvision>=0.19",
+        "numpy>=2.0",
+        "pillow>=10.1",
+        "opencv-python-headless>=4.8",
+    ],
     extras_require={
-        "torch": ["torch", "torchvision"],
-        "dali": ["nvidia-dali-cuda130"],
-        "test": ["pytest", "transformers", "scikit-image", "matplotlib"],
+        # the dali backend; the plugin is built only when DALI is installed before vlmprep is built
+        "dali": ["nvidia-dali-cuda130>=2.4"],
+        # adapters (vlmprep.adapters), the comparisons with transformers' processors
+        "hf": ["transformers>=5.0"],
+        # `vlmprep bench` and vlmprep.bench: the transformers baseline, test images, plots
+        "bench": ["transformers>=5.0", "scikit-image>=0.22", "matplotlib>=3.8"],
+        "test": ["pytest>=8", "transformers>=5.0", "scikit-image>=0.22", "matplotlib>=3.8"],
     },
     entry_points={"console_scripts": ["vlmprep=vlmprep.cli.main:main"]},
 )

@@ -27,14 +27,15 @@ _state: dict = {}
 
 
 def build_info() -> dict:
-    """What setup.py built (``_build_info.json``), or why nothing was."""
+    """What setup.py built (``_build_info.json``, next to the library: the build writes both into
+    the wheel, or into the source tree for an editable install), or why nothing was."""
     path = os.path.join(_dir(), "_build_info.json")
     try:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
         return {"torch_ext": {"built": False, "reason": "no build record: the package was not "
-                              "built by setup.py (pip install --no-build-isolation -e .)"},
+                              "built by setup.py (pip install --no-build-isolation ., or -e .)"},
                 "dali_plugin": {"built": False, "reason": "no build record"}}
 
 
@@ -76,7 +77,8 @@ def _load_torch() -> str | None:
     except OSError as e:
         return (f"{os.path.basename(libs[0])} was built for torch {info.get('torch')} (CUDA "
                 f"{info.get('torch_cuda')}), found {_found()}, and failed to load: {e}; rebuild "
-                f"with `make venv` or `pip install --no-build-isolation -e .`")
+                f"for this torch: `pip install --no-build-isolation .` (`-e .` or `make venv` in a "
+                f"checkout)")
     from . import torch_ops  # noqa: F401  (fake implementations for shape propagation)
     return None
 
