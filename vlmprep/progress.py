@@ -28,9 +28,6 @@ class _NoBar:
     def set_description_str(self, s: str = "", refresh: bool = True) -> None:
         pass
 
-    def write(self, s: str) -> None:
-        print(s, file=sys.stderr, flush=True)
-
     def close(self) -> None:
         pass
 
@@ -57,8 +54,9 @@ def shown(enabled: bool | None = None) -> bool:
 
 
 def bar(total: int | None, desc: str, unit: str = "it", enabled: bool | None = None) -> Any:
-    """A tqdm bar on stderr, or a stand-in with ``update``, ``set_postfix_str``, ``write``,
-    ``close`` when no bar is wanted or tqdm is not installed."""
+    """A tqdm bar on stderr, or a stand-in with ``update``, ``set_postfix_str``,
+    ``set_description_str`` and ``close`` (all doing nothing) when no bar is wanted or tqdm is
+    not installed."""
     if not wanted(enabled):
         return _NoBar()
     try:
