@@ -289,13 +289,13 @@ def print_report(result: dict) -> None:
     rows = result["results"]
     print("\nend to end: Processor(...)(encoded bytes); ms/img = batch latency / batch size")
     print_table([{
-        "size": r["size"], "backend": r["backend"], "dtype": r["dtype"], "threads": _thr(r),
+        "inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"], "threads": _thr(r),
         "images/s": _f(r["images_per_s"], ".2f"), "MP/s": _f(r["megapixels_per_s"]),
         "tokens/s": _f(r["visual_tokens_per_s"], ".0f"),
         "ms/img p50": _f(r["per_image_p50_ms"]), "p99": _f(r["per_image_p99_ms"]),
         "batch p50": _f(r["batch_p50_ms"]), "batch p99": _f(r["batch_p99_ms"]),
         "cores": _f(r["cpu_cores_used"], ".2f"), "peak RSS MiB": _f(r["peak_rss_mib"], ".0f"),
-    } for r in rows], ["size", "backend", "dtype", "threads", "images/s", "MP/s", "tokens/s",
+    } for r in rows], ["inputs", "backend", "dtype", "threads", "images/s", "MP/s", "tokens/s",
                        "ms/img p50", "p99", "batch p50", "batch p99", "cores", "peak RSS MiB"])
 
     if any(r.get("stages_ms") or r.get("stages_error") for r in rows):
@@ -303,7 +303,7 @@ def print_report(result: dict) -> None:
         table = []
         for r in rows:
             s = r.get("stages_ms") or {}
-            table.append({"size": r["size"], "backend": r["backend"], "dtype": r["dtype"],
+            table.append({"inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"],
                           "threads": _thr(r), "probe": _f(s.get("probe_ms"), ".2f"),
                           "decode": _f(s.get("decode_ms")), "resize": _f(s.get("resize_ms")),
                           "normalize+patchify+pack": _f(s.get("normalize_patchify_pack_ms")),
@@ -311,7 +311,7 @@ def print_report(result: dict) -> None:
                           "sum": _f(r.get("stage_sum_ms")),
                           "end to end": _f(r["per_image_p50_ms"]),
                           "note": r.get("stages_error") or ""})
-        print_table(table, ["size", "backend", "dtype", "threads", "probe", "decode", "resize",
+        print_table(table, ["inputs", "backend", "dtype", "threads", "probe", "decode", "resize",
                             "normalize+patchify+pack", "transfer", "sum", "end to end", "note"])
 
     if result["decode_floor"]:
@@ -319,21 +319,21 @@ def print_report(result: dict) -> None:
         names = list(dict.fromkeys(n for f in result["decode_floor"] for n in f["decoders"]))
         table = []
         for f in result["decode_floor"]:
-            row = {"size": f["size"]}
+            row = {"inputs": f["size"]}
             row.update({n: _f(f["decoders"].get(n, {}).get("per_image_p50_ms")) for n in names})
             row["floor"] = f"{_f(f['decode_floor_ms'])} ({f['fastest']})"
             row["left out"] = "; ".join(f"{k}: {w}" for k, w in f["unavailable"].items())
             table.append(row)
-        print_table(table, ["size", *names, "floor", "left out"])
+        print_table(table, ["inputs", *names, "floor", "left out"])
 
     if result["hf"]:
         print("\ntransformers processors: PIL open + convert('RGB') inside each call, same batches")
         print_table([{
-            "size": h["size"], "processor": h["class"], "threads": _thr(h),
+            "inputs": h["size"], "processor": h["class"], "threads": _thr(h),
             "images/s": _f(h["images_per_s"], ".2f"), "ms/img p50": _f(h["per_image_p50_ms"]),
             "p99": _f(h["per_image_p99_ms"]), "cores": _f(h["cpu_cores_used"], ".2f"),
             "same shape": {True: "yes", False: "NO"}.get(h.get("same_output_shape_as_vlmprep"), "-"),
-        } for h in result["hf"]], ["size", "processor", "threads", "images/s", "ms/img p50", "p99",
+        } for h in result["hf"]], ["inputs", "processor", "threads", "images/s", "ms/img p50", "p99",
                                    "cores", "same shape"])
 
     if any("ratio_vs_decode_floor" in r or "speedup_vs_hf_pil" in r for r in rows):
@@ -342,7 +342,7 @@ def print_report(result: dict) -> None:
         table = []
         for r in rows:
             table.append({
-                "size": r["size"], "backend": r["backend"], "dtype": r["dtype"],
+                "inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"],
                 "threads": _thr(r),
                 "x decode floor": (f"{r['ratio_vs_decode_floor']:.2f}x"
                                    if "ratio_vs_decode_floor" in r else "-"),
@@ -351,5 +351,5 @@ def print_report(result: dict) -> None:
                 "speedup vs hf torchvision": (f"{r['speedup_vs_hf_torchvision']:.2f}x"
                                               if "speedup_vs_hf_torchvision" in r else "-"),
             })
-        print_table(table, ["size", "backend", "dtype", "threads", "x decode floor",
+        print_table(table, ["inputs", "backend", "dtype", "threads", "x decode floor",
                             "speedup vs hf pil", "speedup vs hf torchvision"])
