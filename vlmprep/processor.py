@@ -64,7 +64,8 @@ class Processor:
         if errors not in _ERRORS:
             raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
         if fetch is not None and not callable(fetch):
-            raise TypeError(f"fetch: expected a callable fetch(url) -> bytes or None, got "
+            raise TypeError(f"fetch: expected None or a callable fetch(url) -> bytes or a binary file "
+                            f"object, got "
                             f"{type(fetch).__name__}")
         if isinstance(fetch_timeout_s, bool) or not isinstance(fetch_timeout_s, (int, float)) \
                 or not fetch_timeout_s > 0:
