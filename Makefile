@@ -98,3 +98,12 @@ gpu-check-dry: venv
 	  bash bench/gpu_check.sh --skip-build --quick --only env,kernels,parity \
 	  --out $(CURDIR)/$(GPU_DRY)/results-injected
 	@echo "gpu-check-dry: the dry run passed and the injected failure failed the run"
+
+# The install a user does (tests/test_wheel.py, issue 17): a wheel built from a copy of this tree
+# carries the kernels, their build record and the DALI plugin; installed with its dependencies
+# (CI's pins) into a fresh venv, its kernels load, `vlmprep info` reports them and the torch
+# backend gives the reference's output; then `pip install --no-build-isolation .` in that venv.
+# Opt-in in `make test` (VLMPREP_WHEEL_TEST): two kernel builds and a venv with torch, minutes.
+.PHONY: wheel-check
+wheel-check: venv
+	VLMPREP_WHEEL_TEST=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/test_wheel.py
