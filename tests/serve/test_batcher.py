@@ -239,6 +239,27 @@ def test_empty_request_and_plan():
     assert p.num_tokens == proc(imgs).num_tokens
 
 
+def test_the_batcher_keeps_the_processors_fetch_for_urls(rng):
+    # The batcher runs a skip-mode copy of the Processor: that copy must keep every setting,
+    # here the fetch callable that is the only way a URL is read (issue 17 item 7).
+    png = encode(rand_array(rng, 40, 60), "PNG")
+    asked: list[str] = []
+
+    def fetch(url: str) -> bytes:
+        asked.append(url)
+        return png
+
+    proc = vlmprep.Processor(PRESET, backend="reference", fetch=fetch)
+
+    async def main():
+        async with Batcher(proc) as b:
+            return await b.submit(["https://example.invalid/a.png"])
+
+    got = asyncio.run(main())
+    assert asked and all(u == "https://example.invalid/a.png" for u in asked)
+    assert_same(("ok", got), ("ok", proc([png])))
+
+
 # -- errors -------------------------------------------------------------------------------------
 def _error_requests(rng):
     a = [rand_array(rng, 40, 60), rand_array(rng, 30, 30)]

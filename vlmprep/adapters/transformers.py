@@ -18,7 +18,7 @@ in the batch's output: the texts must not hold a token for them.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from ..presets import gemma3
 
@@ -193,7 +193,7 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
     return out
 
 
-def _consume(processor: Any, hf: dict) -> dict:
+def _consume(processor: Any, hf: Mapping[str, Any]) -> dict:
     """Drop the image-processor keys the family's processor consumes (not model inputs)."""
     hf = dict(hf)
     cls = type(processor).__name__

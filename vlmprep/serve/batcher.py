@@ -120,8 +120,7 @@ class Batcher:
         self.max_request_tokens = max_request_tokens
         self.cache = cache
         # Skip mode inside: a bad image of one request must not fail the batch it shares.
-        self._proc = Processor(proc.pipeline, backend=proc.backend_name, device=proc.device,
-                               dtype=proc.dtype, errors="skip")
+        self._proc = proc.clone(errors="skip")  # every setting kept (fetch, overrides)
         self._raise = proc.errors == "raise"
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vlmprep-serve")
         # Probing and planning run here, never on the event loop (a hostile header can take
