@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
         t = k["torch_ext"]
         cuda_kernels = f"for {t.get('cuda_archs')}" if t.get("cuda") else "not built (no nvcc)"
         jpeg = "built (libjpeg-turbo)" if t.get("libjpeg") else f"not built: {t.get('libjpeg_reason')}"
-        dali = "loaded" if k["dali_plugin_loaded"] else f"not built: {k['dali_plugin'].get('reason')}"
+        d = k["dali_plugin"]
+        dali = ("loaded" if k["dali_plugin_loaded"] else
+                f"built for nvidia-dali {d.get('dali')}, not loaded here (is nvidia-dali installed? "
+                f"pip install 'vlmprep[dali]')" if d.get("built") else f"not built: {d.get('reason')}")
         print(f"kernels: torch ops built for torch {t.get('torch')} (CUDA {t.get('torch_cuda')}), "
               f"CUDA kernels {cuda_kernels}; JPEG fast path {jpeg}; DALI plugin {dali}")
     else:
