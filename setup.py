@@ -326,7 +326,7 @@ setup(
     packages=find_packages(include=["vlmprep", "vlmprep.*"]),
     # The compiled parts are not package data: the build writes them into build_lib (see BuildExt),
     # so a stale in-tree copy never reaches a wheel.
-    package_data={"vlmprep.presets": ["checkpoints/*.json"]},
+    package_data={"vlmprep": ["py.typed"], "vlmprep.presets": ["checkpoints/*.json"]},  # py.typed: PEP 561
     ext_modules=[EXT] if EXT is not None else [],
     cmdclass=cmdclass,
     python_requires=">=3.10",

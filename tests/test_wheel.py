@@ -3,6 +3,7 @@
 - Running setup.py for metadata writes nothing into the source tree (it used to rewrite the
   in-tree build record, switching off an editable install's kernels).
 - A pure-Python wheel (VLMPREP_NO_BUILD=1) carries a build record that says why it has no kernels.
+- Without torch (a `--no-deps` install), the Processor's error names the missing package.
 - VLMPREP_WHEEL_TEST=1 (`make wheel-check`, CI): a wheel built from a copy of this tree with this
   Python's torch carries the torch ops, their record and (when DALI is here) the DALI plugin; it is
   installed with its dependencies into a fresh venv (CI's pins as constraints), where the kernels
@@ -112,6 +113,17 @@ def _version() -> str:
     return vlmprep.__version__
 
 
+def test_without_torch_the_processor_says_what_to_install():
+    """A `--no-deps` install (or a broken env) without torch: the error names the missing package."""
+    code = ("import sys; sys.modules['torch'] = sys.modules['torchvision'] = None\n"
+            "import numpy as np, vlmprep\n"
+            "try:\n    vlmprep.Processor('qwen2-vl')([np.zeros((32, 32, 3), np.uint8)])\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    out = _run([sys.executable, "-c", code], 120, env=_env()).stdout
+    assert "no backend can run on device 'cpu'" in out, out
+    assert "torch: python package 'torch' is not installed (pip install torch)" in out, out
+
+
 @pytest.mark.slow  # pip builds a wheel (no compile): ~15 s
 def test_pure_python_wheel_records_why(tmp_path):
     src = _copy_tree(tmp_path / "src")
@@ -120,6 +132,8 @@ def test_pure_python_wheel_records_why(tmp_path):
     assert names == {"_build_info.json"}, names
     assert not info["torch_ext"]["built"] and "VLMPREP_NO_BUILD" in info["torch_ext"]["reason"], info
     assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as z:  # the package data: PEP 561 marker, checkpoint configs
+        assert {"vlmprep/py.typed", "vlmprep/presets/checkpoints/qwen2-vl.json"} <= set(z.namelist())
     assert not (src / KERNELS / "_build_info.json").exists(), "the wheel build wrote the in-tree record"
 
 
