@@ -186,6 +186,8 @@ def _build_dali_plugin(build_temp: str, out_dir: str) -> dict:
     """g++ (+ nvcc) the DALI plugin into ``out_dir`` (recipe: ../shared/reference/DALI.md)."""
     if os.environ.get("VLMPREP_NO_BUILD"):
         return {"built": False, "reason": "VLMPREP_NO_BUILD is set"}
+    if SOURCES is None:
+        return {"built": False, "reason": "no csrc/sources.json"}
     try:
         import nvidia.dali as dali
         import nvidia.dali.sysconfig as sc
