@@ -248,6 +248,7 @@ def _out_dir(cmd, in_tree: bool, stale: tuple[str, ...] = (INFO_NAME, PLUGIN_NAM
     if in_tree:
         return KERNELS_DIR
     out = os.path.join(cmd.build_lib, KERNELS_PKG)
+    os.makedirs(out, exist_ok=True)  # a bare `build_ext --build-lib DIR` whose ext failed has none
     for pattern in stale:
         for path in glob.glob(os.path.join(out, pattern)):
             os.remove(path)
