@@ -46,19 +46,25 @@ def doc():
 
 
 # -- the published processor (image_processing_phi3_v.py), written as it is there ----------------
-def published_hd_size(width: int, height: int, hd_num: int = 16) -> tuple[int, int] | None:
-    """HD_transform + padding_336 on a PIL (width, height) -> the padded (width, height); None
-    where the processor would resize a side to 0."""
-    trans = width < height
-    if trans:
-        width, height = height, width
+def _hd_resized(width: int, height: int, hd_num: int) -> tuple[int, int]:
+    """HD_transform's resize of a landscape (width >= height) image: the largest scale whose
+    ``scale x ceil(scale / ratio)`` 336-crops fit ``hd_num`` -> (new_w, new_h)."""
     ratio = width / height
     scale = 1
     while scale * np.ceil(scale / ratio) <= hd_num:
         scale += 1
     scale -= 1
     new_w = int(scale * 336)
-    new_h = int(new_w / ratio)
+    return new_w, int(new_w / ratio)
+
+
+def published_hd_size(width: int, height: int, hd_num: int = 16) -> tuple[int, int] | None:
+    """HD_transform + padding_336 on a PIL (width, height) -> the padded (width, height); None
+    where the processor would resize a side to 0."""
+    trans = width < height
+    if trans:
+        width, height = height, width
+    new_w, new_h = _hd_resized(width, height, hd_num)
     if new_h < 1:
         return None
     tar = int(np.ceil(new_h / 336) * 336)
@@ -81,13 +87,7 @@ def published_hd_crops(img: Image.Image, hd_num: int = 16) -> np.ndarray:
     if trans:
         img = img.transpose(Image.Transpose.TRANSPOSE)
         width, height = img.size
-    ratio = width / height
-    scale = 1
-    while scale * np.ceil(scale / ratio) <= hd_num:
-        scale += 1
-    scale -= 1
-    new_w = int(scale * 336)
-    new_h = int(new_w / ratio)
+    new_w, new_h = _hd_resized(width, height, hd_num)
     img = img.resize((new_w, new_h), Image.Resampling.BILINEAR)
     tar = int(np.ceil(new_h / 336) * 336)
     top = int((tar - new_h) / 2)
