@@ -71,6 +71,25 @@ def check(device: str, corrupt: Callable[[torch.Tensor], torch.Tensor] = lambda 
             ok &= same
             rows.append({"check": f"kernel_vs_twin {order} P{P} {str(dtype)[6:]}",
                          "result": "bit-exact" if same else "MISMATCH"})
+    # Strided crops made on the device (row stride > 3 * width): a crop sent from the host would
+    # arrive contiguous (.to(device) packs it), so this is the only way the kernel sees one.
+    for order, P, m, T in CASES:
+        q = P * (m if order == "merge_grouped" else 1)
+        big = torch.from_numpy(rng.integers(0, 256, (4 * q, 6 * q + 13, 3), dtype=np.uint8))
+        crops_host = [big[: 2 * q, 5:5 + 3 * q], big[q:4 * q, 11:11 + 2 * q]]
+        big_dev = big.to(device)
+        crops_dev = [big_dev[: 2 * q, 5:5 + 3 * q], big_dev[q:4 * q, 11:11 + 2 * q]]
+        lut = torch.randn(3, 256)
+        n = [_elems(c.shape[0], c.shape[1], order, P, T) for c in crops_host]
+        offs = np.cumsum([0] + n)[:-1].tolist()
+        got = torch.full((sum(n),), float("nan"), device=device)
+        kernels.normalize_patchify(crops_dev, lut.to(device), got, offs, order, P, m, T)
+        want = torch.full((sum(n),), float("nan"))
+        kernels.normalize_patchify(crops_host, lut, want, offs, order, P, m, T)
+        same = bool(torch.equal(corrupt(got).cpu().view(torch.uint8), want.view(torch.uint8)))
+        ok &= same
+        rows.append({"check": f"strided_crop_vs_twin {order} P{P} (row stride {big.stride(0)} > 3w)",
+                     "result": "bit-exact" if same else "MISMATCH"})
     # Bandwidth: 8 resized 1080p Qwen2-VL images (1092x1932) -> float32 rows.
     imgs = [torch.randint(0, 256, (1092, 1932, 3), dtype=torch.uint8, device=device) for _ in range(8)]
     lut = torch.randn(3, 256, device=device)
@@ -106,6 +125,15 @@ def check(device: str, corrupt: Callable[[torch.Tensor], torch.Tensor] = lambda 
     kernel_gbs = (written + read) / times["kernel"] / 1e9
     copy_gbs = 2 * written / times["d2d_copy"] / 1e9  # a copy reads and writes every byte
     frac = kernel_gbs / copy_gbs
+    # The timed call's output is checked too (a fast wrong kernel must not pass): against the
+    # twin. The copy timed last overwrote ``out``: one more kernel call first.
+    call()
+    _sync(device)
+    want = torch.empty(out.numel())
+    kernels.normalize_patchify([i.cpu() for i in imgs], lut.cpu(), want, offs, "merge_grouped", 14, 2, 2)
+    same = bool(torch.equal(corrupt(out).cpu().view(torch.uint8), want.view(torch.uint8)))
+    ok &= same
+    rows.append({"check": "bandwidth run output vs twin", "result": "bit-exact" if same else "MISMATCH"})
     rows.append({"check": "bandwidth 8x1080p qwen2-vl f32",
                  "result": f"kernel {kernel_gbs:.0f} GB/s ({1000 * times['kernel']:.2f} ms), "
                            f"copy {copy_gbs:.0f} GB/s: {100 * frac:.0f}% (goal >= 70%)",

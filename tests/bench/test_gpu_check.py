@@ -35,6 +35,12 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     assert st["build"] == "SKIP" and st["memcheck"] == "SKIP"  # --skip-build; memcheck is CUDA-only
     assert all(st[k] == "PASS" for k in ("env", "kernels", "parity", "timing")), st
     assert st["dali"] in ("PASS", "SKIP")
+    checks = [r["check"] for r in rep["steps"]["kernels"]["rows"]]
+    assert sum(c.startswith("strided_crop_vs_twin") for c in checks) == 5  # every order
+    assert "bandwidth run output vs twin" in checks  # the timed output is compared, not only timed
+    if st["dali"] == "PASS":  # the plugin op against the twin, every order
+        plug = [r for r in rep["steps"]["dali"]["rows"] if "check" in r]
+        assert len(plug) in (0, 4) and all(r["ok"] for r in plug)
     parity = rep["steps"]["parity"]["rows"]
     assert len(parity) == 9 and all(r["ok"] and r["batch_invariant"] and r["same_geometry"] for r in parity)
     timing = rep["steps"]["timing"]["rows"]
@@ -48,14 +54,16 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     assert "| parity | PASS |" in (out / "gpu_check_t.md").read_text()
 
 
-@pytest.mark.parametrize("step", ["kernels", "parity", "timing"])
+@pytest.mark.parametrize("step", ["kernels", "parity", "timing", "dali"])
 def test_an_injected_wrong_result_fails_the_run(tmp_path, step):
-    p, rep = _run(tmp_path, "--only", f"env,{step},timing" if step != "timing" else "env,timing",
-                  VLMPREP_GPU_CHECK_INJECT=step)
+    if step == "dali":
+        pytest.importorskip("nvidia.dali", reason="the dali step needs DALI")
+    only = {"timing": "env,timing", "dali": "env,timing,dali"}.get(step, f"env,{step},timing")
+    p, rep = _run(tmp_path, "--only", only, VLMPREP_GPU_CHECK_INJECT=step)
     assert p.returncode == 1, p.stdout[-2000:]
     assert rep["failed"] == [step] and rep["exit_status"] == 1
     assert f"gpu_check: FAILED 1 step(s): {step}" in p.stderr
-    if step != "timing":  # the steps after a failed one still run and report
+    if step not in ("timing", "dali"):  # the steps after a failed one still run and report
         assert rep["steps"]["timing"]["status"] == "PASS"
 
 
