@@ -44,13 +44,16 @@ __global__ void normalize_patchify_kernel(NormalizePatchifyParams p) {
     }
   }
   __syncthreads();
-  T* out = static_cast<T*>(p.out) + s.out_offset + r0 * D;
+  // __restrict__: source and output never alias (the binding checks it), so loads may take the
+  // read-only path and be batched instead of one load / store pair at a time.
+  const uint8_t* __restrict__ src = s.src;
+  T* __restrict__ out = static_cast<T*>(p.out) + s.out_offset + r0 * D;
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
     int32_t dy = 0, dx = int32_t(j), c = 0;
     if (!tiles) column_source(p, s.height, s.width, j, &dy, &dx, &c);
     for (int k = 0; k < nr; ++k) {
       const int32_t cc = tiles ? row_c[k] : c;
-      const uint8_t v = s.src[int64_t(row_y[k] + dy) * s.row_stride + int64_t(row_x[k] + dx) * 3 + cc];
+      const uint8_t v = src[int64_t(row_y[k] + dy) * s.row_stride + int64_t(row_x[k] + dx) * 3 + cc];
       T y;
       if constexpr (kLut) y = lut_s[cc * 256 + v]; else y = T(v);
       out[k * D + j] = y;

@@ -7,6 +7,7 @@
 #ifdef VLMPREP_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include <algorithm>
@@ -128,6 +129,16 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
                 ", out on ", out.device(), "; move them to one device");
     TORCH_CHECK(im.size(0) <= kMaxSide && im.size(1) <= kMaxSide, "normalize_patchify: images[", i,
                 "]: expected sides of at most ", kMaxSide, ", got ", im.sizes(), "; resize it first");
+    if (im.numel() > 0 && out.numel() > 0) {
+      // The kernels read images and write out as non-aliasing (__restrict__): refuse an out
+      // that shares bytes with an image rather than compute garbage.
+      const auto* a0 = static_cast<const char*>(im.data_ptr());
+      const auto* a1 = a0 + (im.size(0) - 1) * im.stride(0) + (im.size(1) - 1) * 3 + 3;
+      const auto* b0 = static_cast<const char*>(out.data_ptr());
+      const auto* b1 = b0 + out.numel() * out.element_size();
+      TORCH_CHECK(a1 <= b0 || b1 <= a0, "normalize_patchify: images[", i, "] and out share memory; "
+                  "expected a separate out tensor, got one that overlaps the image; allocate out anew");
+    }
     vlmprep::NPSample& s = samples[i];
     s.src = im.data_ptr<uint8_t>();
     s.row_stride = im.stride(0);
@@ -168,7 +179,8 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
   // (non_blocking copies record an event), and `dev` returns to the caching allocator on the
   // stream the kernel runs on, so its reuse is ordered after the kernel.
   const int err = vlmprep::normalize_patchify_cuda(p, max_rows, st.stream());
-  TORCH_CHECK(err == 0, "normalize_patchify: CUDA launch failed with error ", err);
+  TORCH_CHECK(err == 0, "normalize_patchify: CUDA launch failed: ", cudaGetErrorName(cudaError_t(err)), " (",
+              cudaGetErrorString(cudaError_t(err)), ")");
 #else
   TORCH_CHECK(false, "normalize_patchify: out is on ", out.device(),
               " but vlmprep's extension was built without CUDA (no nvcc at build time); "

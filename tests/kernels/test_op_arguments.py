@@ -117,6 +117,17 @@ def test_normalize_patchify_op_rejects(kernels, kw, says):
     assert bool((out == 7).all())
 
 
+def test_normalize_patchify_refuses_an_out_that_overlaps_an_image(kernels):
+    """The kernels treat source and output as non-aliasing (__restrict__ in the CUDA body): an
+    out that shares bytes with an image is refused at the binding; a neighbour is not."""
+    buf = torch.zeros(2 * 28 * 56 * 3 + 8 * ROW, dtype=torch.uint8)
+    img = buf[: 28 * 56 * 3].view(28, 56, 3)
+    with pytest.raises(RuntimeError, match="images\\[0\\] and out share memory"):
+        _np_call(images=[img], lut=None, out=buf[28 * 56 * 3 - 1:][: 8 * ROW])
+    out = buf[28 * 56 * 3:][: 8 * ROW]  # right after the image: no shared byte
+    _np_call(images=[img], lut=None, out=out)
+
+
 def test_decode_ops_reject_sizes_past_int32(kernels):
     """Before: src_h = 2**32 + 28 was narrowed to 28, matched the JPEG and decoded."""
     if not kernels.jpeg_available():
