@@ -261,9 +261,37 @@ def small_kernels(device: str) -> int:
     return 0 if ok else 1
 
 
-def step_parity(a: argparse.Namespace) -> dict:
+def _parity_row(step: str, preset: str, backend: str, device: str, dtype: str, images: list,
+                invariance: bool) -> dict:
+    """``backend`` on ``device`` against the reference backend on the CPU, one preset and dtype:
+    levels (float outputs in uint8 levels of the channel that hides least), the same geometry,
+    and (``invariance``) each image alone giving the rows it has in the batch. Never raises: an
+    exception (e.g. an op with no CUDA kernel) is this row's error, so it hides no other row."""
     import torch
 
+    import vlmprep
+    row: dict[str, Any] = {"preset": preset, "backend": backend, "device": device, "dtype": dtype}
+    try:
+        proc = vlmprep.Processor(preset, backend=backend, device=device, dtype=dtype)
+        ref = vlmprep.Processor(preset, backend="reference", dtype="uint8" if dtype == "uint8" else "float32")
+        got, want = proc(images), ref(images)
+        scale = 1.0 if dtype == "uint8" else 255 * max(proc.pipeline.normalize.std)
+        mx, mean, p999 = _levels(corrupt(step, got.pixel_values).float(), want.pixel_values.float(), scale)
+        same_geometry = got.num_tokens == want.num_tokens and torch.equal(got.grid_thw.cpu(), want.grid_thw.cpu())
+        row.update(max_levels=round(mx, 3), mean_levels=round(mean, 4), p999_levels=round(p999, 3),
+                   same_geometry=same_geometry)
+        ok = mx <= MAX_LEVELS and mean <= MEAN_LEVELS and same_geometry
+        if invariance:
+            alone = torch.cat([proc([x]).pixel_values for x in images])
+            row["batch_invariant"] = bool(torch.equal(alone, got.pixel_values))
+            ok = ok and row["batch_invariant"]
+        row["ok"] = ok
+    except Exception as e:  # noqa: BLE001 (reported per row; the step fails)
+        row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:300]}")
+    return row
+
+
+def step_parity(a: argparse.Namespace) -> dict:
     import vlmprep
     images = _inputs(a.quick)
     parity_in = [images["720p"], images["1080p"], images["odd_333x777"], images["odd_1010x1390"]]
@@ -271,25 +299,7 @@ def step_parity(a: argparse.Namespace) -> dict:
     rows, ok = [], True
     for preset in presets:
         for dtype in ("uint8", "float32", "bfloat16"):
-            row: dict[str, Any] = {"preset": preset, "backend": "torch", "device": a.device, "dtype": dtype}
-            try:  # one failing row (e.g. an op with no CUDA kernel) must not hide the others
-                proc = vlmprep.Processor(preset, backend="torch", device=a.device, dtype=dtype)
-                ref = vlmprep.Processor(preset, backend="reference",
-                                        dtype="uint8" if dtype == "uint8" else "float32")
-                got = proc(parity_in)
-                want = ref(parity_in)
-                scale = 1.0 if dtype == "uint8" else 255 * max(proc.pipeline.normalize.std)
-                mx, mean, p999 = _levels(corrupt("parity", got.pixel_values).float(),
-                                         want.pixel_values.float(), scale)
-                alone = torch.cat([proc([x]).pixel_values for x in parity_in])
-                invariant = bool(torch.equal(alone, got.pixel_values))
-                same_geometry = got.num_tokens == want.num_tokens and \
-                    torch.equal(got.grid_thw.cpu(), want.grid_thw.cpu())
-                row.update(max_levels=round(mx, 3), mean_levels=round(mean, 4), p999_levels=round(p999, 3),
-                           batch_invariant=invariant, same_geometry=same_geometry,
-                           ok=mx <= MAX_LEVELS and mean <= MEAN_LEVELS and invariant and same_geometry)
-            except Exception as e:  # noqa: BLE001 (reported per row; the step fails)
-                row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:300]}")
+            row = _parity_row("parity", preset, "torch", a.device, dtype, parity_in, invariance=True)
             ok &= bool(row["ok"])
             rows.append(row)
             print(json.dumps(row))
@@ -361,24 +371,13 @@ def step_timing(a: argparse.Namespace) -> dict:
 def step_dali(a: argparse.Namespace) -> dict:
     if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
         return _result("SKIP", "skipped: DALI absent (bench/dali_transfer.sh sends it to the GPU machine)")
-    import vlmprep
     from vlmprep import kernels
     images = _inputs(a.quick)
     parity_in = [images["720p"], images["odd_333x777"], images["odd_1010x1390"]]
     rows, ok = [], True
     for preset in ("qwen2-vl", "internvl", "siglip"):
         for dtype in ("uint8", "float32"):
-            row: dict[str, Any] = {"preset": preset, "backend": "dali", "device": a.device, "dtype": dtype}
-            try:
-                proc = vlmprep.Processor(preset, backend="dali", device=a.device, dtype=dtype)
-                ref = vlmprep.Processor(preset, backend="reference", dtype=dtype)
-                got, want = proc(parity_in), ref(parity_in)
-                scale = 1.0 if dtype == "uint8" else 255 * max(proc.pipeline.normalize.std)
-                mx, mean, p999 = _levels(corrupt("dali", got.pixel_values).float(), want.pixel_values.float(), scale)
-                row.update(max_levels=round(mx, 3), mean_levels=round(mean, 4), p999_levels=round(p999, 3),
-                           ok=mx <= MAX_LEVELS and mean <= MEAN_LEVELS and got.num_tokens == want.num_tokens)
-            except Exception as e:  # noqa: BLE001 (reported per row)
-                row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:300]}")
+            row = _parity_row("dali", preset, "dali", a.device, dtype, parity_in, invariance=False)
             ok &= bool(row["ok"])
             rows.append(row)
             print(json.dumps(row))
@@ -410,6 +409,8 @@ def _plugin_vs_reference(device: str, order: str, P: int, m: int, T: int) -> boo
     from nvidia.dali import fn, pipeline_def, types
 
     from vlmprep import kernels
+    sys.path.insert(0, str(HERE))
+    import gpu_check_kernels
     rng = np.random.default_rng(2)
     q = P * (m if order == "merge_grouped" else 1)
     imgs = [rng.integers(0, 256, ((k % 2 + 1) * q, (k % 3 + 1) * q, 3), dtype=np.uint8) for k in range(4)]
@@ -434,9 +435,7 @@ def _plugin_vs_reference(device: str, order: str, P: int, m: int, T: int) -> boo
     else:
         want = []
         for img in imgs:
-            h, w = img.shape[:2]
-            n = 3 * h * w if order == "tiles" else (h // P) * (w // P) * 3 * T * P * P
-            o = torch.empty(n)
+            o = torch.empty(gpu_check_kernels.elems(img.shape[0], img.shape[1], order, P, T))
             kernels.normalize_patchify([torch.from_numpy(img)], torch.from_numpy(lut), o, [0], order, P, m, T)
             want.append(o.numpy())
     got = [corrupt("dali", torch.from_numpy(g.copy())).numpy() for g in got]

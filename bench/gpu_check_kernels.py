@@ -15,12 +15,12 @@ CASES = [("merge_grouped", 14, 2, 2), ("merge_grouped", 16, 2, 2), ("raster", 16
          ("naflex", 16, 1, 1), ("tiles", 14, 1, 1)]
 
 
-def _elems(h: int, w: int, order: str, P: int, T: int) -> int:
+def elems(h: int, w: int, order: str, P: int, T: int) -> int:
     return 3 * h * w if order == "tiles" else (h // P) * (w // P) * 3 * T * P * P
 
 
 def _run(imgs, lut, order, P, m, T, dtype, device):
-    n = [_elems(i.shape[0], i.shape[1], order, P, T) for i in imgs]
+    n = [elems(i.shape[0], i.shape[1], order, P, T) for i in imgs]
     out = torch.full((sum(n),), 0xAB if dtype == torch.uint8 else float("nan"), dtype=dtype,
                      device=device)
     kernels.normalize_patchify([i.to(device) for i in imgs],
@@ -80,7 +80,7 @@ def check(device: str, corrupt: Callable[[torch.Tensor], torch.Tensor] = lambda 
         big_dev = big.to(device)
         crops_dev = [big_dev[: 2 * q, 5:5 + 3 * q], big_dev[q:4 * q, 11:11 + 2 * q]]
         lut = torch.randn(3, 256)
-        n = [_elems(c.shape[0], c.shape[1], order, P, T) for c in crops_host]
+        n = [elems(c.shape[0], c.shape[1], order, P, T) for c in crops_host]
         offs = np.cumsum([0] + n)[:-1].tolist()
         got = torch.full((sum(n),), float("nan"), device=device)
         kernels.normalize_patchify(crops_dev, lut.to(device), got, offs, order, P, m, T)
@@ -93,7 +93,7 @@ def check(device: str, corrupt: Callable[[torch.Tensor], torch.Tensor] = lambda 
     # Bandwidth: 8 resized 1080p Qwen2-VL images (1092x1932) -> float32 rows.
     imgs = [torch.randint(0, 256, (1092, 1932, 3), dtype=torch.uint8, device=device) for _ in range(8)]
     lut = torch.randn(3, 256, device=device)
-    n = _elems(1092, 1932, "merge_grouped", 14, 2)
+    n = elems(1092, 1932, "merge_grouped", 14, 2)
     out = torch.empty(8 * n, device=device)
     offs = [k * n for k in range(8)]
     call = lambda: kernels.normalize_patchify(imgs, lut, out, offs, "merge_grouped", 14, 2, 2)  # noqa: E731
