@@ -6,6 +6,8 @@ from that folder instead of the package's, e.g. the AddressSanitizer build of ``
 """
 from __future__ import annotations
 
+import copy
+import functools
 import glob
 import json
 import os
@@ -22,14 +24,22 @@ DALI_OP = "VlmprepNormalizePatchify"
 def _dir() -> str:
     """Where the torch ops are: VLMPREP_KERNELS_DIR (another build of them) or the package."""
     return os.environ.get("VLMPREP_KERNELS_DIR") or _HERE
+
+
 _lock = threading.Lock()
 _state: dict = {}
 
 
 def build_info() -> dict:
     """What setup.py built (``_build_info.json``, next to the library: the build writes both into
-    the wheel, or into the source tree for an editable install), or why nothing was."""
-    path = os.path.join(_dir(), "_build_info.json")
+    the wheel, or into the source tree for an editable install), or why nothing was. A copy of
+    the record read once per folder: callers ask per image (fusion, jpeg_available), and the
+    library a process has loaded does not change under it."""
+    return copy.deepcopy(_read_record(os.path.join(_dir(), "_build_info.json")))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_record(path: str) -> dict:
     try:
         with open(path) as f:
             return json.load(f)
