@@ -353,6 +353,10 @@ setup(
         # `vlmprep bench` and vlmprep.bench: the transformers baseline, test images, plots
         "bench": ["transformers>=5.0", "scikit-image>=0.22", "matplotlib>=3.8"],
         "test": ["pytest>=8", "transformers>=5.0", "scikit-image>=0.22", "matplotlib>=3.8"],
+        # `vlmprep run` over parquet inputs and into parquet shards (vlmprep.batch)
+        "parquet": ["pyarrow>=15"],
+        # vlmprep.integrations.ray and `vlmprep run --engine ray` (Ray Data writes parquet too)
+        "ray": ["ray[data]>=2.50", "pyarrow>=15"],
     },
     entry_points={"console_scripts": ["vlmprep=vlmprep.cli.main:main"]},
 )
