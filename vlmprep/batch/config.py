@@ -1,0 +1,209 @@
+"""JobConfig: the small picklable description of a batch job (``vlmprep run``, Ray actors).
+
+It names how every image of the job is processed (preset or checkpoint, backend, device, dtype,
+pipeline field overrides) and how the output is cut (shard format, images per shard). Workers
+and Ray actors receive only this and build their own Processor with ``config.processor()``.
+
+The manifest of an output folder stores ``to_json()`` and ``hash()``; ``--resume`` refuses a
+config whose hash differs and names the differences with ``diff()``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from ..processor import Processor
+
+__all__ = ["JobConfig"]
+
+# The shard formats (vlmprep.batch.shards.FORMATS is the writer's list; kept equal by a test).
+_FORMATS = ("parquet", "safetensors")
+_DEVICES = "'cpu', 'cuda' or 'cuda:N'"
+
+
+def _frozen(v: Any) -> Any:
+    """A JSON value as a hashable one: lists (and tuples) become tuples, recursively."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_frozen(x) for x in v)
+    return v
+
+
+def _thawed(v: Any) -> Any:
+    """The JSON form of an override value: tuples become lists, recursively."""
+    if isinstance(v, (list, tuple)):
+        return [_thawed(x) for x in v]
+    return v
+
+
+def _json_scalar_tree(v: Any) -> bool:
+    if isinstance(v, (list, tuple)):
+        return all(_json_scalar_tree(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """How a batch job processes images and cuts its output.
+
+    Args:
+        preset: a preset name (``vlmprep.presets.names()``); exactly one of preset / checkpoint.
+        checkpoint: what ``Processor.from_pretrained`` takes (a checkpoint folder, its
+            ``preprocessor_config.json``, or a hub repo id).
+        backend, device, dtype: as ``vlmprep.Processor`` takes them.
+        overrides: pipeline field overrides, ``(("max_pixels", 1003520), ...)`` (a dict is
+            accepted too); kept sorted by name, list values as tuples, so equal jobs compare,
+            hash and pickle equal.
+        format: the shard format, ``"parquet"`` or ``"safetensors"``.
+        shard_size: images per output shard (the last shard of an input unit may hold fewer).
+
+    Invalid values raise ValueError saying expected / got / fix at construction.
+    """
+
+    preset: str | None = None
+    checkpoint: str | None = None
+    backend: str = "auto"
+    device: str = "cpu"
+    dtype: str = "float32"
+    overrides: tuple[tuple[str, Any], ...] = ()
+    format: str = "parquet"
+    shard_size: int = 1000
+
+    def __post_init__(self) -> None:
+        from .. import backends
+        from ..processor import DEVICE_RE, DTYPES
+        if (self.preset is None) == (self.checkpoint is None):
+            raise ValueError(f"JobConfig: expected exactly one of preset= or checkpoint=, got "
+                             f"preset={self.preset!r}, checkpoint={self.checkpoint!r}; pass one "
+                             f"(vlmprep run --preset NAME or --checkpoint PATH)")
+        for name in ("preset", "checkpoint"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise ValueError(f"JobConfig: {name}: expected a non-empty string, got {v!r}")
+        if self.preset is not None:
+            from .. import presets
+            try:
+                presets.family(self.preset)
+            except KeyError as e:
+                raise ValueError(f"JobConfig: preset: {e.args[0]}") from None
+        known = ["auto", *backends.names()]
+        if self.backend not in known:
+            raise ValueError(f"JobConfig: backend: expected one of {known}, got {self.backend!r}")
+        if not isinstance(self.device, str) or not DEVICE_RE.match(self.device):
+            raise ValueError(f"JobConfig: device: expected {_DEVICES}, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"JobConfig: dtype: expected one of {list(DTYPES)}, got {self.dtype!r}")
+        if self.format not in _FORMATS:
+            raise ValueError(f"JobConfig: format: expected one of {list(_FORMATS)}, got "
+                             f"{self.format!r}")
+        if isinstance(self.shard_size, bool) or not isinstance(self.shard_size, int) \
+                or self.shard_size < 1:
+            raise ValueError(f"JobConfig: shard_size: expected a positive int (images per shard), "
+                             f"got {self.shard_size!r}")
+        object.__setattr__(self, "overrides", self._normalized_overrides(self.overrides))
+        self._check_fields()
+
+    @staticmethod
+    def _normalized_overrides(ov: Any) -> tuple[tuple[str, Any], ...]:
+        items = list(ov.items()) if isinstance(ov, Mapping) else ov
+        try:
+            pairs = [(k, v) for k, v in items]
+        except (TypeError, ValueError):
+            raise ValueError(f"JobConfig: overrides: expected (field, value) pairs or a dict, got "
+                             f"{ov!r}") from None
+        seen: set[str] = set()
+        for k, v in pairs:
+            if not isinstance(k, str) or not k:
+                raise ValueError(f"JobConfig: overrides: expected field names as strings, got "
+                                 f"{k!r}")
+            if k in seen:
+                raise ValueError(f"JobConfig: overrides: field {k!r} given twice; give it once")
+            seen.add(k)
+            if not _json_scalar_tree(v):
+                raise ValueError(f"JobConfig: overrides: {k}: expected a JSON-safe value (number, "
+                                 f"string, bool, None or a list of those), got "
+                                 f"{type(v).__name__} {v!r}")
+        return tuple(sorted((k, _frozen(v)) for k, v in pairs))
+
+    def _check_fields(self) -> None:
+        """The overrides name real fields with valid values (checked on the preset's pipeline;
+        a checkpoint's only when it is a local path, as it is read without the hub)."""
+        import os
+
+        from .. import presets
+        try:
+            if self.preset is not None:
+                presets.get(self.preset, **dict(self.overrides))
+            elif self.overrides and self.checkpoint is not None and os.path.exists(self.checkpoint):
+                presets.from_config(presets.load_config(self.checkpoint)).replace(
+                    **dict(self.overrides))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"JobConfig: overrides: {e}") from None
+
+    # -- the Processor ---------------------------------------------------------------------------
+    def processor(self) -> Processor:
+        """The job's Processor, with ``errors="skip"`` (a bad image is a row with its reason,
+        never the end of the job)."""
+        from ..processor import Processor
+        kw: dict[str, Any] = dict(backend=self.backend, device=self.device, dtype=self.dtype,
+                                  errors="skip", **dict(self.overrides))
+        if self.preset is not None:
+            return Processor(self.preset, **kw)
+        assert self.checkpoint is not None
+        return Processor.from_pretrained(self.checkpoint, **kw)
+
+    # -- serialisation ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe dict (overrides as ``{field: value}``, lists for tuples)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["overrides"] = {k: _thawed(v) for k, v in self.overrides}
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "JobConfig":
+        """The config ``to_json()`` wrote (validated again)."""
+        names = [f.name for f in fields(cls)]
+        if not isinstance(d, Mapping):
+            raise ValueError(f"JobConfig.from_json: expected a dict as written by to_json(), got "
+                             f"{type(d).__name__}")
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValueError(f"JobConfig.from_json: expected keys from {names}, got unknown "
+                             f"{unknown}; was it written by a newer vlmprep?")
+        kw = dict(d)
+        if "overrides" in kw:
+            ov = kw["overrides"]
+            kw["overrides"] = tuple(ov.items()) if isinstance(ov, Mapping) else ov
+        return cls(**kw)
+
+    def hash(self) -> str:
+        """sha256 hex of the canonical JSON form: equal configs, equal hashes (any process)."""
+        text = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def diff(self, other: "JobConfig") -> list[str]:
+        """What changed from this config to ``other``, one ``"name: old -> new"`` per field
+        (an override as ``"override NAME: old -> new"``, ``unset`` when absent); [] if equal."""
+        out: list[str] = []
+        for f in fields(self):
+            if f.name == "overrides":
+                continue
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if a != b:
+                out.append(f"{f.name}: {a!r} -> {b!r}")
+        mine, theirs = dict(self.overrides), dict(other.overrides)
+        for k in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(k, _UNSET), theirs.get(k, _UNSET)
+            if a != b:
+                out.append(f"override {k}: {a!r} -> {b!r}")
+        return out
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "unset"
+
+
+_UNSET = _Unset()
