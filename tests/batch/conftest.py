@@ -9,10 +9,9 @@ the other bad items (truncated JPEG, text named .jpg, zero-byte file) come back 
 at decode. Ids and order follow vlmprep/batch/sources.py's rules.
 
 Fixtures: ``photos`` (list of (name, ext, bytes), ~200-320 px), ``image_folder``, ``wds_tar``,
-``parquet_plain``, ``parquet_hf`` (skip when pyarrow is missing), ``path_list``. The builders
-(``make_folder``, ``make_tar``, ``make_parquet_plain``, ``make_parquet_hf``, ``make_list``) are
-plain functions for tests that need several inputs (e.g. two tar shards), called with a folder
-and the photos. Randomness (photo crops) comes from the ``seed`` fixture.
+``parquet_plain``, ``parquet_hf`` (skip when pyarrow is missing), ``path_list``; ``builders``
+(the make_* functions, for tests that need several inputs, e.g. two tar shards; this conftest is
+not importable). Randomness (photo crops) comes from the ``seed`` fixture.
 """
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -245,3 +245,12 @@ def path_list(tmp_path, photos) -> Built:
     folder = make_folder(tmp_path / "listed", photos)
     return make_list(tmp_path / "paths.txt", folder)
 
+
+
+@pytest.fixture(scope="session")
+def builders():
+    """The builder functions, for tests that need several inputs (conftest is not importable):
+    ``builders.tar(tmp_path / "b.tar", photos, start=100)``."""
+    return SimpleNamespace(folder=make_folder, tar=make_tar, parquet_plain=make_parquet_plain,
+                           parquet_hf=make_parquet_hf, list=make_list, photos=make_photos,
+                           truncated=truncated)
