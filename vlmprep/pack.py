@@ -41,6 +41,7 @@ class PackedBatch:
         grid_thw: ``(num_seqs, 3)`` int64 (host): ``(t, h, w)`` patch grid per sequence.
         image_index: ``(num_seqs,)`` int64 (host): the input image of each sequence.
         num_tokens: ``list[int]``, one per input image: LLM placeholder tokens (0 if skipped).
+            ``num_embeddings`` (a property beside it): the embedding rows an engine expects.
         errors: ``{input index: ImageError}`` of skipped images (``errors="skip"`` only), by index.
         layout: ``"patches"`` or ``"tiles"``.
         pipeline: the resolved Pipeline that made this batch (decides ``to_hf`` keys).
@@ -82,6 +83,22 @@ class PackedBatch:
     def total_patches(self) -> int:
         """Patches over every sequence (``sum(seqlens)``), as ``Plan.total_patches``."""
         return sum(self.seqlens)
+
+    @property
+    def num_embeddings(self) -> list[int]:
+        """``list[int]``, one per input image: the embedding rows an engine expects (the
+        image-context tokens inside the image's placeholder, as ``ImagePlan.num_embeddings``;
+        InternVL 7 tiles: 1792 of ``num_tokens`` 1794); 0 for a skipped image."""
+        from .ops import pack
+        from .plan.plan import count_embeddings
+        if len(self.placeholders) != self.num_images:
+            raise ValueError(f"PackedBatch.num_embeddings: expected {self.num_images} placeholders "
+                             f"(one per image), got {len(self.placeholders)}; make the batch with "
+                             f"vlmprep.Processor (or pack.build / concat / split)")
+        # no pipeline: a Pipeline's default pack (ops.pack's image_token)
+        tok = (self.pipeline.pack if self.pipeline is not None else pack()).image_token
+        return [0 if i in self.errors else count_embeddings(p, tok, n)
+                for i, (p, n) in enumerate(zip(self.placeholders, self.num_tokens))]
 
     @property
     def total_tokens(self) -> int:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..io.probe import ProbeResult
 
 __all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SizingRule", "SIZING_RULES", "sizing_rule",
-           "check_sizing", "one_canvas", "plan_image", "plan_images"]
+           "check_sizing", "one_canvas", "plan_image", "plan_images", "count_embeddings"]
 
 RGB = tuple[int, int, int]
 
@@ -86,6 +86,10 @@ class ImagePlan:
         grid_thw: one ``(t, h, w)`` patch grid per ViT sequence (per tile).
         num_patches: sum of ``t*h*w`` over the sequences.
         num_tokens: LLM placeholder tokens for this image (0 when ``error`` is set).
+        num_embeddings: embedding rows an engine expects for this image: the image-context
+            tokens inside ``placeholder`` (``count_embeddings``), without wrappers such as
+            InternVL's ``<img>``/``</img>``, Idefics3's row / global markers or Pixtral's
+            ``[IMG_BREAK]``/``[IMG_END]`` (0 when ``error`` is set).
         placeholder: the exact string the family's processor puts in the prompt.
         error: the ImageError of a skipped image, else None.
     """
@@ -99,6 +103,7 @@ class ImagePlan:
     tile_canvas: list[int] = field(default_factory=list)
     num_patches: int = 0
     num_tokens: int = 0
+    num_embeddings: int = 0
     placeholder: str = ""
     error: ImageError | None = None
 
@@ -235,6 +240,19 @@ def one_canvas(rhw: tuple[int, int], pipeline: Pipeline) -> Sizing:
     return Sizing([Canvas(rhw)], [box], [0])
 
 
+def count_embeddings(placeholder: str, image_token: str, num_tokens: int) -> int:
+    """Embedding rows of one image: the ``image_token`` occurrences in its ``placeholder`` (the
+    rows vLLM and SGLang scatter embeddings into); a family without a prompt token (SigLIP,
+    ``image_token=""``) has no wrappers, so every token is a row: ``num_tokens``.
+
+    The one formula for ``ImagePlan.num_embeddings`` and ``PackedBatch.num_embeddings``.
+
+    Given InternVL, 7 tiles: ``"<img>" + "<IMG_CONTEXT>" * 1792 + "</img>"`` -> 1792 (num_tokens
+    1794); Pixtral 30x40: ``([IMG] * 40 + [IMG_BREAK]) * 30`` (last -> ``[IMG_END]``) -> 1200.
+    """
+    return placeholder.count(image_token) if image_token else num_tokens
+
+
 def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
                header: "ProbeResult | None" = None) -> ImagePlan:
     """Plan one image of ``source_hw = (H, W)`` (oriented); raises ImageError.
@@ -267,6 +285,8 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
     pk = pipeline.pack
     image_tokens = (sz.image_tokens if sz.image_tokens is not None
                     else sum(grid.tokens_for_grid(g, pf) for g in grids))
+    text = (sz.placeholder if sz.placeholder is not None
+            else pk.prefix + pk.image_token * image_tokens + pk.suffix)
     return ImagePlan(
         index=index, source_hw=(h, w),
         resized_hw=sz.resized_hw if sz.resized_hw is not None else sz.canvases[0].resize_hw,
@@ -274,8 +294,8 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
         grid_thw=grids, canvases=sz.canvases, tile_canvas=sz.tile_canvas,
         num_patches=sum(t * gh * gw for t, gh, gw in grids),
         num_tokens=image_tokens + pk.extra_tokens,
-        placeholder=(sz.placeholder if sz.placeholder is not None
-                     else pk.prefix + pk.image_token * image_tokens + pk.suffix),
+        placeholder=text,
+        num_embeddings=count_embeddings(text, pk.image_token, image_tokens + pk.extra_tokens),
     )
 
 
@@ -326,6 +346,11 @@ class Plan:
     @property
     def errors(self) -> dict[int, ImageError]:
         return {p.index: p.error for p in self.images if p.error is not None}
+
+    @property
+    def num_embeddings(self) -> list[int]:
+        """Embedding rows per input image (``ImagePlan.num_embeddings``; 0 for a bad image)."""
+        return [p.num_embeddings for p in self.images]
 
     def __len__(self) -> int:
         return len(self.images)
