@@ -377,3 +377,17 @@ def test_list_rules(tmp_path, image_folder):
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9.jpg\n")
     with pytest.raises(ValueError, match="bad.txt.*not UTF-8"):
         discover([str(tmp_path / "bad.txt")])
+
+
+def test_folder_listed_once_per_process_and_again_by_discover(image_folder):
+    (u,) = discover([str(image_folder.path)])
+    n = u.count()
+    (image_folder.path / "zz.jpg").write_bytes(image_folder.data["top.jpg"])
+    assert u.count() == n and [s.id for s in _all(u)] == image_folder.ids  # parts of one job agree
+    (v,) = discover([str(image_folder.path)])
+    assert v.count() == n + 1 and _all(v)[-1].id == "zz.jpg"
+
+
+def test_unit_kind_checked():
+    with pytest.raises(ValueError, match="expected kind one of"):
+        Unit("x", "zip", "/x.zip")

@@ -36,7 +36,7 @@ Kinds, ids and order (the same for every call, on every machine holding the same
   first of ``IMAGE_COLUMNS`` (image, jpg, jpeg, png, webp, img, bytes) whose type holds images,
   else the only such column. Types: binary (large_binary, binary_view) and the Hugging Face
   datasets ``struct<bytes: binary, path: string>`` (its bytes; when they are null, the file at
-  ``path``, relative to the parquet file's folder). Id = str(value of ``id_column``) (a string or
+  ``path``, relative to the parquet file's folder, absolute as it is). Id = str(value of ``id_column``) (a string or
   integer column; a null id is an error sample with the default id) else ``row-{n}`` (n = the
   0-based row index in the file). Ids from ``id_column`` must be unique in a file; that is not
   checked here.
@@ -66,7 +66,7 @@ import re
 import stat
 import tarfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ImageError
@@ -86,7 +86,8 @@ _SUFFIXES = {".tar": "tar", ".tar.gz": "tar", ".tgz": "tar", ".parquet": "parque
 _WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 _NAME_MAX = 80
-_PARQUET_BATCH = 8  # rows per decoded parquet batch: bounds memory to a few images
+_PARQUET_BATCH = 8  # rows per decoded parquet batch: bounds memory to a few images ...
+_PARQUET_BUFFER = 1 << 20  # ... and pages streamed in 1 MiB reads, not a whole column chunk at once
 _TAR_TAIL = 64 << 10  # more unread bytes than this after the last tar header: a corrupt header
 
 
@@ -95,7 +96,7 @@ class Sample:
     """One input image, encoded: ``data`` (bytes, never decoded here) or ``error`` (why not)."""
     id: str
     source: str
-    data: bytes | None = field(repr=False)
+    data: bytes | None
     error: str | None = None
 
     def __repr__(self) -> str:
@@ -106,8 +107,8 @@ class Sample:
 @dataclass(frozen=True)
 class Unit:
     """One input (a folder, tar, parquet file or path list): a picklable description (paths and
-    options only). Each process lists a folder once (cached by path and glob) and scans a tar or
-    list file once per version (cached by path, size and mtime)."""
+    options only). A process lists a folder once (discover() lists it again) and scans a tar or
+    list file once per version (by path, size and mtime)."""
     name: str
     kind: str
     path: str
@@ -115,6 +116,11 @@ class Unit:
     column: str | None = None      # parquet: the image column (resolved by discover)
     id_column: str | None = None   # parquet: the id column (None: "row-{n}")
     max_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Unit: expected kind one of {KINDS}, got {self.kind!r}; make units "
+                             f"with discover()")
 
     def count(self) -> int:
         """Number of samples (a listing, tar headers, parquet metadata; no image is read)."""
@@ -273,7 +279,26 @@ def _matches(rel: str, name: str, pattern: str | None) -> bool:
     return pattern.startswith("**/") and fnmatch.fnmatchcase(rel, pattern[3:])
 
 
-@functools.lru_cache(maxsize=16)
+_LISTINGS: dict[tuple[str, str | None], tuple[tuple[str, str | None], ...]] = {}
+
+
+def _listing(unit: Unit, fresh: bool = False) -> tuple[tuple[str, str | None], ...]:
+    """The folder's listing: made once per process (again when ``fresh``: discover() sees the
+    folder as it is now), so every part of a job reads the same list."""
+    key = (unit.path, unit.glob)
+    got = None if fresh else _LISTINGS.get(key)
+    if got is None:
+        try:
+            got = _folder_listing(unit.path, unit.glob)
+        except OSError as e:
+            raise ValueError(f"expected a readable folder at {unit.path!r}, got {e.strerror or e}; "
+                             f"check the path and its permissions") from None
+        if len(_LISTINGS) >= 16:
+            _LISTINGS.pop(next(iter(_LISTINGS)))
+        _LISTINGS[key] = got
+    return got
+
+
 def _folder_listing(root: str, pattern: str | None) -> tuple[tuple[str, str | None], ...]:
     """(relative path, listing error or None) of the matching files, sorted by path."""
     found: list[tuple[str, str | None]] = []
@@ -313,16 +338,8 @@ def _folder_listing(root: str, pattern: str | None) -> tuple[tuple[str, str | No
     return tuple(found)
 
 
-def _listing(unit: Unit) -> tuple[tuple[str, str | None], ...]:
-    try:
-        return _folder_listing(unit.path, unit.glob)
-    except OSError as e:
-        raise ValueError(f"expected a readable folder at {unit.path!r}, got {e.strerror or e}; "
-                         f"check the path and its permissions") from None
-
-
 def _check_folder(unit: Unit) -> None:
-    if _listing(unit):
+    if _listing(unit, fresh=True):
         return
     want = (f"matching {unit.glob!r}" if unit.glob
             else f"with an image extension ({', '.join(IMAGE_EXTENSIONS)})")
@@ -500,10 +517,10 @@ def _is_binary(pa: Any, t: Any) -> bool:
     return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or (view is not None and view(t)))
 
 
-def _parquet_file(path: str) -> Any:
+def _parquet_file(path: str, buffer_size: int = 0) -> Any:
     _, pq = _pyarrow()
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, buffer_size=buffer_size)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged footer
         raise ValueError(f"expected a parquet file at {path!r}, got one that does not open "
                          f"({type(e).__name__}: {e}); check or rebuild the file") from None
@@ -556,7 +573,7 @@ def _parquet_count(unit: Unit) -> int:
 
 def _parquet_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sample]:
     pa, _ = _pyarrow()
-    pf = _parquet_file(unit.path)
+    pf = _parquet_file(unit.path, buffer_size=_PARQUET_BUFFER)
     assert unit.column is not None  # discover resolved it
     try:
         kind = _image_type(pf.schema_arrow.field(unit.column).type)
