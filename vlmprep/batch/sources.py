@@ -222,7 +222,7 @@ def _open(path: str, glob: str | None, column: str | None, id_column: str | None
                          f"or a .txt / .lst list of paths at {path!r}, got {got}; pass one of those")
     if kind == "tar":
         unit = Unit("", "tar", apath, max_bytes=max_bytes)
-        _tar_scan(unit.path)  # the first header must read
+        _tar_scan(unit.path)  # its headers must read (cached for count and samples)
         return unit
     if kind == "list":
         unit = Unit("", "list", apath, max_bytes=max_bytes)
