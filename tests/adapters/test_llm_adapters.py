@@ -5,8 +5,9 @@
   for the expanded text and the token ids; a tiny random-weight model (seeded, from a config)
   compares its logits on ``model_inputs(...)`` (vlmprep's reference backend) with its logits on
   the processor's own inputs for the same images and text.
-- vLLM / SGLang (not installed here): their documented input schemas, written below as
-  constants with the source they come from.
+- vLLM / SGLang (not installed here): the input schemas the released engines accept (vLLM 0.33.0,
+  SGLang 0.5.23, read from their source), written below as constants with the file they come
+  from; tests/integration/ feeds the same outputs to the real engines.
 """
 from __future__ import annotations
 
@@ -24,19 +25,21 @@ from vlmprep.adapters import sglang as sg  # noqa: E402
 from vlmprep.adapters import transformers as tfa  # noqa: E402
 from vlmprep.adapters import vllm as vl  # noqa: E402
 
-# -- documented schemas ---------------------------------------------------------------------------
-# vLLM, Qwen2-VL (vllm/model_executor/models/qwen2_vl.py: Qwen2VLImageEmbeddingInputs /
-# Qwen2VLImagePixelInputs and _qwen2vl_field_config; docs/features/multimodal_inputs.md
-# "Embedding Inputs"): name -> (ndim, dtype kinds); image_embeds flat_from_sizes(grid.prod//merge^2),
-# pixel_values flat_from_sizes(grid.prod), image_grid_thw batched (num_images, 3) int64.
+# -- schemas the released engines accept ---------------------------------------------------------
+# vLLM 0.33.0, Qwen2-VL / 2.5 / 3 (vllm/model_executor/models/qwen2_vl.py: Qwen2VLMultiModalDataParser.
+# embedding_fields = {"image_embeds": values, "image_grid_thw": metadata}: a dict must hold exactly
+# these; _qwen2vl_field_config: image_embeds flat_from_sizes(grid.prod // merge^2), image_grid_thw
+# batched (num_images, 3) int64). name -> (ndim, dtype kinds).
 VLLM_QWEN_EMBEDS = {"image_embeds": (2, "float"), "image_grid_thw": (2, "int64")}
-VLLM_QWEN_PIXELS = {"pixel_values": (2, "float|uint8"), "image_grid_thw": (2, "int64")}
+# NOT accepted by vLLM 0.33 ("The data should contain the fields: {'image_grid_thw', 'image_embeds'}");
+# only by a vLLM with PR #50160 (pre-computed processor outputs): built with processed_pixels=True.
+VLLM_QWEN_PIXELS_PR50160 = {"pixel_values": (2, "float|uint8"), "image_grid_thw": (2, "int64")}
 VLLM_PROMPT_KEYS = {"prompt", "multi_modal_data"}  # vllm.inputs.TextPrompt
-# SGLang (docs/advanced_features/vlm_query.ipynb: image_data=[dict(processor_output,
-# format="processor_output")] with pre-expanded input_ids; precomputed: format=
-# "precomputed_embedding", feature=<embeddings>).
+# SGLang 0.5.23 (base_processor.process_mm_data_async: format "processor_output" -> the HF keys;
+# "precomputed_embedding" -> MultimodalDataItem(feature=dict["feature"], model_specific_data=the
+# rest); qwen_vl.py reads image_grid_thw from model_specific_data for M-RoPE).
 SGLANG_PROCESSOR_OUTPUT = {"format": "processor_output", "pixel_values": None, "image_grid_thw": None}
-SGLANG_PRECOMPUTED = {"format": "precomputed_embedding", "feature": None, "image_grid_thw": None}
+SGLANG_PRECOMPUTED_QWEN = {"format", "feature", "image_grid_thw", "input_ids"}
 
 SIZES = [(56, 84), (84, 56)]  # (H, W): small so the file is fast
 
@@ -179,39 +182,50 @@ def _qwen_batch(dtype="float32"):
 PROMPT = "<|vision_start|><|image_pad|><|vision_end|> a <|vision_start|><|image_pad|><|vision_end|>"
 
 
-def test_vllm_pixels_and_embeds_schema():
+def test_vllm_embeds_schema_is_the_default():
     b = _qwen_batch()
-    out = vl.prompt_inputs(PROMPT, b)
+    per = [torch.randn(n, 32) for n in b.num_embeddings]
+    out = vl.prompt_inputs(PROMPT, b, embeds=per)
     assert set(out) == VLLM_PROMPT_KEYS and out["prompt"] == PROMPT
-    mm = out["multi_modal_data"]["image"]
-    _check_schema(mm, VLLM_QWEN_PIXELS)
+    e1 = out["multi_modal_data"]["image"]
+    e2 = vl.prompt_inputs(PROMPT, b, embeds=torch.cat(per))["multi_modal_data"]["image"]
+    _check_schema(e1, VLLM_QWEN_EMBEDS)
+    assert torch.equal(e1["image_embeds"], e2["image_embeds"])
+    # vLLM's split sizes (grid.prod // merge**2) are the rows: num_embeddings (= num_tokens for Qwen)
+    assert (e1["image_grid_thw"].prod(-1) // 4).tolist() == b.num_embeddings == b.num_tokens
+    # no embeds: the pixel dict vLLM 0.33 rejects is not built unless asked
+    with pytest.raises(ValueError, match="embeds: expected the images' embeddings.*PR #50160"):
+        vl.prompt_inputs(PROMPT, b)
+
+
+def test_vllm_pixel_form_only_when_asked():
+    b = _qwen_batch()
+    mm = vl.prompt_inputs(PROMPT, b, processed_pixels=True)["multi_modal_data"]["image"]
+    _check_schema(mm, VLLM_QWEN_PIXELS_PR50160)
     assert mm["pixel_values"].shape[0] == int(mm["image_grid_thw"].prod(-1).sum())
     assert mm["image_grid_thw"].shape == (2, 3)
     # uint8 path (mm_device_do_normalize on)
     bu = _qwen_batch("uint8")
-    mu = vl.prompt_inputs(PROMPT, bu, device_normalize=True)["multi_modal_data"]["image"]
-    _check_schema(mu, VLLM_QWEN_PIXELS)
+    mu = vl.prompt_inputs(PROMPT, bu, processed_pixels=True,
+                          device_normalize=True)["multi_modal_data"]["image"]
+    _check_schema(mu, VLLM_QWEN_PIXELS_PR50160)
     assert mu["pixel_values"].dtype == torch.uint8
-    # embeds: per image and concatenated give the same flat tensor
-    per = [torch.randn(n, 32) for n in b.num_tokens]
-    e1 = vl.prompt_inputs(PROMPT, b, embeds=per)["multi_modal_data"]["image"]
-    e2 = vl.prompt_inputs(PROMPT, b, embeds=torch.cat(per))["multi_modal_data"]["image"]
-    _check_schema(e1, VLLM_QWEN_EMBEDS)
-    assert torch.equal(e1["image_embeds"], e2["image_embeds"])
-    assert (e1["image_grid_thw"].prod(-1) // 4).tolist() == b.num_tokens  # vLLM's split sizes
+    with pytest.raises(ValueError, match="processed_pixels: expected False with embeds"):
+        vl.prompt_inputs(PROMPT, b, embeds=torch.randn(sum(b.num_embeddings), 32),
+                         processed_pixels=True)
 
 
 def test_vllm_mismatches_are_caught():
     b, bu = _qwen_batch(), _qwen_batch("uint8")
     with pytest.raises(ValueError, match="dtype: expected uint8"):
-        vl.prompt_inputs(PROMPT, b, device_normalize=True)
+        vl.prompt_inputs(PROMPT, b, processed_pixels=True, device_normalize=True)
     with pytest.raises(ValueError, match="dtype: expected one of"):
-        vl.prompt_inputs(PROMPT, bu)
+        vl.prompt_inputs(PROMPT, bu, processed_pixels=True)
+    n = b.num_embeddings
     with pytest.raises(ValueError, match="placeholders: expected 2"):
-        vl.prompt_inputs("<|image_pad|>", b)
+        vl.prompt_inputs("<|image_pad|>", b, embeds=torch.randn(sum(n), 32))
     with pytest.raises(ValueError, match="placeholders: expected 2"):  # pre-expanded: wrong
-        vl.prompt_inputs(tfa.expand_prompt(PROMPT, b), b)
-    n = b.num_tokens
+        vl.prompt_inputs(tfa.expand_prompt(PROMPT, b), b, embeds=torch.randn(sum(n), 32))
     with pytest.raises(ValueError, match="embeds: expected shape"):
         vl.prompt_inputs(PROMPT, b, embeds=torch.randn(sum(n) + 1, 32))
     with pytest.raises(ValueError, match="embeds: expected 2 tensors"):
@@ -224,9 +238,9 @@ def test_vllm_mismatches_are_caught():
         vl.prompt_inputs(PROMPT, b, embeds=torch.zeros(sum(n), 32, dtype=torch.int64))
     llava = vlmprep.Processor("llava-1.5", backend="reference")(_images())
     with pytest.raises(ValueError, match="pixel form"):
-        vl.prompt_inputs("<image> <image>", llava)
+        vl.prompt_inputs("<image> <image>", llava, processed_pixels=True)
     e = vl.prompt_inputs("<image> <image>", llava, embeds=torch.randn(2 * 576, 32))
-    assert e["multi_modal_data"]["image"].shape == (2, 576, 32)
+    assert e["multi_modal_data"]["image"].shape == (2, 576, 32)  # LlavaImageEmbeddingInputs
 
 
 # -- SGLang ---------------------------------------------------------------------------------------
@@ -244,19 +258,26 @@ def test_sglang_dicts_schema_and_mismatch():
     assert item["input_ids"] == ref["input_ids"][0].tolist()  # pre-expanded, as the docs ask
     assert torch.equal(item["image_grid_thw"], ref["image_grid_thw"])
     assert item["pixel_values"].shape == ref["pixel_values"].shape
-    emb = torch.randn(sum(b.num_tokens), 32)
-    pe = sg.precomputed_embedding(emb, b, ids, image_token_id=pad)
-    for k, v in SGLANG_PRECOMPUTED.items():
-        assert k in pe and (v is None or pe[k] == v), k
+    emb = torch.randn(sum(b.num_embeddings), 32)
+    arch = "Qwen2_5_VLForConditionalGeneration"  # qwen2_5_vl.py passes a 2-D non-1176 feature
+    pe = sg.precomputed_embedding(emb, b, ids, image_token_id=pad, architecture=arch)
+    assert set(pe) == SGLANG_PRECOMPUTED_QWEN and pe["format"] == "precomputed_embedding"
     assert torch.equal(pe["feature"], emb)
+    assert torch.equal(pe["image_grid_thw"], ref["image_grid_thw"])
+    # Qwen2-VL / Qwen3-VL in SGLang 0.5.23 push the feature through the vision tower again
+    for bad in ("Qwen2VLForConditionalGeneration", "Qwen3VLForConditionalGeneration"):
+        with pytest.raises(ValueError, match="runs self.visual on the feature"):
+            sg.precomputed_embedding(emb, b, ids, architecture=bad)
+    with pytest.raises(ValueError, match="architecture: expected one of"):
+        sg.precomputed_embedding(emb, b, ids)
     # mismatches
     short = ids[0].tolist()
     short.remove(pad)
     with pytest.raises(ValueError, match="image tokens: expected"):
         sg.processor_output(b, short, image_token_id=pad)
     with pytest.raises(ValueError, match="embeds: expected"):
-        sg.precomputed_embedding(emb[:-1], b, ids, image_token_id=pad)
+        sg.precomputed_embedding(emb[:-1], b, ids, image_token_id=pad, architecture=arch)
     with pytest.raises(ValueError, match="embeds: expected 2 tensors"):
-        sg.precomputed_embedding([emb], b, ids)
+        sg.precomputed_embedding([emb], b, ids, architecture=arch)
     with pytest.raises(ValueError, match="embeds dtype"):
-        sg.precomputed_embedding(emb.long(), b, ids)
+        sg.precomputed_embedding(emb.long(), b, ids, architecture=arch)

@@ -11,9 +11,10 @@ __all__ = ["concat_embeds"]
 
 def concat_embeds(embeds: Any, tokens: list[int], where: str,
                   hidden_size: int | None = None) -> "torch.Tensor":
-    """One ``(tokens_i, hidden)`` tensor per image, or all of them concatenated, ->
-    ``(sum tokens, hidden)`` float; ``tokens`` are the images' LLM tokens, ``where`` names the
-    caller in error messages (expected / got / fix)."""
+    """One ``(rows_i, hidden)`` tensor per image, or all of them concatenated, ->
+    ``(sum rows, hidden)`` float; ``tokens`` are the images' embedding rows
+    (``batch.num_embeddings`` of the good images), ``where`` names the caller in error messages
+    (expected / got / fix)."""
     import torch
 
     def fail(what: str, expected: str, got: str, fix: str) -> ValueError:
@@ -26,12 +27,12 @@ def concat_embeds(embeds: Any, tokens: list[int], where: str,
         for i, (e, n) in enumerate(zip(embeds, tokens)):
             if not torch.is_tensor(e) or e.ndim != 2 or e.shape[0] != n:
                 shape = tuple(e.shape) if torch.is_tensor(e) else type(e).__name__
-                raise fail(f"embeds[{i}]", f"shape ({n}, hidden) (that image's LLM tokens)",
+                raise fail(f"embeds[{i}]", f"shape ({n}, hidden) (that image's num_embeddings)",
                            f"{shape}", "encode the image with the model's vision tower + merger")
         flat = torch.cat(list(embeds)) if embeds else torch.empty(0, hidden_size or 0)
     elif torch.is_tensor(embeds):
         if embeds.ndim != 2 or embeds.shape[0] != sum(tokens):
-            raise fail("embeds", f"shape ({sum(tokens)}, hidden) (all images' LLM tokens "
+            raise fail("embeds", f"shape ({sum(tokens)}, hidden) (all images' num_embeddings "
                        f"{tokens} concatenated)", f"{tuple(embeds.shape)}",
                        "concatenate the per-image embeddings in image order")
         flat = embeds

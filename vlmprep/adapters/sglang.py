@@ -10,9 +10,11 @@ by the image token id)::
 
 - ``processor_output``: ``{"format": "processor_output", <batch.to_hf() keys>}``, e.g. Qwen:
   ``pixel_values (sum t*h*w, 1176)`` float, ``image_grid_thw (N, 3)`` int64.
-- ``precomputed_embedding``: ``{"format": "precomputed_embedding", "feature": (sum tokens,
-  hidden), <batch.to_hf() keys>}`` (the docs pass the processor output with ``feature`` added;
-  Qwen reads ``image_grid_thw`` from it).
+- ``precomputed_embedding``: ``{"format": "precomputed_embedding", "feature": (sum
+  num_embeddings, hidden), "input_ids"}`` (+ ``image_grid_thw`` for Qwen's M-RoPE). SGLang
+  0.5.23 hands ``feature`` to the model's ``get_image_feature``, which for most models runs the
+  vision tower on it again; only the architectures in ``PRECOMPUTED_ARCHITECTURES`` use it as
+  embeddings, and only those are built (Qwen2.5-VL, InternVLChatModel, Gemma 3).
 One format per request; formats cannot be mixed.
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 
     from ..pack import PackedBatch
 
-__all__ = ["processor_output", "precomputed_embedding"]
+__all__ = ["processor_output", "precomputed_embedding", "PRECOMPUTED_ARCHITECTURES"]
 
 
 def _fail(what: str, expected: str, got: str, fix: str) -> ValueError:
@@ -79,18 +81,85 @@ def processor_output(batch: "PackedBatch", input_ids: Any, *,
 
 
 def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch: "PackedBatch",
-                          input_ids: Any, *, image_token_id: int | None = None) -> dict:
-    """SGLang's ``{"format": "precomputed_embedding", "feature": ...}`` item.
+                          input_ids: Any, *, image_token_id: int | None = None,
+                          architecture: str | None = None) -> dict:
+    """SGLang's ``{"format": "precomputed_embedding", "feature": ...}`` item, only for the models
+    whose SGLang 0.5.23 code uses the feature as embeddings (``PRECOMPUTED_ARCHITECTURES``);
+    for the others it would run the embeddings through the vision tower again: refused.
 
-    ``embeds``: one ``(tokens_i, hidden)`` tensor per image or all of them concatenated
-    ``(sum tokens, hidden)``, where tokens_i is the image's embedded (LLM) tokens: for Qwen
-    ``prod(grid_thw) // merge**2``. Returns ``{"format": "precomputed_embedding", "feature":
-    (sum tokens, hidden), "input_ids": list[int], **batch.to_hf()}``.
+    Args:
+        embeds: one ``(num_embeddings_i, hidden)`` tensor per image or all of them concatenated
+            (``batch.num_embeddings``: the image-context tokens of each placeholder).
+        batch, input_ids, image_token_id: as ``processor_output``.
+        architecture: the served model's ``config.architectures[0]`` (what SGLang dispatches
+            on); required for Qwen-style batches (one preset serves Qwen2-VL, Qwen2.5-VL and
+            Qwen3-VL, and only Qwen2.5-VL passes the feature through), checked for the others.
+
+    Returns ``{"format": "precomputed_embedding", "feature": ..., "input_ids": list[int]}`` plus
+    ``image_grid_thw`` for Qwen (its M-RoPE positions); ``feature`` is ``(sum num_embeddings,
+    hidden)``, for Gemma 3 ``(num_seqs, 256, hidden)`` (the 3-D form its model passes through).
+    No ``pixel_values``: SGLang would carry them unread.
     """
     ids = _ids_list(input_ids)
     _check_ids(ids, batch, image_token_id)
-    tok = batch.pipeline.pack.image_token if batch.pipeline is not None else "<|image_pad|>"
-    per = [p.count(tok) for i, p in enumerate(batch.placeholders) if i not in batch.errors]
+    from ..hf_forms import hf_output
+    form = hf_output(batch.pipeline)
+    archs = PRECOMPUTED_ARCHITECTURES.get(form, ())
+    if not archs:
+        raise _fail("precomputed_embedding", f"a family whose SGLang 0.5.23 model uses the feature "
+                    f"as embeddings (forms {sorted(PRECOMPUTED_ARCHITECTURES)})",
+                    f"form {form!r}: {_NOT_PASSED.get(form, 'no pass-through in its model')}",
+                    "use processor_output(batch, input_ids) (SGLang runs the vision tower)")
+    if architecture is None and form == "qwen2_vl":
+        raise _fail("architecture", f"one of {list(archs)} (the served config.architectures[0])",
+                    "None", "pass architecture=; SGLang 0.5.23's Qwen2VLForConditionalGeneration "
+                    "and Qwen3VLForConditionalGeneration re-encode the feature with the vision "
+                    "tower: use processor_output for those")
+    if architecture is not None and architecture not in archs:
+        why = _REENCODED.get(architecture, "its SGLang 0.5.23 model runs the vision tower on "
+                                           "the feature")
+        raise _fail("architecture", f"one of {list(archs)} for form {form!r}",
+                    f"{architecture!r} ({why})", "use processor_output(batch, input_ids)")
+    per = _good(batch.num_embeddings, batch)
     feature = concat_embeds(embeds, per, "sglang")
-    return {"format": "precomputed_embedding", "feature": feature, "input_ids": ids,
-            **batch.to_hf()}
+    out: dict[str, Any] = {"format": "precomputed_embedding", "input_ids": ids}
+    if form == "qwen2_vl":
+        out["image_grid_thw"] = batch.grid_thw.to("cpu")
+    elif form == "gemma3":
+        # gemma3_mm.get_image_feature passes a 3-D (n, tokens, hidden) feature; 2-D goes to
+        # the vision tower. Every Gemma 3 sequence (image or crop) has the same tokens.
+        seqs = batch.num_seqs
+        feature = feature.reshape(seqs, feature.shape[0] // max(seqs, 1), feature.shape[-1])
+    out["feature"] = feature
+    return out
+
+
+def _good(values: list[int], batch: "PackedBatch") -> list[int]:
+    return [n for i, n in enumerate(values) if i not in batch.errors]
+
+
+#: ``to_hf`` form -> the SGLang 0.5.23 architectures whose ``get_image_feature`` passes a
+#: precomputed feature through (read from sglang/srt/models/*.py): Qwen2.5-VL (a 2-D feature
+#: whose last dim is not the 1176 of pixel rows), InternVLChatModel (any non-4-D feature),
+#: Gemma 3 (a 3-D feature of the text hidden size).
+PRECOMPUTED_ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "qwen2_vl": ("Qwen2_5_VLForConditionalGeneration",),
+    "got_ocr2": ("InternVLChatModel",),
+    "gemma3": ("Gemma3ForConditionalGeneration",),
+}
+
+_REENCODED = {
+    "Qwen2VLForConditionalGeneration": "qwen2_vl.py get_image_feature runs self.visual on the "
+                                       "feature",
+    "Qwen3VLForConditionalGeneration": "qwen3_vl.py runs self.visual on the feature",
+}
+
+_NOT_PASSED = {
+    "llava_next": "llava.py get_image_feature runs the vision tower on the feature",
+    "llava_onevision": "llava.py get_image_feature runs the vision tower on the feature",
+    "images": "llava.py get_image_feature runs the vision tower on the feature",
+    "pixtral": "pixtral.py get_image_feature runs the vision encoder on the feature",
+    "idefics3": "SGLang 0.5.23 has no Idefics3 model",
+    "mllama": "mllama.py runs the vision model on the feature",
+    "siglip2": "a vision encoder, not an SGLang generation model",
+}

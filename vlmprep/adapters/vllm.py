@@ -1,31 +1,38 @@
-"""vLLM adapter: a PackedBatch (or its ViT embeddings) -> the prompt dict ``LLM.generate`` takes.
+"""vLLM adapter: a PackedBatch's ViT embeddings -> the prompt dict ``LLM.generate`` takes.
 
 vLLM expands the image placeholder itself, so the prompt keeps ONE image token per image (for
 Qwen: ``<|vision_start|><|image_pad|><|vision_end|>``, ``Qwen2VLForConditionalGeneration.
-get_placeholder_str``) and vLLM replaces it by ``prod(grid_thw) // merge_size**2`` copies.
+get_placeholder_str``) and vLLM replaces it by the family's full placeholder. Embeddings fill only
+the image-context tokens inside it (``batch.num_embeddings``: InternVL's ``<img>``/``</img>``,
+Idefics3's row / global markers are not embedding rows).
 
-Schemas (vLLM V1, ``vllm/multimodal/inputs.py`` + ``vllm/model_executor/models/qwen2_vl.py``):
+What released vLLM 0.33.0 accepts (read from its ``vllm/multimodal/parse.py``,
+``vllm/utils/tensor_schema.py`` and each model's ``_parse_and_validate_image_input``; needs
+``LLM(..., enable_mm_embeds=True)``), by the batch's ``to_hf`` form:
 
-- Embeddings (supported; needs ``LLM(..., enable_mm_embeds=True)``)::
+- ``qwen2_vl`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): one dict, images of any sizes::
 
-      {"prompt": str, "multi_modal_data": {"image": {
-          "image_embeds": (sum_i tokens_i, hidden) float,   # flat; split per image by
-          "image_grid_thw": (num_images, 3) int64}}}        # grid.prod(-1) // merge**2
+      {"image": {"image_embeds": (sum_i num_embeddings_i, hidden) float,   # flat; vLLM splits
+                 "image_grid_thw": (num_images, 3) int64}}                 # by grid.prod // merge**2
 
   Qwen3-VL's embeds carry the deepstack features concatenated on the last dim.
-  Non-Qwen families take a tensor ``(num_images, tokens, hidden)`` (or a list of
-  ``(tokens_i, hidden)``) directly under ``"image"``.
-- Processed pixels (Qwen2-VL-style; accepted by vLLM builds with the pre-computed processor
-  output parser, PR #50160)::
+- ``got_ocr2`` (InternVL), ``llava_next``, ``llava_onevision``, ``idefics3``, ``images``
+  (LLaVA-1.5): a ``(num_images, num_embeddings, hidden)`` tensor under ``"image"``. vLLM stacks a
+  request's images and the model's schema has no dynamic size there, so images of different
+  ``num_embeddings`` cannot share a request ("data contains inconsistent shapes"):
+  ``prompt_inputs`` refuses them and ``prompt_inputs_per_image`` makes one request per image.
+- ``pixtral``, ``gemma3``, ``mllama``, vision-only families: no embedding input in vLLM 0.33
+  (refused, with vLLM's reason): give vLLM the images.
+
+The processed-pixel dict ``{"pixel_values", "image_grid_thw"}`` is NOT accepted by vLLM 0.33
+(its Qwen2-VL parser requires ``{'image_grid_thw', 'image_embeds'}``); it needs a vLLM with the
+pre-computed processor output parser (PR #50160) and is built only with ``processed_pixels=True``::
 
       {"image": {"pixel_values": (sum_i t*h*w, 3*T*P*P), "image_grid_thw": (num_images, 3) int64}}
 
-  ``pixel_values`` dtype follows the engine's ``mm_device_do_normalize`` convention (PR #50411):
-  when it is on (its default for models declaring ``supports_mm_device_do_normalize``: Qwen2-VL,
-  Qwen2.5-VL), the HF processor runs with ``do_rescale=False, do_normalize=False`` and the vision
-  tower's fused input norm applies ``(x / 255 - mean) / std``: pixels are **uint8**
-  (``vlmprep.Processor(..., dtype="uint8")``). When it is off, pixels are normalized float.
-  ``device_normalize=`` says which one the engine expects, and the dtype is checked against it.
+  ``pixel_values`` dtype follows the engine's ``mm_device_do_normalize`` (PR #50411): on ->
+  uint8 (``vlmprep.Processor(..., dtype="uint8")``, ``device_normalize=True``); off ->
+  normalized float. The dtype is checked against ``device_normalize``.
 """
 from __future__ import annotations
 
@@ -38,13 +45,36 @@ if TYPE_CHECKING:
 
     from ..pack import PackedBatch
 
-__all__ = ["prompt_inputs"]
+__all__ = ["prompt_inputs", "prompt_inputs_per_image", "EMBEDDING_FORMS"]
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
+#: ``to_hf`` form -> how vLLM 0.33 takes the embeddings of one request: ``"flat"`` (one
+#: concatenated tensor + ``image_grid_thw``; mixed sizes fine) or ``"stacked"`` (one
+#: ``(num_images, num_embeddings, hidden)`` tensor: one size per request). Forms absent here have
+#: no embedding input in vLLM 0.33 (``_NO_EMBEDDINGS`` says why).
+EMBEDDING_FORMS: dict[str, str] = {
+    "qwen2_vl": "flat",          # qwen2_vl.py Qwen2VLMultiModalDataParser (also Qwen2.5 / Qwen3-VL)
+    "got_ocr2": "stacked",       # interns1.py InternS1ImageEmbeddingInputs ("ni", "tifs", "hs")
+    "llava_next": "stacked",     # llava_next.py LlavaNextImageEmbeddingInputs ("bn", "ifs", "hs")
+    "llava_onevision": "stacked",  # llava_onevision.py ("bn", "ifs", "hs")
+    "idefics3": "stacked",       # idefics3.py Idefics3ImageEmbeddingInputs ("bn", "f", "h")
+    "images": "stacked",         # llava.py LlavaImageEmbeddingInputs ("bn", "ifs", "hs")
+}
 
-def _fail(what: str, expected: str, got: str, fix: str) -> ValueError:
-    return ValueError(f"vllm.prompt_inputs: {what}: expected {expected}, got {got}; {fix}")
+_NO_EMBEDDINGS: dict[str, str] = {
+    "pixtral": "vLLM 0.33 takes no Pixtral embeddings (llava.py: 'Pixtral-HF does not support "
+               "image_embeds.'; the Mistral-format PixtralForConditionalGeneration takes images only)",
+    "gemma3": "vLLM 0.33 takes no Gemma 3 embeddings (gemma3_mm.py: 'Gemma3 does not support "
+              "image_embeds.')",
+    "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
+    "siglip2": "SigLIP2 is a vision encoder, not a vLLM generation model",
+}
+
+
+def _fail(what: str, expected: str, got: str, fix: str, where: str = "vllm.prompt_inputs"
+          ) -> ValueError:
+    return ValueError(f"{where}: {what}: expected {expected}, got {got}; {fix}")
 
 
 def _form(batch: "PackedBatch") -> str:
@@ -57,11 +87,25 @@ def _good_grid(batch: "PackedBatch") -> "torch.Tensor":
     return batch.grid_thw.to("cpu", dtype=__import__("torch").int64)
 
 
-def _tokens(batch: "PackedBatch") -> list[int]:
-    return [n for i, n in enumerate(batch.num_tokens) if i not in batch.errors]
+def _good(values: list[int], batch: "PackedBatch") -> list[int]:
+    return [n for i, n in enumerate(values) if i not in batch.errors]
 
 
-def _check_prompt(prompt: Any, batch: "PackedBatch", image_token: str | None) -> None:
+def _embedding_form(batch: "PackedBatch", where: str) -> str:
+    """``"flat"`` or ``"stacked"`` for this batch's family; raises where vLLM 0.33 takes none."""
+    form = _form(batch)
+    no_token = batch.pipeline is not None and not batch.pipeline.pack.image_token
+    if form in _NO_EMBEDDINGS or no_token:
+        reason = _NO_EMBEDDINGS.get(form, "this family has no LLM image token (a vision encoder)")
+        raise _fail("embeds", f"a family with an embedding input in vLLM 0.33 (forms "
+                    f"{sorted(EMBEDDING_FORMS)})", f"form {form!r}: {reason}",
+                    "give vLLM the images themselves (multi_modal_data={'image': [PIL images]})",
+                    where)
+    return EMBEDDING_FORMS.get(form, "stacked")
+
+
+def _check_prompt(prompt: Any, batch: "PackedBatch", image_token: str | None,
+                  where: str = "vllm.prompt_inputs") -> None:
     from .transformers import prompt_image_token
     n = batch.num_images - len(batch.errors)
     if isinstance(prompt, str):
@@ -70,53 +114,123 @@ def _check_prompt(prompt: Any, batch: "PackedBatch", image_token: str | None) ->
         if got != n:
             raise _fail("prompt placeholders", f"{n} {tok!r} (one per image; vLLM expands each)",
                         f"{got}", "write the image token once per image and do not pre-expand "
-                        "it (expand_prompt is for transformers, not vLLM)")
+                        "it (expand_prompt is for transformers, not vLLM)", where)
     else:
-        raise TypeError(f"vllm.prompt_inputs: expected prompt: str, got {type(prompt).__name__}")
+        raise TypeError(f"{where}: expected prompt: str, got {type(prompt).__name__}")
 
 
-def prompt_inputs(prompt: str, batch: "PackedBatch", embeds: "torch.Tensor | Sequence[torch.Tensor] | None" = None,
-                  *, device_normalize: bool = False, image_token: str | None = None,
-                  hidden_size: int | None = None) -> dict:
-    """The vLLM prompt dict for ``LLM.generate(...)``.
+def prompt_inputs(prompt: str, batch: "PackedBatch",
+                  embeds: "torch.Tensor | Sequence[torch.Tensor] | None" = None,
+                  *, image_token: str | None = None, hidden_size: int | None = None,
+                  processed_pixels: bool = False, device_normalize: bool = False) -> dict:
+    """The vLLM prompt dict for ``LLM.generate(...)`` (one request).
 
     Args:
         prompt: text with ONE image token per processed image (vLLM expands it).
-        batch: the images' PackedBatch (Qwen-style ``layout="patches"`` for the pixel form).
-        embeds: precomputed image embeddings (vision tower + merger output): one
-            ``(tokens_i, hidden)`` tensor per image, or all concatenated ``(sum tokens, hidden)``.
-        device_normalize: the engine's ``mm_device_do_normalize``: True -> pixels must be uint8
-            (``dtype="uint8"`` batch), False -> float32/bfloat16/float16 normalized pixels.
+        batch: the request's images.
+        embeds: the images' embeddings (vision tower + merger / projector output): one
+            ``(num_embeddings_i, hidden)`` tensor per image, or all concatenated
+            ``(sum num_embeddings, hidden)``; ``batch.num_embeddings`` gives the rows.
         image_token: the prompt's image token (default: the family's).
         hidden_size: if given, the embeds' last dim is checked against it.
+        processed_pixels: build the pixel dict instead (Qwen-style batches, no ``embeds``). NOT
+            accepted by vLLM 0.33: only by a vLLM with PR #50160 (pre-computed processor outputs).
+        device_normalize: with ``processed_pixels``, the engine's ``mm_device_do_normalize``:
+            True -> pixels must be uint8 (``dtype="uint8"`` batch), False -> normalized float.
 
     Returns ``{"prompt": prompt, "multi_modal_data": {"image": ...}}`` (see the module doc).
-    Raises ValueError (expected / got / fix) on a shape, count or dtype mismatch.
+    Raises ValueError (expected / got / fix) on a shape, count, dtype or form vLLM rejects:
+    no ``embeds`` without ``processed_pixels=True``; images of different ``num_embeddings``
+    for a ``"stacked"`` family (use ``prompt_inputs_per_image``).
+    """
+    _check_prompt(prompt, batch, image_token)
+    if embeds is None:
+        if not processed_pixels:
+            raise _fail("embeds", "the images' embeddings (the form vLLM 0.33 accepts, with "
+                        "LLM(..., enable_mm_embeds=True))", "None",
+                        "pass embeds=vlmprep.adapters.vit.encode(vision_tower, batch) (rows: "
+                        "batch.num_embeddings); the pixel dict {'pixel_values', 'image_grid_thw'} "
+                        "is rejected by vLLM 0.33 ('The data should contain the fields: "
+                        "{'image_grid_thw', 'image_embeds'}') and needs a vLLM with PR #50160: "
+                        "ask for it with processed_pixels=True")
+        return {"prompt": prompt, "multi_modal_data": {"image": _pixels(batch, device_normalize)}}
+    if processed_pixels:
+        raise _fail("processed_pixels", "False with embeds= (one form per request)", "True",
+                    "drop embeds= for the pixel dict, or processed_pixels for embeddings")
+    return {"prompt": prompt,
+            "multi_modal_data": {"image": _embeds_item(batch, embeds, hidden_size,
+                                                       "vllm.prompt_inputs")}}
+
+
+def prompt_inputs_per_image(prompts: "str | Sequence[str]", batch: "PackedBatch",
+                            embeds: "torch.Tensor | Sequence[torch.Tensor]", *,
+                            image_token: str | None = None,
+                            hidden_size: int | None = None) -> list[dict]:
+    """One vLLM request per processed image: what families whose requests hold one embedding
+    size (``EMBEDDING_FORMS[form] == "stacked"``: InternVL, LLaVA-NeXT, Idefics3 ...) need for
+    images of different ``num_embeddings``; works for every family with an embedding input.
+
+    Args:
+        prompts: one text per input image (``batch.num_images``; a skipped image's text is
+            ignored) or one text for all, each with ONE image token.
+        batch, embeds, image_token, hidden_size: as ``prompt_inputs``.
+
+    Returns ``[prompt_inputs(prompt_i, image_i, embeds_i)]`` for the images not in
+    ``batch.errors``, in input order. vLLM may still stack the images of requests scheduled in
+    the same step (docs/how-to/vllm.md).
     """
     import torch
-    _check_prompt(prompt, batch, image_token)
-    form = _form(batch)
-    tokens = _tokens(batch)
-    if embeds is not None:
-        flat = concat_embeds(embeds, tokens, "vllm.prompt_inputs", hidden_size)
-        if form == "qwen2_vl":
-            grid = _good_grid(batch)
-            merge = batch.pipeline.patchify.merge_size if batch.pipeline is not None else 2
-            per = (grid.prod(-1) // merge ** 2).tolist()
-            if per != tokens:
-                raise _fail("image_grid_thw", f"prod(grid) // {merge}**2 == tokens {tokens}",
-                            f"{per}", "make the batch with vlmprep.Processor (one grid per image)")
-            image: Any = {"image_embeds": flat, "image_grid_thw": grid}
-        else:
-            parts = list(torch.split(flat, tokens))
-            # (num_images, feature_size, hidden) when every image has as many tokens
-            image = torch.stack(parts) if len(set(tokens)) == 1 and tokens else parts
-        return {"prompt": prompt, "multi_modal_data": {"image": image}}
+    where = "vllm.prompt_inputs_per_image"
+    if isinstance(prompts, str):
+        prompts = [prompts] * batch.num_images
+    if len(prompts) != batch.num_images:
+        raise _fail("prompts", f"{batch.num_images} texts (one per input image) or one str",
+                    f"{len(prompts)}", "give one prompt per image, skipped ones included", where)
+    rows = _good(batch.num_embeddings, batch)
+    _embedding_form(batch, where)
+    flat = concat_embeds(embeds, rows, where, hidden_size)
+    parts = iter(torch.split(flat, rows))
+    out = []
+    for i, single in enumerate(batch.split()):
+        if i in batch.errors:
+            continue
+        _check_prompt(prompts[i], single, image_token, where)
+        out.append({"prompt": prompts[i], "multi_modal_data": {
+            "image": _embeds_item(single, next(parts), hidden_size, where)}})
+    return out
 
+
+def _embeds_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None, where: str) -> Any:
+    """The ``multi_modal_data["image"]`` value for ``embeds`` in the family's vLLM form."""
+    kind = _embedding_form(batch, where)
+    rows = _good(batch.num_embeddings, batch)
+    flat = concat_embeds(embeds, rows, where, hidden_size)
+    if kind == "flat":
+        grid = _good_grid(batch)
+        merge = batch.pipeline.patchify.merge_size if batch.pipeline is not None else 2
+        per = (grid.prod(-1) // merge ** 2).tolist()
+        if per != rows:
+            raise _fail("image_grid_thw", f"prod(grid) // {merge}**2 == num_embeddings {rows}",
+                        f"{per}", "make the batch with vlmprep.Processor (one grid per image)",
+                        where)
+        return {"image_embeds": flat, "image_grid_thw": grid}
+    if len(set(rows)) > 1:
+        raise _fail("embeds sizes", f"one num_embeddings per request for form {_form(batch)!r} "
+                    "(vLLM 0.33 stacks a request's image embeddings; mixed sizes fail its "
+                    "schema: 'data contains inconsistent shapes')", f"num_embeddings {rows}",
+                    "send one request per image: vlmprep.adapters.vllm.prompt_inputs_per_image("
+                    "prompts, batch, embeds), or group images of equal num_embeddings", where)
+    # (num_images, num_embeddings, hidden): the batched form every "stacked" schema takes
+    return flat.reshape(len(rows), rows[0] if rows else 0, flat.shape[-1])
+
+
+def _pixels(batch: "PackedBatch", device_normalize: bool) -> dict:
+    """The processed-pixel dict (vLLM with PR #50160 only), dtype checked."""
+    form = _form(batch)
     if form != "qwen2_vl":
         raise _fail("pixel form", "a Qwen2-VL-style batch (layout 'patches', to_hf form "
                     "'qwen2_vl')", f"form {form!r}", "pass embeds= (vLLM takes precomputed "
-                    "embeddings for every family), or give vLLM the images themselves")
+                    "embeddings), or give vLLM the images themselves")
     pv = batch.pixel_values
     dt = str(pv.dtype).replace("torch.", "")
     if device_normalize and dt != "uint8":
@@ -128,6 +242,7 @@ def prompt_inputs(prompt: str, batch: "PackedBatch", embeds: "torch.Tensor | Seq
                     "mm_device_do_normalize off)", dt, "process with dtype='float32', or pass "
                     "device_normalize=True if the engine normalizes on the device")
     grid = _good_grid(batch)
+    tokens = _good(batch.num_tokens, batch)
     rows = int(grid.prod(-1).sum())
     if pv.ndim != 2 or pv.shape[0] != rows:
         raise _fail("pixel_values shape", f"(sum t*h*w = {rows}, patch_dim)",
@@ -135,5 +250,4 @@ def prompt_inputs(prompt: str, batch: "PackedBatch", embeds: "torch.Tensor | Seq
     if grid.shape[0] != len(tokens):
         raise _fail("image_grid_thw", f"{len(tokens)} rows (one per image)",
                     f"{grid.shape[0]}", "use a Qwen-style batch (one sequence per image)")
-    return {"prompt": prompt,
-            "multi_modal_data": {"image": {"pixel_values": pv, "image_grid_thw": grid}}}
+    return {"pixel_values": pv, "image_grid_thw": grid}
