@@ -1,0 +1,162 @@
+"""vlmprep.integrations.ray on a local Ray (CPU): Preprocess and plan_tokens against the
+Processor's own rows and plan, every input form of the image column, corrupt rows reported (never
+fatal), and ``run(engine="ray")`` writing the local engine's shards byte for byte.
+
+One Ray for the module: ``ray.init(num_cpus=4)`` (logical CPUs above the 2 physical ones: on 2
+CPUs a pool of actors leaves no CPU for Ray's own read tasks and a run can hang, see
+ECOSYSTEM.md 3.3), token auth off for this local cluster (Ray 2.60 enables it by default).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install vlmprep[ray]")
+pa = pytest.importorskip("pyarrow", reason="the Ray integration needs pyarrow (pip install vlmprep[ray])")
+
+from vlmprep.batch import rows as rows_mod  # noqa: E402
+from vlmprep.batch.config import JobConfig  # noqa: E402
+from vlmprep.batch.sources import Sample  # noqa: E402
+from vlmprep.integrations.ray import Preprocess, plan_tokens, rows_from_batch  # noqa: E402
+
+CFG = JobConfig(preset="qwen2-vl", shard_size=3)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def proc():
+    return CFG.processor()
+
+
+def _expected(proc, samples):
+    return {r["id"]: r for r in rows_mod.process_samples(proc, samples)}
+
+
+def _by_id(rows):
+    return {r["id"]: r for r in rows}
+
+
+def test_import_vlmprep_never_imports_ray():
+    code = ("import sys, vlmprep, vlmprep.integrations; vlmprep.integrations.__all__; "
+            "assert 'ray' not in sys.modules, 'ray imported'; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_missing_ray_names_the_extra():
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "try:\n    import vlmprep.integrations.ray\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "pip install vlmprep[ray]" in out.stdout, (out.stdout, out.stderr)
+
+
+def test_preprocess_rows_equal_process_samples(parquet_plain, proc):
+    """A numpy batch (object arrays of bytes, a null) and the same batch as a pyarrow Table
+    (pyarrow binary): the rows are process_samples' rows bit for bit, and a good row's pixels are
+    the Processor's; the corrupt rows are error rows; the other columns pass through."""
+    import pyarrow.parquet as pq
+    table = pq.read_table(parquet_plain.path)
+    numpy_batch = {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+    samples = [Sample(id=i, source=i, data=b, error=None if b is not None else "no image bytes (null)")
+               for i, b in zip(table.column("id").to_pylist(), table.column("image").to_pylist())]
+    want = _expected(proc, samples)
+    stage = Preprocess(CFG.to_json(), column="image", id_column="id")
+    for batch in (numpy_batch, table):
+        out = stage(batch)
+        assert out.column_names[:len(rows_mod.ROW_COLUMNS)] == list(rows_mod.ROW_COLUMNS)
+        assert "image" not in out.column_names
+        assert out.column("caption").to_pylist() == table.column("caption").to_pylist()
+        got = rows_from_batch(out)
+        assert [r["id"] for r in got] == parquet_plain.ids
+        assert _by_id(got) == want
+    assert {i for i, r in want.items() if r["status"] == "error"} == set(parquet_plain.bad)
+    good = parquet_plain.good[0]
+    ref = proc([parquet_plain.data[good]])
+    assert want[good]["pixel_values"] == ref.pixel_values.numpy().tobytes()
+    assert want[good]["num_tokens"] == ref.num_tokens[0]
+
+
+def test_ray_pipeline_hf_struct_plan_tokens_and_preprocess(local_ray, parquet_hf, proc):
+    """read_parquet of a Hugging Face image column (struct<bytes, path>) -> plan_tokens (tasks) ->
+    Preprocess (an actor): one row per input, corrupt and null rows reported, not fatal;
+    num_tokens equals Processor.plan's; rows equal process_samples' for every row with bytes."""
+    ds = ray.data.read_parquet(str(parquet_hf.path))
+    ds = ds.map_batches(plan_tokens, fn_kwargs={"config": CFG.to_json(), "column": "image"},
+                        batch_format="numpy", batch_size=4)
+    ds = ds.rename_columns({"num_tokens": "planned", "error": "plan_error"})  # Preprocess's own follow
+    ds = ds.map_batches(Preprocess, fn_constructor_kwargs={"config": CFG.to_json(), "column": "image",
+                                                           "id_column": "label"},
+                        compute=ray.data.ActorPoolStrategy(size=1), batch_size=4, batch_format="numpy")
+    out = ds.take_all()
+    assert len(out) == len(parquet_hf.ids)
+    by_label = {int(r["label"]): r for r in out}
+    planned = proc.plan([parquet_hf.data[f"row-{n}"] for n in sorted(by_label)
+                         if f"row-{n}" in parquet_hf.data])
+    plan_by_row = dict(zip([n for n in sorted(by_label) if f"row-{n}" in parquet_hf.data],
+                           planned.images))
+    samples = []
+    for n, r in sorted(by_label.items()):
+        rid = f"row-{n}"
+        # the struct's path is relative to the parquet file: S's reader resolves it, a Ray row
+        # does not know the file, so those rows are errors here (their bytes are not in the row)
+        in_row = rid in parquet_hf.data and not rid.endswith(("-9", "-10"))
+        if rid in parquet_hf.data and r["status"] == "ok":
+            assert in_row
+        p = plan_by_row.get(n)
+        if in_row and p is not None and p.error is None:  # the header plans (decoding may fail)
+            assert r["planned"] == p.num_tokens > 0 and r["plan_error"] is None
+            assert (r["height"], r["width"]) == tuple(p.source_hw)
+        else:
+            assert r["planned"] == 0 and r["plan_error"]
+            assert r["num_tokens"] == 0 and r["status"] == "error" and r["error"]
+        if in_row:
+            samples.append(Sample(id=str(n), source=str(n), data=parquet_hf.data[rid], error=None))
+    want = _expected(proc, samples)
+    got = {r["id"]: r for r in rows_from_batch(pa.Table.from_pylist(out))}
+    assert {k: got[k] for k in want} == want
+    bad_ids = {str(int(k.split("-")[1])) for k in parquet_hf.bad}
+    assert {k for k, r in got.items() if r["status"] == "error"} >= bad_ids
+
+
+def _sha(folder):
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            for name in sorted(os.listdir(folder)) if name != "manifest.json"}
+
+
+def test_run_engine_ray_writes_the_local_shards(local_ray, image_folder, tmp_path):
+    """The same job, local engine and Ray engine (2 actors): the same shard files, byte for byte,
+    and the same manifest entries; a resume after a lost shard redoes only it, identically."""
+    from vlmprep.batch import run as run_mod
+    from vlmprep.batch import shards
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    a = run_mod.run([str(image_folder.path)], str(local), CFG, workers=1, progress=False)
+    b = run_mod.run([str(image_folder.path)], str(remote), CFG, workers=2, engine="ray", progress=False)
+    assert a["images"] == b["images"] == len(image_folder.ids)
+    assert a["skipped"] == b["skipped"] == len(image_folder.bad)
+    want = _sha(local)
+    assert len(want) == -(-len(image_folder.ids) // CFG.shard_size)
+    assert _sha(remote) == want
+    ma, mb = shards.read_manifest(local), shards.read_manifest(remote)
+    assert ma["shards"] == mb["shards"]
+    lost = sorted(want)[1]
+    (remote / lost).unlink()
+    c = run_mod.run([str(image_folder.path)], str(remote), CFG, workers=1, engine="ray", resume=True,
+                    progress=False)
+    assert c["run_shards"] == 1
+    assert _sha(remote) == want

@@ -1,0 +1,387 @@
+"""Ray Data integration: vlmprep as one stage of a ``ray.data`` pipeline (``pip install vlmprep[ray]``).
+
+- ``Preprocess``: callable class for ``Dataset.map_batches``: a column of encoded images -> one row
+  per image in the shard schema (``vlmprep.batch.rows.ROW_COLUMNS``), the other columns passed
+  through. One Processor per actor, built from a small picklable config.
+- ``plan_tokens``: header-only function for ``map_batches`` (no pixel decoded): adds
+  ``num_tokens``, ``height``, ``width`` and ``error``, to sort, filter or budget before the heavy stage.
+- ``rows_from_batch``: a ``Preprocess`` output batch -> row dicts (``rows.batch_from_rows`` makes
+  the PackedBatch a model takes).
+- ``run_ray``: the engine of ``vlmprep run --engine ray``: the job's work items over an actor pool,
+  each writing its shard with the local engine's own function (so the shards are byte-identical).
+
+Read inputs as bytes: ``ray.data.read_parquet``, ``read_binary_files(include_paths=True)``,
+``read_webdataset(decoder=None)``. Never ``read_images``, nor ``read_webdataset`` with its default
+decoder (or ``decoder=False``): both decode every image with PIL on the CPU, the step vlmprep does.
+
+    import ray, vlmprep
+    from vlmprep.integrations.ray import Preprocess, plan_tokens
+    cfg = {"preset": "qwen2-vl", "device": "cuda"}        # or a vlmprep.batch.config.JobConfig
+    ds = ray.data.read_binary_files("s3://bucket/images/", include_paths=True)
+    ds = ds.map_batches(plan_tokens, fn_kwargs={"config": cfg})        # cheap, CPU tasks
+    ds = ds.map_batches(Preprocess, fn_constructor_kwargs={"config": cfg, "id_column": "path"},
+                        compute=ray.data.ActorPoolStrategy(size=4), num_gpus=0.25,
+                        batch_size=64, batch_format="numpy")
+
+``num_gpus`` is ``map_batches``' own argument (fractional: 0.25 puts four actors on one GPU);
+Ray sets ``CUDA_VISIBLE_DEVICES`` per actor, so the config says ``device="cuda"``, not ``cuda:N``.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+try:
+    import ray
+    import ray.data
+except ImportError as _e:  # the extra is optional; say how to get it
+    raise ImportError(f"vlmprep.integrations.ray: expected the ray package (Ray Data), got "
+                      f"ImportError: {_e}; fix: pip install vlmprep[ray]") from _e
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ..batch.config import JobConfig
+    from ..batch.sources import Unit
+    from ..processor import Processor
+
+__all__ = ["Preprocess", "plan_tokens", "rows_from_batch", "run_ray"]
+
+_FIX_CONFIG = "a vlmprep.batch.config.JobConfig or its to_json() dict, e.g. {'preset': 'qwen2-vl'}"
+
+
+def _job_config(config: Any) -> JobConfig:
+    """JobConfig from itself or its ``to_json()`` dict (what crosses to a Ray actor)."""
+    from ..batch.config import JobConfig
+    if isinstance(config, JobConfig):
+        return config
+    if isinstance(config, Mapping):
+        return JobConfig.from_json(config)
+    raise TypeError(f"config: expected {_FIX_CONFIG}, got {type(config).__name__}")
+
+
+# -- input columns ----------------------------------------------------------------------------------
+def _columns(batch: Any) -> dict[str, Any]:
+    """A map_batches batch (dict of numpy arrays, pyarrow Table or pandas DataFrame) -> name ->
+    sequence of values."""
+    if isinstance(batch, Mapping):
+        return dict(batch)
+    if hasattr(batch, "column_names") and hasattr(batch, "column"):  # pyarrow.Table
+        return {name: batch.column(name) for name in batch.column_names}
+    if hasattr(batch, "columns") and hasattr(batch, "to_numpy"):  # pandas.DataFrame
+        return {str(name): batch[name].to_numpy() for name in batch.columns}
+    raise TypeError(f"batch: expected a dict of columns, a pyarrow.Table or a pandas.DataFrame "
+                    f"(map_batches' batch formats), got {type(batch).__name__}")
+
+
+def _values(col: Any) -> list:
+    """A column as a list of Python values (pyarrow scalars unwrapped)."""
+    if hasattr(col, "to_pylist"):  # pyarrow Array / ChunkedArray
+        return col.to_pylist()
+    return list(col)
+
+
+def _require(cols: Mapping[str, Any], name: str, arg: str) -> None:
+    if name not in cols:
+        hint = ("read_binary_files(include_paths=True) gives 'bytes' and 'path'; "
+                "read_webdataset(decoder=None) gives '__key__' and one column per extension "
+                "('jpg', 'png', ...); a Hugging Face image column is a {bytes, path} struct")
+        raise ValueError(f"{arg}: expected a column of the batch, got {name!r} and columns "
+                         f"{sorted(cols)}; fix: pass {arg}=<one of them> ({hint})")
+
+
+def _read_path(path: str, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """The bytes of a struct's ``path`` (when ``bytes`` is null), at most ``max_bytes``."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        return None, f"the {{bytes, path}} struct has null bytes and its path is unreadable ({e})"
+    if len(data) > max_bytes:
+        return None, f"file over max_source_bytes={max_bytes}"
+    return data, None
+
+
+def _encoded(value: Any, max_bytes: int) -> tuple[bytes | None, str | None]:
+    """One cell of the image column -> (encoded bytes, None) or (None, reason).
+
+    Accepted: bytes-like (object arrays of bytes, pyarrow binary), a Hugging Face ``{bytes, path}``
+    struct (a dict; ``path`` is read when ``bytes`` is null)."""
+    if hasattr(value, "as_py"):  # a pyarrow scalar
+        value = value.as_py()
+    if isinstance(value, Mapping):
+        data, path = value.get("bytes"), value.get("path")
+        if data is None:
+            if not path:
+                return None, "the {bytes, path} struct has neither bytes nor a path"
+            return _read_path(str(path), max_bytes)
+        value = data
+    if value is None:
+        return None, "no image bytes (null)"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value), None
+    if isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1:
+        return value.tobytes(), None
+    return None, (f"expected encoded image bytes or a {{bytes, path}} struct, got "
+                  f"{type(value).__name__}")
+
+
+# -- output columns ---------------------------------------------------------------------------------
+def _objects(values: Sequence) -> np.ndarray:
+    """A 1-D object array (equal-length lists stay list cells, not a 2-D array)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _rows_table(rows: Sequence[dict]) -> Any:
+    """The rows as a pyarrow Table with the parquet shard's column types. Typed, not inferred:
+    Ray makes a column that is None in every row of a batch (``error`` when all are fine) Arrow
+    ``null``, which numpy batches read back as NaN."""
+    import pyarrow as pa
+
+    from ..batch.rows import ROW_COLUMNS
+    ints = pa.list_(pa.int32())
+    types = {"grid_thw": ints, "seqlens": ints, "row_shape": ints, "orig_hw": ints,
+             "num_patches": pa.int64(), "num_tokens": pa.int32(), "placeholder": pa.large_string(),
+             "pixel_values": pa.large_binary()}
+    return pa.table({c: pa.array([r[c] for r in rows], types.get(c, pa.string()))
+                     for c in ROW_COLUMNS})
+
+
+def _with_passthrough(batch: Any, cols: Mapping[str, Any], drop: set[str], new: Any) -> Any:
+    """``new`` (a pyarrow Table) with the batch's other columns appended, converted as Ray
+    converts a map_batches output (tensor columns stay Ray tensors)."""
+    from ray.data.block import BlockAccessor
+    keep = [c for c in cols if c not in drop]
+    if not keep:
+        return new
+    if hasattr(batch, "column_names") and hasattr(batch, "select"):  # pyarrow.Table
+        extra = batch.select(keep)
+    else:
+        block = BlockAccessor.batch_to_block({c: cols[c] for c in keep})
+        extra = BlockAccessor.for_block(block).to_arrow()
+    for name in extra.column_names:
+        new = new.append_column(extra.field(name), extra.column(name))
+    return new
+
+
+def _py(v: Any) -> Any:
+    """A cell as the plain Python value a row holds (numpy scalars and arrays unwrapped)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (np.ndarray, list, tuple)):
+        return [_py(x) for x in v]
+    return v
+
+
+def rows_from_batch(batch: Any) -> list[dict]:
+    """A batch ``Preprocess`` returned (or read back from its rows) -> one dict per row with the
+    keys ``ROW_COLUMNS`` as ``rows.process_samples`` makes them; ``batch_from_rows(rows,
+    pipeline)`` turns the ok rows into the PackedBatch a model takes."""
+    from ..batch.rows import ROW_COLUMNS
+    cols = _columns(batch)
+    missing = [c for c in ROW_COLUMNS if c not in cols]
+    if missing:
+        raise ValueError(f"rows_from_batch: expected the columns {list(ROW_COLUMNS)} (Preprocess's "
+                         f"output), got {sorted(cols)}; missing {missing}")
+    vals = {c: _values(cols[c]) for c in ROW_COLUMNS}
+    n = len(vals[ROW_COLUMNS[0]])
+    return [{c: _py(vals[c][i]) for c in ROW_COLUMNS} for i in range(n)]
+
+
+# -- the stages -------------------------------------------------------------------------------------
+class Preprocess:
+    """Callable class for ``Dataset.map_batches``: encoded images -> rows in the shard schema.
+
+    Args:
+        config: a ``JobConfig`` or its ``to_json()`` dict (small and picklable: what Ray ships to
+            each actor); the actor builds its one Processor (``config.processor()``,
+            ``errors="skip"``) in ``__init__``.
+        column: the image column: bytes (numpy object array, pyarrow binary) or Hugging Face
+            ``{bytes, path}`` structs.
+        id_column: the column giving each row's ``id`` (as ``str``); ``None``: the source, or ""
+            (e.g. ``"path"`` after ``read_binary_files(include_paths=True)``, ``"__key__"`` after
+            ``read_webdataset(decoder=None)``).
+        source_column: the column naming where a row came from, for messages; ``None``: the id.
+
+    ``__call__(batch)`` (N rows, any batch_format) returns N rows as a pyarrow Table: the columns
+    ``vlmprep.batch.rows.ROW_COLUMNS`` with the parquet shard's types (``status`` "ok", or
+    "error" with the reason in ``error``: a bad image never fails the job; list<int32>
+    ``grid_thw``, ``seqlens``, ``row_shape``, ``orig_hw``; large_binary ``pixel_values``, the raw
+    little-endian bytes of the image's rows, ``dtype`` naming them), then every input column but
+    ``column`` (the encoded bytes are dropped; a name in ROW_COLUMNS is replaced).
+    ``rows_from_batch`` turns a batch of it back into row dicts. Pass ``num_gpus`` (fractional
+    allowed) and ``compute=ActorPoolStrategy(...)`` or ``concurrency`` to ``map_batches``, as
+    for any Ray actor stage.
+    """
+
+    def __init__(self, config: JobConfig | Mapping[str, Any], column: str = "bytes",
+                 id_column: str | None = "id", source_column: str | None = None):
+        self.config = _job_config(config)
+        self.column = column
+        self.id_column = id_column
+        self.source_column = source_column
+        self.proc: Processor = self.config.processor()
+        self._max_bytes = int(self.proc.pipeline["decode"].max_source_bytes)  # type: ignore[attr-defined]
+
+    def __call__(self, batch: Any) -> Any:
+        from ..batch.rows import ROW_COLUMNS, process_samples
+        from ..batch.sources import Sample
+        cols = _columns(batch)
+        _require(cols, self.column, "column")
+        values = _values(cols[self.column])
+        n = len(values)
+        sources = self._strings(cols, self.source_column, "source_column", n)
+        ids = self._strings(cols, self.id_column, "id_column", n)
+        if self.id_column is None:
+            ids = list(sources) if self.source_column is not None else [""] * n
+        if self.source_column is None:
+            sources = ids
+        samples = []
+        for v, i, s in zip(values, ids, sources, strict=True):
+            data, err = _encoded(v, self._max_bytes)
+            samples.append(Sample(id=i, source=s, data=data, error=err))
+        rows = process_samples(self.proc, samples)
+        return _with_passthrough(batch, cols, {self.column, *ROW_COLUMNS}, _rows_table(rows))
+
+    @staticmethod
+    def _strings(cols: Mapping[str, Any], name: str | None, arg: str, n: int) -> list[str]:
+        if name is None:
+            return [""] * n
+        _require(cols, name, arg)
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(_py(v))
+                for v in _values(cols[name])]
+
+
+_PLANNERS: dict[str, Processor] = {}  # per worker process: plan_tokens runs as stateless tasks
+
+
+def _planner(config: Any) -> Processor:
+    """The job's pipeline on the reference backend on the CPU (planning reads headers only and
+    must not need the job's GPU), built once per process."""
+    import dataclasses
+    cfg = _job_config(config)
+    key = cfg.hash()
+    if key not in _PLANNERS:
+        _PLANNERS[key] = dataclasses.replace(cfg, backend="reference", device="cpu").processor()
+    return _PLANNERS[key]
+
+
+def plan_tokens(batch: Any, config: JobConfig | Mapping[str, Any], column: str = "bytes") -> Any:
+    """Header-only token counts for ``map_batches`` (no pixel decoded; CPU tasks are enough):
+    ``ds.map_batches(plan_tokens, fn_kwargs={"config": cfg}, batch_format="numpy")``.
+
+    Returns a pyarrow Table: ``num_tokens`` (int64, what ``Preprocess`` and
+    ``Processor.plan`` give; 0 for a bad image), ``height``, ``width`` (int64, from the header
+    after EXIF orientation; 0 when unreadable), ``error`` (null, or the reason), then the batch's
+    other columns. ``column`` holds the encoded images, in the forms ``Preprocess`` takes; it is
+    kept for the heavy stage.
+    """
+    proc = _planner(config)
+    cols = _columns(batch)
+    _require(cols, column, "column")
+    max_bytes = int(proc.pipeline["decode"].max_source_bytes)  # type: ignore[attr-defined]
+    enc = [_encoded(v, max_bytes) for v in _values(cols[column])]
+    n = len(enc)
+    tokens, height, width = [0] * n, [0] * n, [0] * n
+    errors: list[str | None] = [e for _, e in enc]
+    good = [i for i, (d, _) in enumerate(enc) if d is not None]
+    plan = proc.plan([enc[i][0] for i in good])
+    for i, p in zip(good, plan.images, strict=True):
+        height[i], width[i] = (int(x) for x in p.source_hw)
+        if p.error is not None:
+            errors[i] = p.error.reason
+        else:
+            tokens[i] = int(p.num_tokens)
+    import pyarrow as pa
+    new = pa.table({"num_tokens": pa.array(tokens, pa.int64()), "height": pa.array(height, pa.int64()),
+                    "width": pa.array(width, pa.int64()), "error": pa.array(errors, pa.string())})
+    return _with_passthrough(batch, cols, set(new.column_names), new)
+
+
+# -- the engine of `vlmprep run --engine ray` -------------------------------------------------------
+class _ShardWorker:
+    """One Ray actor: builds the job's Processor once, then does work items (unit, part) with
+    the local engine's own function (same reader, rows, writer: byte-identical shards)."""
+
+    def __init__(self, config: dict, work_items: list, output: str, workers: int):
+        from ..batch import run
+        run.worker_threads(workers)  # as the local engine's processes: actors share the cores
+        self.config = _job_config(config)
+        self.items = work_items
+        self.output = output
+        self.proc = self.config.processor()
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from ..batch import run
+        results = []
+        for k in batch["item"]:
+            unit, part = self.items[int(k)]
+            info = run.process_item(self.proc, unit, part, self.output, self.config)
+            results.append(pickle.dumps(info))  # our own actor's value, back to our driver
+        return {"item": np.asarray(batch["item"]), "result": _objects(results)}
+
+
+def _check_resources(workers: int, num_gpus: float) -> None:
+    """Refuse a pool the cluster cannot place (Ray would wait for it forever)."""
+    have = ray.cluster_resources()
+    need = {"CPU": float(workers), "GPU": workers * num_gpus}
+    for name, n in need.items():
+        if n > have.get(name, 0.0) + 1e-9:
+            raise ValueError(f"run_ray: expected a Ray cluster with {n:g} {name} for {workers} "
+                             f"actor(s) (1 CPU and {num_gpus:g} GPU each), got "
+                             f"{have.get(name, 0.0):g}; fix: fewer --workers, a fractional "
+                             f"num_gpus, or more nodes (ray start --address=HEAD:6379)")
+
+
+def run_ray(work_items: Sequence[tuple[Unit, int]], output: str | os.PathLike, config: Any, *,
+            workers: int = 1, num_gpus: float | None = None) -> Iterator[Any]:
+    """Do ``work_items`` ((unit, part) pairs) on a Ray actor pool; yield each item's result.
+
+    Each actor (``workers`` of them, ``ray.data.ActorPoolStrategy(size=workers)``, 1 CPU and
+    ``num_gpus`` GPU each; None: 1 on a cuda device, else 0) builds the job's Processor once and
+    runs ``vlmprep.batch.run.process_item`` per item: the local engine's reader, rows and shard
+    writer, so names and bytes are the local engine's. Results come in completion order; the
+    caller (``vlmprep.batch.run.run``) keeps the manifest, resume included. Ray is initialised
+    here when it is not (``RAY_ADDRESS`` joins a running cluster) and shut down after. On several
+    nodes ``output`` and the inputs must be on storage every node sees.
+    """
+    cfg = _job_config(config)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"run_ray: workers: expected an int >= 1 (actors), got {workers!r}")
+    gpus = (1.0 if cfg.device.startswith("cuda") else 0.0) if num_gpus is None else float(num_gpus)
+    if not gpus >= 0:
+        raise ValueError(f"run_ray: num_gpus: expected a number >= 0 (per actor), got {num_gpus!r}")
+    items = list(work_items)
+    return _run(items, os.fspath(output), cfg, min(workers, max(len(items), 1)), gpus)
+
+
+def _run(items: list, output: str, cfg: JobConfig, workers: int, gpus: float) -> Iterator[Any]:
+    if not items:
+        return
+    started = not ray.is_initialized()
+    if started:
+        ray.init()
+    ctx = ray.data.DataContext.get_current()
+    bars = ctx.enable_progress_bars
+    ctx.enable_progress_bars = False  # `vlmprep run` draws its own bar
+    try:
+        _check_resources(workers, gpus)
+        # one block per item: each reaches an idle actor on its own
+        todo = ray.data.from_items([{"item": i} for i in range(len(items))],
+                                   override_num_blocks=len(items))
+        ds = todo.map_batches(_ShardWorker, batch_size=1, batch_format="numpy",
+                            fn_constructor_kwargs={"config": cfg.to_json(), "work_items": items,
+                                                   "output": output, "workers": workers},
+                            compute=ray.data.ActorPoolStrategy(size=workers),
+                            num_cpus=1, num_gpus=gpus or None)
+        for row in ds.iter_rows():
+            yield pickle.loads(row["result"])
+    finally:
+        ctx.enable_progress_bars = bars
+        if started:
+            ray.shutdown()
