@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ImageError
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
     from ..plan import ImagePlan
     from ..processor import Processor
+    from .sources import Sample
 
 __all__ = ["ROW_COLUMNS", "process_samples", "batch_from_rows", "row_layout", "row_shape_of"]
 
@@ -84,7 +85,7 @@ def _skipping(proc: "Processor") -> "Processor":
     return clone
 
 
-def _row(sample: Any, dtype: str, layout: str, row_shape: list[int], orig_hw: Sequence[int],
+def _row(sample: "Sample", dtype: str, layout: str, row_shape: list[int], orig_hw: Sequence[int],
          *, error: str | None = None, grid: list[int] | None = None,
          seqlens: list[int] | None = None, num_tokens: int = 0, placeholder: str = "",
          pixel_values: bytes = b"") -> dict:
@@ -108,11 +109,11 @@ def _host_words(pv: "torch.Tensor", dtype: str) -> memoryview:
     return memoryview(arr.reshape(-1).view(np.uint8).data)
 
 
-def process_samples(proc: "Processor", samples: Sequence[Any]) -> list[dict]:
+def process_samples(proc: "Processor", samples: Sequence["Sample"]) -> list[dict]:
     """One row (dict, keys ``ROW_COLUMNS``) per sample, in order.
 
-    ``samples``: objects with ``id``, ``source``, ``data`` (encoded image bytes, or None) and
-    ``error`` (a reader's reason when ``data`` is None), as ``vlmprep.batch.sources.Sample``.
+    ``samples``: ``vlmprep.batch.sources.Sample`` (or anything with its fields ``id``,
+    ``source``, ``data``: encoded image bytes or None, ``error``: a reader's reason).
     Bad samples (a reader error, an ImageError from the header, the plan or the decode) get
     ``status="error"`` and the reason; this never raises for a per-item cause. ``proc`` is used
     with ``errors="skip"`` semantics (a clone when it raises). The samples are processed in a
@@ -162,7 +163,7 @@ def process_samples(proc: "Processor", samples: Sequence[Any]) -> list[dict]:
     return [r for r in out if r is not None]
 
 
-def _run_chunk(p: "Processor", samples: Sequence[Any], chunk: list, out: list,
+def _run_chunk(p: "Processor", samples: Sequence["Sample"], chunk: list, out: list,
                failures: list[BaseException]) -> None:
     """Process ``chunk`` ((position, source, plan), ...) in one call and fill its rows."""
     try:
@@ -244,6 +245,9 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
         raise _bad("row_shape:", f"one shape for every row, got {[list(s) for s in shapes]}",
                    "rebuild one batch per job")
     shape = list(shapes[0])
+    if shape != row_shape_of(pipeline):
+        raise _bad("row_shape:", f"{row_shape_of(pipeline)} (the pipeline's), got {shape}",
+                   "pass the pipeline that made the rows")
     word, itemsize = WORDS[dtype]
     row_bytes = math.prod(shape) * itemsize
     seqlens: list[int] = []
