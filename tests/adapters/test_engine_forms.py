@@ -5,11 +5,12 @@ the real engines):
 
 - vLLM sizes an image's embeddings by its image-context tokens (``num_embeddings``), not by the
   placeholder's wrappers; InternVL (interns1.py ``InternS1ImageEmbeddingInputs ("ni", "tifs",
-  "hs")``), LLaVA-NeXT / OneVision / 1.5 (``("bn", "ifs", "hs")``) and Idefics3 (``("bn", "f",
-  "h")``) take one stacked tensor per request, no dynamic size: mixed sizes fail ("data contains
-  inconsistent shapes"), so they are refused in one request and sent one request per image.
-- vLLM has no embedding input for Pixtral ("Pixtral-HF does not support image_embeds."), Gemma 3
-  ("Gemma3 does not support image_embeds.") or Mllama (removed in 0.10.2): refused.
+  "hs")``) and LLaVA-NeXT / OneVision / 1.5 (``("bn", "ifs", "hs")``) take one stacked tensor per
+  request, no dynamic size: mixed sizes fail ("data contains inconsistent shapes"), so they are
+  refused in one request and sent one request per image.
+- vLLM has no embedding input for Pixtral ("Pixtral-HF does not support image_embeds."), Idefics3
+  (its processor takes ImageProcessorItems only: "Invalid type of data items"), Gemma 3 ("Gemma3
+  does not support image_embeds.") or Mllama (removed in 0.10.2): refused.
 - SGLang's ``precomputed_embedding`` feature goes to the model's ``get_image_feature``: InternVL
   passes a non-4-D feature through, Gemma 3 a 3-D one of the text hidden size; LLaVA, Pixtral run
   their vision tower on it: refused.
@@ -43,8 +44,7 @@ def _embeds(batch):
 
 # one size, two images: the stacked form; mixed sizes: refused, then one request per image
 TILED = {"internvl": ("<IMG_CONTEXT>", [(448, 448), (448, 448)], [(448, 448), (448, 1344)]),
-         "llava-next": ("<image>", [(336, 336), (336, 336)], [(336, 336), (336, 1008)]),
-         "idefics3": ("<image>", [(300, 300), (300, 300)], [(300, 300), (300, 1200)])}
+         "llava-next": ("<image>", [(336, 336), (336, 336)], [(336, 336), (336, 1008)])}
 
 
 @pytest.mark.parametrize("preset", list(TILED))
@@ -55,13 +55,11 @@ def test_vllm_stacked_families(preset):
     assert n[0] == n[1] and n[0] > 0
     if preset == "internvl":
         assert b.num_tokens == [x + 2 for x in n]  # <img>, </img> are not embedding rows
-    if preset == "idefics3":
-        assert all(x < t for x, t in zip(n, b.num_tokens))  # row / global markers
     per = _embeds(b)
     img = vl.prompt_inputs(f"{tok} a {tok}", b, embeds=per)["multi_modal_data"]["image"]
     assert torch.is_tensor(img) and img.shape == (2, n[0], H)
     assert torch.equal(img[1], per[1])
-    if preset != "llava-next":  # sized by num_tokens (the issue's bug): refused, naming the rows
+    if preset == "internvl":  # sized by num_tokens (the issue's bug): refused, naming the rows
         with pytest.raises(ValueError, match=r"embeds: expected shape \(%d, hidden\)" % sum(n)):
             vl.prompt_inputs(f"{tok} a {tok}", b, embeds=torch.randn(sum(b.num_tokens), H))
 
@@ -99,6 +97,7 @@ def test_vllm_per_image_skips_bad_images_and_qwen_works_too():
 
 @pytest.mark.parametrize("preset,tok,why", [
     ("pixtral", "[IMG]", "Pixtral-HF does not support image_embeds"),
+    ("idefics3", "<image>", "Invalid type of data items"),
     ("gemma3", "<start_of_image>", "Gemma3 does not support image_embeds"),
     ("mllama", "<|image|>", "no Mllama model"),
 ])
@@ -109,9 +108,11 @@ def test_vllm_refuses_families_without_embedding_input(preset, tok, why):
         vl.prompt_inputs(f"a {tok}", b, embeds=_embeds(b))
 
 
-def test_pixtral_rows_leave_out_break_and_end_tokens():
+def test_pixtral_and_idefics3_rows_leave_out_their_markers():
     b = _batch("pixtral", [(480, 640)])  # 30 x 40 patches of 16
     assert (b.num_tokens, b.num_embeddings) == ([30 * 41], [1200])
+    i = _batch("idefics3", [(1080, 1920)])  # 3 x 5 tiles + global, 169 rows each
+    assert (i.num_tokens, i.num_embeddings) == ([2740], [16 * 169])
 
 
 def test_sglang_precomputed_internvl_and_gemma3_pass_through():

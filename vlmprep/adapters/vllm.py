@@ -16,13 +16,13 @@ What released vLLM 0.33.0 accepts (read from its ``vllm/multimodal/parse.py``,
                  "image_grid_thw": (num_images, 3) int64}}                 # by grid.prod // merge**2
 
   Qwen3-VL's embeds carry the deepstack features concatenated on the last dim.
-- ``got_ocr2`` (InternVL), ``llava_next``, ``llava_onevision``, ``idefics3``, ``images``
-  (LLaVA-1.5): a ``(num_images, num_embeddings, hidden)`` tensor under ``"image"``. vLLM stacks a
-  request's images and the model's schema has no dynamic size there, so images of different
-  ``num_embeddings`` cannot share a request ("data contains inconsistent shapes"):
+- ``got_ocr2`` (InternVL), ``llava_next``, ``llava_onevision``, ``images`` (LLaVA-1.5): a
+  ``(num_images, num_embeddings, hidden)`` tensor under ``"image"``. vLLM stacks a request's images
+  and the model's schema has no dynamic size there, so images of different ``num_embeddings``
+  cannot share a request ("data contains inconsistent shapes"):
   ``prompt_inputs`` refuses them and ``prompt_inputs_per_image`` makes one request per image.
-- ``pixtral``, ``gemma3``, ``mllama``, vision-only families: no embedding input in vLLM 0.33
-  (refused, with vLLM's reason): give vLLM the images.
+- ``pixtral``, ``idefics3``, ``gemma3``, ``mllama``, vision-only families: no embedding input in
+  vLLM 0.33 (refused, with vLLM's reason): give vLLM the images.
 
 The processed-pixel dict ``{"pixel_values", "image_grid_thw"}`` is NOT accepted by vLLM 0.33
 (its Qwen2-VL parser requires ``{'image_grid_thw', 'image_embeds'}``); it needs a vLLM with the
@@ -58,13 +58,15 @@ EMBEDDING_FORMS: dict[str, str] = {
     "got_ocr2": "stacked",       # interns1.py InternS1ImageEmbeddingInputs ("ni", "tifs", "hs")
     "llava_next": "stacked",     # llava_next.py LlavaNextImageEmbeddingInputs ("bn", "ifs", "hs")
     "llava_onevision": "stacked",  # llava_onevision.py ("bn", "ifs", "hs")
-    "idefics3": "stacked",       # idefics3.py Idefics3ImageEmbeddingInputs ("bn", "f", "h")
     "images": "stacked",         # llava.py LlavaImageEmbeddingInputs ("bn", "ifs", "hs")
 }
 
 _NO_EMBEDDINGS: dict[str, str] = {
     "pixtral": "vLLM 0.33 takes no Pixtral embeddings (llava.py: 'Pixtral-HF does not support "
                "image_embeds.'; the Mistral-format PixtralForConditionalGeneration takes images only)",
+    "idefics3": "vLLM 0.33's Idefics3 / SmolVLM processor sizes the placeholder from the image "
+                "and rejects embedding items (idefics3.py get_replacement_idefics3: "
+                "mm_items.get_items('image', ImageProcessorItems) -> 'Invalid type of data items')",
     "gemma3": "vLLM 0.33 takes no Gemma 3 embeddings (gemma3_mm.py: 'Gemma3 does not support "
               "image_embeds.')",
     "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
@@ -167,7 +169,7 @@ def prompt_inputs_per_image(prompts: "str | Sequence[str]", batch: "PackedBatch"
                             image_token: str | None = None,
                             hidden_size: int | None = None) -> list[dict]:
     """One vLLM request per processed image: what families whose requests hold one embedding
-    size (``EMBEDDING_FORMS[form] == "stacked"``: InternVL, LLaVA-NeXT, Idefics3 ...) need for
+    size (``EMBEDDING_FORMS[form] == "stacked"``: InternVL, LLaVA-NeXT / OneVision) need for
     images of different ``num_embeddings``; works for every family with an embedding input.
 
     Args:
