@@ -394,9 +394,7 @@ def manifest_pipeline(manifest: Mapping[str, Any]) -> "Pipeline":
 def _shard_rows_parquet(path: Path, groups: Sequence[int] | None = None
                         ) -> Iterator[list[dict]]:
     """The rows of a parquet shard, one list per row group (only ``groups`` when given)."""
-    pq = _need("pyarrow.parquet", "read_shards (parquet)")
-    pf = pq.ParquetFile(path)
-    _check_schema(path, pf.schema_arrow.metadata or {})
+    pf = _parquet_file(path)
     names = pf.schema_arrow.names
     missing = [c for c in ROW_COLUMNS if c not in names]
     if missing:
@@ -404,6 +402,24 @@ def _shard_rows_parquet(path: Path, groups: Sequence[int] | None = None
                          f"none for {missing}; is it a vlmprep shard?")
     for g in range(pf.num_row_groups) if groups is None else groups:
         yield pf.read_row_group(g, columns=list(ROW_COLUMNS)).to_pylist()
+
+
+def _damaged(path: Path, e: Exception) -> ValueError:
+    return ValueError(f"read_shards: {str(path)!r} expected a vlmprep shard, got a file its "
+                      f"reader refuses ({type(e).__name__}: {str(e)[:200]}); the file is damaged "
+                      f"or foreign: delete it and rerun with vlmprep run ... --resume")
+
+
+def _parquet_file(path: Path) -> Any:
+    """``pyarrow.parquet.ParquetFile`` of a shard, its schema version checked."""
+    pa = _need("pyarrow", "read_shards (parquet)")
+    pq = _need("pyarrow.parquet", "read_shards (parquet)")
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise _damaged(path, e) from None
+    _check_schema(path, pf.schema_arrow.metadata or {})
+    return pf
 
 
 def _check_schema(path: Path, metadata: Mapping[Any, Any]) -> None:
@@ -422,17 +438,22 @@ class _SafetensorsShard:
     def __init__(self, path: Path):
         st = _need("safetensors", "read_shards (safetensors)")
         self.path = path
-        with st.safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            _check_schema(path, meta)
-            try:
-                self.info = json.loads(meta[_ROWS_KEY])
-            except (KeyError, json.JSONDecodeError) as e:
-                raise ValueError(f"read_shards: {path} expected JSON under {_ROWS_KEY!r}, got "
-                                 f"{type(e).__name__}; is it a vlmprep shard?") from None
-            t = {k: f.get_tensor(k) for k in ("grid_thw", "image_index", "num_tokens",
-                                              "num_patches", "orig_hw", "placeholder_offsets",
-                                              "placeholders")}
+        try:
+            with st.safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                _check_schema(path, meta)
+                try:
+                    self.info = json.loads(meta[_ROWS_KEY])
+                except (KeyError, json.JSONDecodeError) as e:
+                    raise ValueError(f"read_shards: {path} expected JSON under {_ROWS_KEY!r}, "
+                                     f"got {type(e).__name__}; is it a vlmprep shard?") from None
+                t = {k: f.get_tensor(k) for k in ("grid_thw", "image_index", "num_tokens",
+                                                  "num_patches", "orig_hw",
+                                                  "placeholder_offsets", "placeholders")}
+        except ValueError:
+            raise
+        except Exception as e:  # noqa: BLE001 (SafetensorError, OSError: one message)
+            raise _damaged(path, e) from None
         n = len(self.info["ids"])
         self.grid = t["grid_thw"].tolist()
         self.num_tokens = t["num_tokens"].tolist()
@@ -645,13 +666,22 @@ class ShardSource:
             else:
                 self._index_safetensors(name, path)
 
+    def __getstate__(self) -> dict:
+        """Picklable for worker processes (torch DataLoader): without the lock and the caches."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        state["_groups"] = OrderedDict()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _keep(self, status: str) -> bool:
         return self.include_errors or status == "ok"
 
     def _index_parquet(self, name: str, path: Path) -> None:
-        pq = _need("pyarrow.parquet", "ShardSource (parquet)")
-        pf = pq.ParquetFile(path)
-        _check_schema(path, pf.schema_arrow.metadata or {})
+        pf = _parquet_file(path)
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g, columns=["id", "status", "num_tokens"]).to_pydict()
             for k, (sid, status, tok) in enumerate(zip(t["id"], t["status"], t["num_tokens"])):
