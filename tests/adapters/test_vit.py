@@ -380,3 +380,20 @@ def test_encode_packed_equals_each_image_alone():
     assert [o.shape for o in out] == [(576, 32), (576, 32)]
     with pytest.raises(ValueError, match="patch_embed"):
         vit.encode_packed(vitm, tiles)
+
+
+def test_internvl_encode_output_feeds_the_engine_adapters():
+    """The issue's case: InternVL's ``encode`` gives (7, 256, D) for a 7-tile image; vLLM and
+    SGLang take 7 * 256 = 1792 rows (``num_embeddings``), not the 1794 placeholder tokens."""
+    from vlmprep.adapters import sglang as sg
+    from vlmprep.adapters import vllm as vl
+    tower = _internvl_full()
+    batch = _batch("internvl", _images(((56, 84),)))
+    with torch.no_grad():
+        got = vit.encode(tower, batch)
+    assert got[0].shape == (7, 256, 48)
+    assert (batch.num_tokens, batch.num_embeddings) == ([1794], [1792])
+    img = vl.prompt_inputs("<IMG_CONTEXT>", batch, embeds=got)["multi_modal_data"]["image"]
+    assert img.shape == (1, 1792, 48) and torch.equal(img[0], got[0].flatten(0, 1))
+    item = sg.precomputed_embedding(got, batch, [1] * 1794)
+    assert torch.equal(item["feature"], got[0].flatten(0, 1))

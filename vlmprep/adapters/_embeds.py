@@ -14,8 +14,15 @@ def concat_embeds(embeds: Any, tokens: list[int], where: str,
     """One ``(rows_i, hidden)`` tensor per image, or all of them concatenated, ->
     ``(sum rows, hidden)`` float; ``tokens`` are the images' embedding rows
     (``batch.num_embeddings`` of the good images), ``where`` names the caller in error messages
-    (expected / got / fix)."""
+    (expected / got / fix). A 3-D ``(tiles, tokens_per_tile, hidden)`` tensor whose first two
+    dims hold the rows (``vit.encode``'s InternVL / LLaVA output) is flattened, the order the LLM
+    consumes."""
     import torch
+
+    def rows2d(e: Any, n: int) -> Any:
+        if torch.is_tensor(e) and e.ndim == 3 and e.shape[0] * e.shape[1] == n:
+            return e.flatten(0, 1)
+        return e
 
     def fail(what: str, expected: str, got: str, fix: str) -> ValueError:
         return ValueError(f"{where}: {what}: expected {expected}, got {got}; {fix}")
@@ -24,6 +31,7 @@ def concat_embeds(embeds: Any, tokens: list[int], where: str,
         if len(embeds) != len(tokens):
             raise fail("embeds", f"{len(tokens)} tensors (one per image)", f"{len(embeds)}",
                        "pass one embedding tensor per processed image, in order")
+        embeds = [rows2d(e, n) for e, n in zip(embeds, tokens)]
         for i, (e, n) in enumerate(zip(embeds, tokens)):
             if not torch.is_tensor(e) or e.ndim != 2 or e.shape[0] != n:
                 shape = tuple(e.shape) if torch.is_tensor(e) else type(e).__name__
@@ -31,6 +39,7 @@ def concat_embeds(embeds: Any, tokens: list[int], where: str,
                            f"{shape}", "encode the image with the model's vision tower + merger")
         flat = torch.cat(list(embeds)) if embeds else torch.empty(0, hidden_size or 0)
     elif torch.is_tensor(embeds):
+        embeds = rows2d(embeds, sum(tokens))
         if embeds.ndim != 2 or embeds.shape[0] != sum(tokens):
             raise fail("embeds", f"shape ({sum(tokens)}, hidden) (all images' num_embeddings "
                        f"{tokens} concatenated)", f"{tuple(embeds.shape)}",
