@@ -77,7 +77,7 @@ def assert_same(got, ref):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("family,dtype", [("qwen2-vl", "float32"), ("qwen2-vl", "bfloat16"),
                                           ("qwen2-vl", "uint8"), ("internvl", "bfloat16"),
-                                          ("idefics3", "uint8"), ("gemma3", "float32"),
+                                          ("mllama", "uint8"), ("gemma3", "float32"),
                                           ("llava-next", "bfloat16")])
 def test_read_shards_bit_exact(tmp_path, photos, family, dtype, fmt):
     proc = vlmprep.Processor(family, backend="reference", dtype=dtype, errors="skip")
