@@ -133,6 +133,7 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
         embeds: the images' embeddings (vision tower + merger / projector output): one
             ``(num_embeddings_i, hidden)`` tensor per image, or all concatenated
             ``(sum num_embeddings, hidden)``; ``batch.num_embeddings`` gives the rows.
+            ``vit.encode``'s ``(tiles_i, tokens_per_tile, hidden)`` per image is flattened.
         image_token: the prompt's image token (default: the family's).
         hidden_size: if given, the embeds' last dim is checked against it.
         processed_pixels: build the pixel dict instead (Qwen-style batches, no ``embeds``). NOT
