@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 from . import presets
+from .backends.registry import MATCHES
 from .errors import ConfigNotFoundError, ImageError, describe_source
 from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, as_image_list, resolve
 from .pipeline import Pipeline
@@ -34,6 +35,10 @@ class Processor:
             CUDA, of torch, reference on the CPU).
         device: ``"cpu"`` | ``"cuda"`` | ``"cuda:N"``: where ``pixel_values`` is produced.
         dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"`` (resized, patchified, not normalized).
+        match: whose pixels to reproduce: ``"pil"`` (the default: transformers' PIL-backend
+            processors, the models' training pixels) or ``"torchvision"`` (transformers'
+            torchvision-backend processors on the CPU, bit for bit: what vLLM and SGLang feed
+            the model; torch backend, device="cpu"; docs/concepts.md "Pixels").
         errors: ``"raise"`` (the first bad image raises, nothing is returned) or ``"skip"``
             (bad images are left out and named in ``batch.errors``).
         fetch: ``fetch(url) -> bytes | binary file object``, the opt-in for URL items (http(s)
@@ -47,7 +52,8 @@ class Processor:
     def __init__(self, pipeline: str | Pipeline = "qwen2-vl", backend: str = "auto",
                  device: str = "cpu", dtype: str = "float32", errors: str = "raise",
                  fetch: Callable[[str], Any] | None = None,
-                 fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S, **overrides: Any):
+                 fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S, match: str = "pil",
+                 **overrides: Any):
         from . import backends
         if isinstance(pipeline, Pipeline):
             pipe = pipeline.replace(**overrides)
@@ -63,6 +69,8 @@ class Processor:
             raise ValueError(f"dtype: expected one of {DTYPES}, got {dtype!r}")
         if errors not in _ERRORS:
             raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
+        if match not in MATCHES:
+            raise ValueError(f"match: expected one of {MATCHES}, got {match!r}")
         if fetch is not None and not callable(fetch):
             raise TypeError(f"fetch: expected None or a callable fetch(url) -> bytes or a binary file "
                             f"object, got "
@@ -70,8 +78,9 @@ class Processor:
         if isinstance(fetch_timeout_s, bool) or not isinstance(fetch_timeout_s, (int, float)) \
                 or not fetch_timeout_s > 0:
             raise ValueError(f"fetch_timeout_s: expected seconds > 0, got {fetch_timeout_s!r}")
-        name = backends.resolve_auto(device) if backend == "auto" else backend
-        cls = backends.get(name)
+        # The one place the executing Backend is chosen: backend name x match (registry.get).
+        name = backends.resolve_auto(device, match) if backend == "auto" else backend
+        cls = backends.get(name, match)
         if device.startswith("cuda"):
             import torch
             if not torch.cuda.is_available():
@@ -85,6 +94,7 @@ class Processor:
         self.device = device
         self.dtype = dtype
         self.errors = errors
+        self.match = match
         self.fetch = fetch
         self.fetch_timeout_s = float(fetch_timeout_s)
         self._backend = cls(pipe, device, dtype)
@@ -112,10 +122,10 @@ class Processor:
 
     def clone(self, **changes: Any) -> "Processor":
         """A new Processor with this one's settings (pipeline, backend, device, dtype, errors,
-        fetch, fetch_timeout_s), changed by ``changes`` (those names, or pipeline fields):
+        match, fetch, fetch_timeout_s), changed by ``changes`` (those names, or pipeline fields):
         e.g. the serving batcher's ``proc.clone(errors="skip")``. Shares no backend state."""
         kw: dict[str, Any] = dict(backend=self.backend_name, device=self.device, dtype=self.dtype,
-                                  errors=self.errors, fetch=self.fetch,
+                                  errors=self.errors, match=self.match, fetch=self.fetch,
                                   fetch_timeout_s=self.fetch_timeout_s)
         pipeline = changes.pop("pipeline", self.pipeline)
         kw.update(changes)  # the rest: settings, or pipeline fields as overrides
@@ -125,6 +135,8 @@ class Processor:
         """``Processor('<preset>', backend=..., ..., <field>=<value>)``: the fields that differ
         from the named preset (a checkpoint config or overrides changed them) are shown."""
         extra = "".join(f", {k}={v!r}" for k, v in _overrides(self.pipeline))
+        if self.match != "pil":
+            extra = f", match={self.match!r}" + extra
         return (f"Processor({self.pipeline.name!r}, backend={self.backend_name!r}, "
                 f"device={self.device!r}, dtype={self.dtype!r}, errors={self.errors!r}{extra})")
 

@@ -15,8 +15,8 @@ from typing import Callable
 
 from ..ops import OP_TYPES
 
-__all__ = ["SIZING", "register", "lowering", "get_lowering", "get", "names", "available", "why_unavailable",
-           "resolve_auto"]
+__all__ = ["SIZING", "MATCHES", "register", "lowering", "get_lowering", "get", "names", "available",
+           "why_unavailable", "resolve_auto"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,13 @@ class _Entry:
 #: The op key of a backend's one lowering of every sizing op (not an op name: ``<`` keeps it
 #: apart from them).
 SIZING = "<sizing>"
+
+#: ``Processor(match=...)``: whose pixels a backend reproduces. "pil": transformers' PIL-backend
+#: processors (the models' training pixels), every backend's own. "torchvision": transformers'
+#: torchvision-backend processors on the CPU (what vLLM and SGLang run), by the backend module
+#: ``_MATCH_MODULES`` names.
+MATCHES = ("pil", "torchvision")
+_MATCH_MODULES = {("torch", "torchvision"): "vlmprep.backends.torch.tv_match"}
 
 _BACKENDS: dict[str, _Entry] = {}
 _LOWERINGS: dict[tuple[str, str], Callable] = {}
@@ -81,8 +88,11 @@ def available() -> list[str]:
     return [n for n in _BACKENDS if _BACKENDS[n].check() is None]
 
 
-def get(name: str) -> type:
-    """The ``Backend`` class of ``name``; raises with what exists when it is missing or unusable."""
+def get(name: str, match: str = "pil") -> type:
+    """The ``Backend`` class of ``name`` that gives ``match``'s pixels (``MATCHES``); raises with
+    what exists when it is missing or unusable."""
+    if match not in MATCHES:
+        raise ValueError(f"match: expected one of {MATCHES}, got {match!r}")
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend {name!r}; expected one of {names()} "
                          f"(usable here: {available()})")
@@ -90,12 +100,22 @@ def get(name: str) -> type:
     if reason is not None:
         raise RuntimeError(f"backend {name!r} is not usable here: {reason}; usable here: "
                            f"{available()}")
-    return importlib.import_module(_BACKENDS[name].module).Backend
+    if match == "pil":
+        return importlib.import_module(_BACKENDS[name].module).Backend
+    module = _MATCH_MODULES.get((name, match))
+    if module is None:
+        have = sorted(b for (b, m) in _MATCH_MODULES if m == match)
+        raise ValueError(f"match={match!r}: expected a backend that reproduces it, one of {have}, "
+                         f"got backend={name!r}; use backend={have[0]!r} (or 'auto')")
+    return importlib.import_module(module).Backend
 
 
-def resolve_auto(device: str) -> str:
-    """``backend="auto"``: the first usable of dali, torch, reference for this device."""
+def resolve_auto(device: str, match: str = "pil") -> str:
+    """``backend="auto"``: the first usable of dali, torch, reference for this device (for a
+    ``match`` other than "pil": of the backends that reproduce it)."""
     prefer = ["dali", "torch", "reference"] if device.startswith("cuda") else ["torch", "reference"]
+    if match != "pil":
+        prefer = [n for n in prefer if (n, match) in _MATCH_MODULES]
     for n in prefer:
         if n in _BACKENDS and _BACKENDS[n].check() is None and (
                 not device.startswith("cuda") or n != "reference"):

@@ -4,7 +4,8 @@ Values flow as uint8 ``(C, H, W)`` tensors on the device until normalize, float3
 patchify writes the output rows. Resizes run as one-dimensional passes in Pillow's order
 (``resize.resize_like_pil``) so the pixels stay within 2 levels of the PIL reference; on the CPU
 with the kernels built they are the compiled Pillow-exact resize, which ``fusion`` may run inside
-the kernel that writes the rows (``resize_in_kernel``).
+the kernel that writes the rows (``resize_in_kernel``). ``tv_match.Backend`` is this backend
+with transformers' torchvision-backend resize and normalize (``Processor(match="torchvision")``).
 """
 from __future__ import annotations
 

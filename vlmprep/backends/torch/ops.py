@@ -58,7 +58,8 @@ register_geometry_lowerings(B, resize, cut)
 
 def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
     """uint8 ``(C, ...)`` -> float32 ``(x - mean/rescale) / (std/rescale)``: rescale folded
-    into mean/std, as transformers' torchvision backend (~1 float ulp from the PIL order)."""
+    into mean/std, like transformers' torchvision backend (~1 float ulp from the PIL order; not
+    its bits either, which multiply by ``1 / rescale``: ``tv_match.normalize_tensor``)."""
     shape = (-1,) + (1,) * (x.dim() - 1)
     mean = (torch.tensor(op.mean, dtype=torch.float32, device=x.device) / op.rescale).view(shape)
     std = (torch.tensor(op.std, dtype=torch.float32, device=x.device) / op.rescale).view(shape)

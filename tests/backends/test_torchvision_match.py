@@ -1,0 +1,195 @@
+"""``Processor(match="torchvision")`` against transformers' torchvision-backend processors (the
+"fast" ones vLLM and SGLang run), bit for bit on the CPU, for every preset.
+
+The default (``match="pil"``) matches the PIL-backend processors (the models' training pixels):
+the photos below put the two transformers backends up to 15 levels apart, and the default's own
+tests hold it to PIL. Here the oracle is the real ``<Family>ImageProcessor`` (torchvision
+backend) built from the checkpoint config (tests/hfref.py), run on the same photos as PIL images;
+every key of its output (pixels, grids, masks, sizes) must be equal, for float32 (rescale and
+normalize fused, as transformers does), bfloat16 (that float32, rounded) and uint8
+(``do_rescale=False, do_normalize=False``), by the fused executor and op by op.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from _support import figures
+from _support.imgdata import crop, tiled
+from hfref import CONFIGS, config, hf_outputs
+
+import vlmprep
+from vlmprep.backends import fusion
+from vlmprep.backends.torch import tv_match
+from vlmprep.bench import hf as bench_hf
+
+pytestmark = pytest.mark.hf
+
+PRESETS = vlmprep.presets.names()
+
+# Real photos: up- and downscales for every family, a thin strip, a tiny image, and two images of
+# one shape (transformers resizes those as one stacked batch).
+PHOTOS = [crop("astronaut", 301, 453), crop("hopper", 477, 389), crop("chelsea", 97, 131),
+          crop("astronaut", 97, 131), crop("chelsea", 17, 451), crop("coffee", 5, 7),
+          tiled("rocket", 1010, 1390)]
+
+
+def _pil(arrs):
+    from PIL import Image
+    return [Image.fromarray(a) for a in arrs]
+
+
+def _proc(preset: str, **kw) -> vlmprep.Processor:
+    return vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"), match="torchvision",
+                                             **kw)
+
+
+def _assert_same(got: dict, want: dict, cast=None) -> None:
+    """Every key of transformers' output equal in ``got`` (pixels bit for bit; ``cast``: the
+    dtype transformers' pixels are compared in)."""
+    assert set(got) == set(want), (set(got), set(want))
+    for k, w in want.items():
+        g = got[k]
+        if not isinstance(w, torch.Tensor):
+            assert g == w, k
+            continue
+        g = torch.as_tensor(g)
+        if k == "pixel_values":
+            w = w.to(cast) if cast is not None else w
+            g = g.to(w.dtype)
+        assert g.shape == w.shape, (k, g.shape, w.shape)
+        assert torch.equal(g, w), (k, float((g.double() - w.double()).abs().max()))
+
+
+def _levels(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_equals_torchvision_processor(preset, dtype):
+    raw = dtype == "uint8"
+    want = hf_outputs(preset, "torchvision", _pil(PHOTOS), raw=raw)
+    got = dict(_proc(preset, dtype=dtype)(PHOTOS).to_hf())
+    _assert_same(got, want, torch.bfloat16 if dtype == "bfloat16" else None)
+    if raw:  # the levels the option removes: transformers' two backends, on these photos
+        pil = hf_outputs(preset, "pil", _pil(PHOTOS), raw=True)["pixel_values"]
+        default = vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"),
+                                                    dtype="uint8")(PHOTOS).to_hf()
+        figures.record("match='torchvision' vs transformers' torchvision processor, levels",
+                       f"{preset}: 0 (transformers PIL vs torchvision: "
+                       f"{_levels(pil, want['pixel_values']):.0f}; vlmprep default vs "
+                       f"torchvision: {_levels(default['pixel_values'], want['pixel_values']):.0f})")
+
+
+@pytest.mark.parametrize("preset", ["qwen2-vl", "internvl", "idefics3", "llava-next"])
+def test_op_by_op_equals_fused(preset):
+    """Every executor gives the same bits (the fused rows kernel's lut is this normalize)."""
+    arrs = PHOTOS[:4]
+    with fusion.at_most(fusion.OP_BY_OP):
+        slow = _proc(preset)(arrs)
+    assert torch.equal(slow.pixel_values, _proc(preset)(arrs).pixel_values)
+    _assert_same(dict(slow.to_hf()), hf_outputs(preset, "torchvision", _pil(arrs)))
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_encoded_inputs(fmt):
+    """Encoded files as vLLM loads them (PIL open + RGB): the decode path is the default's."""
+    from PIL import Image
+    blobs = []
+    for a in PHOTOS[:3]:
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, fmt, quality=90) if fmt == "JPEG" else \
+            Image.fromarray(a).save(buf, fmt)
+        blobs.append(buf.getvalue())
+    images = [Image.open(io.BytesIO(b)).convert("RGB") for b in blobs]
+    for preset in ("qwen2-vl", "qwen3-vl"):
+        _assert_same(dict(_proc(preset)(blobs).to_hf()),
+                     hf_outputs(preset, "torchvision", images))
+
+
+def test_gemma3_pan_and_scan():
+    import transformers
+    cfg = config("gemma3")
+    pipe = vlmprep.presets.from_config(cfg).replace(do_pan_and_scan=True)
+    kw = {**bench_hf.processor_kwargs(cfg, pipe), "do_pan_and_scan": True}
+    want = dict(transformers.Gemma3ImageProcessor(**kw)(_pil(PHOTOS), return_tensors="pt"))
+    proc = vlmprep.Processor(pipe, match="torchvision")
+    assert len(proc.plan(PHOTOS).images[-1].tiles) > 1  # pan and scan did crop
+    _assert_same(dict(proc(PHOTOS).to_hf()), want)
+
+
+def test_nearest_override():
+    """A non-default interpolation goes through transformers' mapping (NEAREST -> NEAREST_EXACT)."""
+    import transformers
+    cfg = config("siglip")
+    pipe = vlmprep.presets.from_config(cfg).replace(interpolation="nearest")
+    kw = {**bench_hf.processor_kwargs(cfg, pipe), "resample": 0}
+    want = dict(transformers.SiglipImageProcessor(**kw)(_pil(PHOTOS), return_tensors="pt"))
+    _assert_same(dict(vlmprep.Processor(pipe, match="torchvision")(PHOTOS).to_hf()), want)
+
+
+def test_default_unchanged_and_plan_equal():
+    """match only changes pixels: the default stays the torch backend's own class and every
+    plan (sizes, tiles, tokens) is the same."""
+    default, tv = vlmprep.Processor("internvl"), vlmprep.Processor("internvl", match="torchvision")
+    assert default.match == "pil" and type(default._backend).__module__ == \
+        "vlmprep.backends.torch"
+    assert type(tv._backend) is tv_match.Backend and tv.backend_name == "torch"
+    assert default.plan(PHOTOS) == tv.plan(PHOTOS)
+    a, b = default(PHOTOS[:2]).pixel_values, tv(PHOTOS[:2]).pixel_values
+    assert a.shape == b.shape and not torch.equal(a, b)
+
+
+def test_settings_travel():
+    proc = vlmprep.Processor("qwen2-vl", match="torchvision")
+    assert "match='torchvision'" in repr(proc)
+    assert "match" not in repr(vlmprep.Processor("qwen2-vl"))
+    assert proc.clone(errors="skip").match == "torchvision"
+    assert type(proc.clone(errors="skip")._backend) is tv_match.Backend
+    assert proc.clone(match="pil").match == "pil"
+    again = pickle.loads(pickle.dumps(proc))  # loader workers get the Processor pickled
+    assert type(again._backend) is tv_match.Backend
+    assert torch.equal(again(PHOTOS[:2]).pixel_values, proc(PHOTOS[:2]).pixel_values)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(match="bogus"), ["expected one of ('pil', 'torchvision')", "'bogus'"]),
+    (dict(match="torchvision", backend="reference"),
+     ["expected a backend that reproduces it", "backend='reference'", "use backend='torch'"]),
+])
+def test_refused_settings(kw, words):
+    with pytest.raises(ValueError) as e:
+        vlmprep.Processor("qwen2-vl", **kw)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def test_refused_device_and_unknown_sizing_op():
+    """Never PIL pixels under match='torchvision': CUDA (transformers resizes in float there)
+    and sizing ops not checked against a torchvision processor are refused (expected/got/fix)."""
+    with pytest.raises(ValueError, match=r"expected device='cpu'.*got device='cuda'.*use device="):
+        tv_match.Backend(vlmprep.presets.get("qwen2-vl"), "cuda", "float32")
+    custom = SimpleNamespace(name="phi3v", ops=[SimpleNamespace(name="decode", sizing=False),
+                                                SimpleNamespace(name="hd_tile", sizing=True)])
+    with pytest.raises(ValueError, match=r"expected a pipeline whose sizing op.*got 'hd_tile'.*"
+                                         r"match='pil'"):
+        tv_match.Backend(custom, "cpu", "float32")  # type: ignore[arg-type]
+
+
+def test_normalize_matches_transformers_fused_arithmetic():
+    """The normalize alone on every level: transformers' fused rescale+normalize bits (the
+    default's differs by a float ulp on some levels)."""
+    from transformers.image_processing_backends import TorchvisionBackend
+    op = vlmprep.presets.get("qwen2-vl").normalize
+    levels = torch.arange(256, dtype=torch.uint8).view(1, 1, 256).expand(3, 1, 256).contiguous()
+    want = TorchvisionBackend().rescale_and_normalize(
+        levels, True, op.rescale, True, tuple(op.mean), tuple(op.std))
+    got = tv_match.normalize_tensor(op, levels)
+    assert torch.equal(got, want)
+    lut = tv_match.normalize_levels(op, np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, 1))
+    assert torch.equal(lut.t().reshape(3, 1, 256), want)
