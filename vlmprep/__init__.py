@@ -17,7 +17,7 @@ from .pipeline import Pipeline
 __version__ = "0.1.0"
 
 __all__ = ["Processor", "Pipeline", "PackedBatch", "ImageError", "Plan", "ops", "presets",
-           "probe", "backends", "__version__"]
+           "probe", "backends", "read_shards", "__version__"]
 
 if TYPE_CHECKING:
     from .backends import registry as backends  # noqa: F401
@@ -45,6 +45,10 @@ _LAZY = {
     "processor": ("vlmprep.processor", None),
     "bench": ("vlmprep.bench", None),
     "cli": ("vlmprep.cli", None),
+    # batch jobs (issue 18): shards of `vlmprep run`, and the Ray Data integration (Ray optional)
+    "read_shards": ("vlmprep.batch.shards", "read_shards"),
+    "batch": ("vlmprep.batch", None),
+    "integrations": ("vlmprep.integrations", None),
 }
 
 
