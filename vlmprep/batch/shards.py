@@ -461,7 +461,10 @@ class _SafetensorsShard:
         self.orig_hw = t["orig_hw"].tolist()
         off = t["placeholder_offsets"].tolist()
         raw = t["placeholders"].numpy().tobytes()
-        self.placeholders = [raw[off[i]:off[i + 1]].decode("utf-8") for i in range(n)]
+        try:
+            self.placeholders = [raw[off[i]:off[i + 1]].decode("utf-8") for i in range(n)]
+        except (UnicodeDecodeError, IndexError) as e:
+            raise _damaged(path, e) from None
         index = t["image_index"].tolist()
         self.seqs: list[list[int]] = [[] for _ in range(n)]  # sequence numbers of each row
         for s, i in enumerate(index):

@@ -7,13 +7,27 @@
 
     torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=vlmprep.loader.hf_collate_fn(proc))
 
+    loader = vlmprep.loader.DataLoader(vlmprep.loader.ShardSource(out_dir), batch_size=8)
+    # the samples `vlmprep run` already processed: read from its shards, never decoded
+
 See docs/how-to/loader.md.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from .batching import Sample, group_by_tokens, pack_greedy
 from .collate import HFCollate, collate_hf, hf_collate_fn
 from .dataloader import DataLoader
 
-__all__ = ["DataLoader", "collate_hf", "hf_collate_fn", "HFCollate", "Sample", "pack_greedy",
-           "group_by_tokens"]
+__all__ = ["DataLoader", "ShardSource", "collate_hf", "hf_collate_fn", "HFCollate", "Sample",
+           "pack_greedy", "group_by_tokens"]
+
+
+def __getattr__(name: str) -> Any:
+    # ShardSource lives with the shard reader (vlmprep.batch.shards); imported on first use so
+    # that importing the loader does not import the batch-job package.
+    if name == "ShardSource":
+        from ..batch.shards import ShardSource
+        return ShardSource
+    raise AttributeError(f"module 'vlmprep.loader' has no attribute {name!r}")

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import queue
+import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from ..progress import bar as progress_bar
 from .batching import Sample, group_by_tokens, pack_greedy, stream_from
 
 if TYPE_CHECKING:
+    from ..batch.shards import ShardSource
     from ..cache import OutputCache
     from ..pack import PackedBatch
     from ..processor import Processor
@@ -70,6 +72,14 @@ def _is_map_style(sources: Any) -> bool:
                     f"{type(sources).__name__}")
 
 
+def _shard_source(sources: Any) -> "ShardSource | None":
+    """``sources`` when it is a ``vlmprep.batch.shards.ShardSource`` (already processed
+    samples), else None. A ShardSource exists only once its module is imported, so the check
+    imports nothing."""
+    mod = sys.modules.get("vlmprep.batch.shards")
+    return sources if mod is not None and isinstance(sources, mod.ShardSource) else None
+
+
 def _check_int(name: str, v: Any, lo: int, none_ok: bool = False) -> None:
     if v is None and none_ok:
         return
@@ -94,8 +104,14 @@ class DataLoader:
         sources: a sequence (``len`` + index: map-style, shuffled and resumed exactly) or an
             iterable (streaming) of images (paths, bytes, PIL images, HWC uint8 arrays, CHW
             uint8 tensors) or of dicts holding one under ``image_key`` (an HF
-            ``{"bytes", "path"}`` struct is accepted there).
-        proc: the ``vlmprep.Processor``; its ``errors`` policy decides skip or raise.
+            ``{"bytes", "path"}`` struct is accepted there); or a
+            ``vlmprep.loader.ShardSource(output_dir)``: the samples ``vlmprep run`` already
+            processed, read from its shards without decoding (then no ``proc``; ids are the
+            job's sample ids, token counts come from the shards, batches are on the CPU and
+            bit-exact with the Processor's; skipped samples appear only with the source's
+            ``include_errors=True``, in ``batch.errors``).
+        proc: the ``vlmprep.Processor``; its ``errors`` policy decides skip or raise (None
+            for a ShardSource).
         batch_size: this many images per batch, as in torch (None: no count limit).
         max_batch_tokens: a token budget, only when asked: at most this many LLM tokens per
             batch, counted header-only with ``proc.plan`` (default None: no token limit; e.g.
@@ -126,15 +142,26 @@ class DataLoader:
     resume costs one pass over the consumed prefix of the stream.
     """
 
-    def __init__(self, sources: Iterable[Any], proc: "Processor", batch_size: int | None = None,
+    def __init__(self, sources: Iterable[Any], proc: "Processor | None" = None,
+                 batch_size: int | None = None,
                  max_batch_tokens: int | None = None, shuffle: bool = False, seed: int = 0,
                  num_workers: int = 2, drop_last: bool = False, *, group_by_size: bool = False,
                  group_window: int | None = None, prefetch: int | None = None,
                  image_key: str = "image", id_key: str | None = "id",
                  cache: "OutputCache | None" = None, progress: bool | None = None):
-        if not (callable(proc) and hasattr(proc, "plan") and hasattr(proc, "errors")):
+        self._shards = _shard_source(sources)
+        if self._shards is not None:
+            if proc is not None:
+                raise TypeError(f"DataLoader: proc expected None for a ShardSource (its samples "
+                                f"are already processed by the job's pipeline), got "
+                                f"{type(proc).__name__}; drop proc")
+            if cache is not None:
+                raise ValueError("DataLoader: cache expected None for a ShardSource (reading a "
+                                 "shard is the cached form), got an OutputCache; drop cache")
+        elif not (callable(proc) and hasattr(proc, "plan") and hasattr(proc, "errors")):
             raise TypeError(f"DataLoader: proc expected a vlmprep.Processor, got "
-                            f"{type(proc).__name__}; e.g. vlmprep.Processor('qwen2-vl')")
+                            f"{type(proc).__name__}; e.g. vlmprep.Processor('qwen2-vl'), or "
+                            f"read preprocessed shards with vlmprep.loader.ShardSource(dir)")
         _check_int("batch_size", batch_size, 1, none_ok=True)
         _check_int("max_batch_tokens", max_batch_tokens, 1, none_ok=True)
         if batch_size is None and max_batch_tokens is None:
@@ -153,7 +180,8 @@ class DataLoader:
             raise TypeError(f"DataLoader: cache expected a vlmprep.cache.OutputCache, got "
                             f"{type(cache).__name__}")
         self.sources = sources
-        self.proc = proc
+        # None only with a ShardSource, whose path never calls it
+        self.proc: "Processor" = cast("Processor", proc)
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.shuffle = bool(shuffle)
@@ -173,6 +201,8 @@ class DataLoader:
         self._cuda = str(getattr(proc, "device", "cpu")).startswith("cuda")
         self._tls = threading.local()
         self._tokens: dict[int, int] = {}  # map-style: index -> tokens (headers read once)
+        if self._shards is not None:  # the shards hold the counts: no header to read
+            self._tokens = dict(enumerate(self._shards.num_tokens))
         self._order_cache: tuple[tuple[int, int], Any] | None = None  # ((epoch, seed), order)
         self._len_cache: tuple[tuple[int, int], int] | None = None  # ((epoch, seed), batches)
         self._epoch = 0
@@ -256,6 +286,7 @@ class DataLoader:
         ``fetch=False``: ``(index, None)``)."""
         if self._map:
             order = self._order(epoch)
+            fetch = fetch and self._shards is None  # a shard item is read by its worker
             for j in range(start, len(order)):
                 i = order[j]
                 yield i, (self._seq[i] if fetch else None)
@@ -288,6 +319,8 @@ class DataLoader:
             return 0  # raised or skipped when its batch is processed, naming the sample
 
     def _make_sample(self, pos: int, index: int, raw: Any) -> Sample:
+        if self._shards is not None:  # image: the item's index in the source
+            return Sample(pos, index, self._shards.ids[index], index, self._tokens[index])
         sid, image, err = self._image_of(raw)
         s = Sample(pos, index, index if sid is None else sid, image, -1, err)
         if self._need_tokens:
@@ -420,7 +453,17 @@ class DataLoader:
             parts[k] = parts[j]
         return concat(parts)
 
+    def _read_shards(self, samples: list[Sample]) -> "PackedBatch":
+        """A ShardSource's batch: its rows read back (no decode), errors named by sample id."""
+        assert self._shards is not None
+        batch = self._shards.read([s.image for s in samples])
+        for k, e in list(batch.errors.items()):
+            batch.errors[k] = self._named(e, samples[k], k)
+        return batch
+
     def _process(self, samples: list[Sample]) -> "PackedBatch":
+        if self._shards is not None:
+            return self._read_shards(samples)
         if not self._cuda:
             return self._run(samples)
         import torch
