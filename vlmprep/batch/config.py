@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .shards import FORMATS  # the writer's list (shards imports no pyarrow at import)
+
 if TYPE_CHECKING:
     from ..processor import Processor
 
 __all__ = ["JobConfig"]
 
-# The shard formats (vlmprep.batch.shards.FORMATS is the writer's list; kept equal by a test).
-_FORMATS = ("parquet", "safetensors")
 _DEVICES = "'cpu', 'cuda' or 'cuda:N'"
 
 
@@ -97,8 +97,8 @@ class JobConfig:
             raise ValueError(f"JobConfig: device: expected {_DEVICES}, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"JobConfig: dtype: expected one of {list(DTYPES)}, got {self.dtype!r}")
-        if self.format not in _FORMATS:
-            raise ValueError(f"JobConfig: format: expected one of {list(_FORMATS)}, got "
+        if self.format not in FORMATS:
+            raise ValueError(f"JobConfig: format: expected one of {list(FORMATS)}, got "
                              f"{self.format!r}")
         if isinstance(self.shard_size, bool) or not isinstance(self.shard_size, int) \
                 or self.shard_size < 1:

@@ -2,7 +2,8 @@
 ``--json``. Sizes on the command line and in its tables are width x height (``1920x1080``);
 ``--json`` gives sizes as ``[height, width]`` arrays under keys ending in ``_hw``, as in Python.
 
-Exit status: 0 done; 1 some images failed (``plan``); 2 a usage error (a flag, a file, a preset).
+Exit status: 0 done; 1 some images failed (``plan``), or a job stopped early (``run``: bad images
+alone never do; ``--resume`` continues); 2 a usage error (a flag, a file, a preset); 130 interrupted.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Sequence
 from . import bench as _bench
 from . import info as _info
 from . import plan as _plan
+from . import run as _run
 
 
 def _version() -> str:
@@ -28,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _plan.add_parser(sub)
     _info.add_parser(sub)
     _bench.add_parser(sub)
+    _run.add_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
