@@ -219,6 +219,17 @@ def test_parquet_schema(tmp_path, photos):
     assert t.column("pixel_values").to_pylist() == [r["pixel_values"] for r in rows]
 
 
+def test_rows_table(photos):
+    """The parquet shard's types, also for a column that is None on every row (Ray)."""
+    import pyarrow as pa
+    _, rows = _rows(photos)
+    ok = [r for r in rows if r["status"] == "ok"]
+    t = shards.rows_table(ok)
+    assert t.schema == shards.arrow_schema() and t.schema.metadata is None
+    assert t.schema.field("error").type == pa.string() and t.column("error").null_count == len(ok)
+    assert t.to_pylist() == ok
+
+
 def test_parquet_row_groups(tmp_path, photos, monkeypatch):
     """Row groups are bounded by pixel bytes; reading across them gives the same rows."""
     import pyarrow.parquet as pq

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMATS", "shard_name", "write_shard", "read_manifest", "write_manifest",
            "read_shards", "read_shard_rows", "manifest_pipeline", "ShardSource", "MANIFEST",
-           "ids_sha256", "file_sha256"]
+           "ids_sha256", "file_sha256", "arrow_schema", "rows_table"]
 
 FORMATS = ("parquet", "safetensors")
 MANIFEST = "manifest.json"
@@ -255,7 +255,10 @@ class _Hashing:
         return False
 
 
-def _arrow_schema(pa: Any) -> Any:
+def arrow_schema() -> Any:
+    """The parquet shard's Arrow schema (``pyarrow.Schema``, columns ``ROW_COLUMNS``, no
+    metadata). Needs pyarrow."""
+    pa = _need("pyarrow", "arrow_schema")
     ints = pa.list_(pa.int32())
     return pa.schema([
         ("id", pa.string()), ("source", pa.string()), ("status", pa.string()),
@@ -263,6 +266,15 @@ def _arrow_schema(pa: Any) -> Any:
         ("grid_thw", ints), ("seqlens", ints), ("num_patches", pa.int64()),
         ("num_tokens", pa.int32()), ("placeholder", pa.large_string()), ("row_shape", ints),
         ("orig_hw", ints), ("pixel_values", pa.large_binary())])
+
+
+def rows_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """``rows`` as a ``pyarrow.Table`` with the shard's column types (``arrow_schema()``), no
+    metadata: what the parquet writer stores, and what the Ray integration returns from
+    ``map_batches`` (explicit types: an all-None column would otherwise become Arrow null)."""
+    pa = _need("pyarrow", "rows_table")
+    schema = arrow_schema()
+    return pa.Table.from_pydict({c: [r[c] for r in rows] for c in ROW_COLUMNS}, schema=schema)
 
 
 def _groups(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
@@ -281,7 +293,7 @@ def _groups(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
 def _write_parquet(f: _Hashing, rows: Sequence[Mapping[str, Any]], meta: dict[str, str]) -> None:
     pa = _need("pyarrow", "write_shard (parquet)")
     pq = _need("pyarrow.parquet", "write_shard (parquet)")
-    schema = _arrow_schema(pa).with_metadata({**meta, SCHEMA_KEY: SCHEMA_VERSION})
+    schema = arrow_schema().with_metadata({**meta, SCHEMA_KEY: SCHEMA_VERSION})
     lists = ("grid_thw", "seqlens", "row_shape", "orig_hw")  # codecs go by leaf column path
     codecs = {f"{c}.list.element" if c in lists else c: "zstd" for c in ROW_COLUMNS}
     codecs["pixel_values"] = "none"  # float noise does not compress; the time is the writer's
@@ -290,9 +302,8 @@ def _write_parquet(f: _Hashing, rows: Sequence[Mapping[str, Any]], meta: dict[st
                           use_dictionary=["status", "dtype", "layout", "source"],
                           write_statistics=["id", "status", "num_patches", "num_tokens"]) as w:
         for a, b in _groups(rows):
-            part = rows[a:b]
-            cols = {c: [r[c] for r in part] for c in ROW_COLUMNS}
-            w.write_table(pa.Table.from_pydict(cols, schema=schema), row_group_size=max(1, b - a))
+            w.write_table(rows_table(rows[a:b]).replace_schema_metadata(schema.metadata),
+                          row_group_size=max(1, b - a))
 
 
 def _st_header_entry(dtype: str, shape: Sequence[int], start: int) -> tuple[dict, int]:
