@@ -136,6 +136,11 @@ def test_error_rows(photos):
     assert b.errors[2].reason == nokey["error"]
 
 
+def test_no_samples():
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
+    assert process_samples(proc, []) == []
+
+
 def test_raising_processor_is_not_changed(photos):
     proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="raise")
     rows = process_samples(proc, _samples(photos, n=1))

@@ -107,6 +107,10 @@ def test_read_shards_bit_exact(tmp_path, photos, family, dtype, fmt):
         assert_same(b, proc([next(s.data for s in good if s.id == i) for i in ids]))
 
 
+def test_top_level_name():
+    assert vlmprep.read_shards is read_shards
+
+
 def test_include_errors(tmp_path, photos):
     proc = vlmprep.Processor("qwen2-vl", backend="reference", dtype="uint8", errors="skip")
     samples = _samples(photos)
