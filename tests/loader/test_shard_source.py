@@ -158,6 +158,8 @@ def test_checks(tmp_path, job, proc):
     out, _, _ = job
     with pytest.raises(TypeError, match="proc expected None for a ShardSource"):
         DataLoader(ShardSource(out), proc, batch_size=2)
+    with pytest.raises(TypeError, match="pass it by name: batch_size=8"):
+        DataLoader(ShardSource(out), 8)
     with pytest.raises(ValueError, match="cache expected None"):
         from vlmprep.cache import OutputCache
         DataLoader(ShardSource(out), batch_size=2, cache=OutputCache(max_bytes=1 << 20))

@@ -152,9 +152,11 @@ class DataLoader:
         self._shards = _shard_source(sources)
         if self._shards is not None:
             if proc is not None:
+                hint = (f"; pass it by name: batch_size={proc}" if isinstance(proc, int)
+                        else "; drop proc")
                 raise TypeError(f"DataLoader: proc expected None for a ShardSource (its samples "
                                 f"are already processed by the job's pipeline), got "
-                                f"{type(proc).__name__}; drop proc")
+                                f"{type(proc).__name__}{hint}")
             if cache is not None:
                 raise ValueError("DataLoader: cache expected None for a ShardSource (reading a "
                                  "shard is the cached form), got an OutputCache; drop cache")
