@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray Data is optional: pip install vlmprep[ray]")
@@ -24,6 +25,9 @@ from vlmprep.batch.sources import Sample  # noqa: E402
 from vlmprep.integrations.ray import Preprocess, plan_tokens, rows_from_batch  # noqa: E402
 
 CFG = JobConfig(preset="qwen2-vl", shard_size=3)
+
+# Ray's own DataContext copies read its deprecated fields (not ours to fix)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +94,53 @@ def test_preprocess_rows_equal_process_samples(parquet_plain, proc):
     ref = proc([parquet_plain.data[good]])
     assert want[good]["pixel_values"] == ref.pixel_values.numpy().tobytes()
     assert want[good]["num_tokens"] == ref.num_tokens[0]
+
+
+def test_preprocess_output_is_typed_as_the_shard(image_folder, proc):
+    """All rows fine: the error column is still a string column (not Arrow null) and the row
+    columns have the parquet shard's schema; id_column=None takes the source column as id."""
+    from vlmprep.batch import shards
+    good = image_folder.good[:2]
+    batch = {"bytes": np.array([image_folder.data[i] for i in good] + [None], dtype=object),
+             "path": np.array(good + ["missing"], dtype=object)}
+    out = Preprocess(CFG, id_column=None, source_column="path")(batch)
+    n = len(rows_mod.ROW_COLUMNS)
+    assert out.select(list(rows_mod.ROW_COLUMNS)).schema == shards.arrow_schema()
+    assert out.column_names[n:] == ["path"]
+    ok = Preprocess(CFG, id_column="path")({k: v[:2] for k, v in batch.items()})
+    assert ok.schema.field("error").type == pa.string() and ok.column("error").null_count == 2
+    got = rows_from_batch(out)
+    assert [r["id"] for r in got] == good + ["missing"]
+    assert got[2]["status"] == "error" and got[2]["error"] == "no image bytes (null)"
+
+
+def test_plan_tokens_equals_processor_plan(image_folder, proc):
+    """Header-only: num_tokens / height / width as Processor.plan gives them; an unreadable or
+    null item has 0 tokens and its reason; the image column is kept for the heavy stage."""
+    ids = image_folder.ids
+    batch = {"bytes": np.array([image_folder.data[i] for i in ids] + [None], dtype=object),
+             "id": np.array(ids + ["null"], dtype=object)}
+    out = plan_tokens(batch, CFG.to_json())
+    plan = proc.plan([image_folder.data[i] for i in ids])
+    assert out.column("num_tokens").to_pylist() == [p.num_tokens for p in plan.images] + [0]
+    assert out.column("height").to_pylist()[:-1] == [p.source_hw[0] for p in plan.images]
+    assert out.column("width").to_pylist()[:-1] == [p.source_hw[1] for p in plan.images]
+    errors = out.column("error").to_pylist()
+    for e, p in zip(errors, plan.images):
+        assert (e is None) == (p.error is None) and (p.error is None or e == p.error.reason)
+    assert errors[-1] and out.column("bytes").to_pylist()[:-1] == [image_folder.data[i] for i in ids]
+
+
+def test_refusals_name_the_fix():
+    stage = Preprocess(CFG)
+    with pytest.raises(ValueError, match="column: expected a column of the batch, got 'bytes'.*image"):
+        stage({"image": np.array([b"x"], dtype=object), "id": np.array(["a"], dtype=object)})
+    with pytest.raises(ValueError, match="id_column: expected a column of the batch, got 'id'"):
+        stage({"bytes": np.array([b"x"], dtype=object)})
+    with pytest.raises(TypeError, match="config: expected a vlmprep.batch.config.JobConfig"):
+        Preprocess("qwen2-vl")
+    with pytest.raises(ValueError, match="rows_from_batch: expected the columns"):
+        rows_from_batch({"id": np.array(["a"], dtype=object)})
 
 
 def test_ray_pipeline_hf_struct_plan_tokens_and_preprocess(local_ray, parquet_hf, proc):

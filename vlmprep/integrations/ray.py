@@ -137,21 +137,6 @@ def _objects(values: Sequence) -> np.ndarray:
     return out
 
 
-def _rows_table(rows: Sequence[dict]) -> Any:
-    """The rows as a pyarrow Table with the parquet shard's column types. Typed, not inferred:
-    Ray makes a column that is None in every row of a batch (``error`` when all are fine) Arrow
-    ``null``, which numpy batches read back as NaN."""
-    import pyarrow as pa
-
-    from ..batch.rows import ROW_COLUMNS
-    ints = pa.list_(pa.int32())
-    types = {"grid_thw": ints, "seqlens": ints, "row_shape": ints, "orig_hw": ints,
-             "num_patches": pa.int64(), "num_tokens": pa.int32(), "placeholder": pa.large_string(),
-             "pixel_values": pa.large_binary()}
-    return pa.table({c: pa.array([r[c] for r in rows], types.get(c, pa.string()))
-                     for c in ROW_COLUMNS})
-
-
 def _with_passthrough(batch: Any, cols: Mapping[str, Any], drop: set[str], new: Any) -> Any:
     """``new`` (a pyarrow Table) with the batch's other columns appended, converted as Ray
     converts a map_batches output (tensor columns stay Ray tensors)."""
@@ -230,6 +215,7 @@ class Preprocess:
 
     def __call__(self, batch: Any) -> Any:
         from ..batch.rows import ROW_COLUMNS, process_samples
+        from ..batch.shards import rows_table
         from ..batch.sources import Sample
         cols = _columns(batch)
         _require(cols, self.column, "column")
@@ -246,7 +232,8 @@ class Preprocess:
             data, err = _encoded(v, self._max_bytes)
             samples.append(Sample(id=i, source=s, data=data, error=err))
         rows = process_samples(self.proc, samples)
-        return _with_passthrough(batch, cols, {self.column, *ROW_COLUMNS}, _rows_table(rows))
+        # typed as the parquet shard (an all-None column would otherwise become Arrow null)
+        return _with_passthrough(batch, cols, {self.column, *ROW_COLUMNS}, rows_table(rows))
 
     @staticmethod
     def _strings(cols: Mapping[str, Any], name: str | None, arg: str, n: int) -> list[str]:
