@@ -1,0 +1,172 @@
+"""Tiny local checkpoints for the real engines (no model hub here): config.json + processor files.
+
+Each builder writes a directory that vLLM's ``ModelConfig(model=dir)`` and SGLang's processors load
+offline: the family's transformers config with tiny text / vision towers (hidden 32, one layer; the
+vision geometry of the real checkpoint: patch size, tile size, merge), its transformers processor
+with the image processor of vlmprep's packaged checkpoint config (tests/hfref.py) and a word-level
+tokenizer holding the family's special tokens. No weights: nothing here runs a model.
+
+    build(family, root) -> Checkpoint(path, image_token, image_token_id, hidden_size, tokenizer)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: hidden size of every tiny text model (the embeddings' last dim)
+HIDDEN = 32
+WORDS = ("describe", "the", "images", "a", "b", "c", "and", "user", "assistant")
+
+#: family -> the vlmprep preset whose packaged config gives the image processor
+PRESETS = {"qwen2-vl": "qwen2-vl", "llava-next": "llava-next", "internvl": "internvl",
+           "idefics3": "idefics3", "pixtral": "pixtral"}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    family: str
+    path: Path
+    image_token: str       # the prompt's one-per-image token (what vLLM expands)
+    image_token_id: int    # the id of the token that carries an embedding row
+    hidden_size: int
+    tokenizer: Any
+
+    def ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _tokenizer(special=(), extra_special_tokens=None, bos_eos=("<s>", "</s>")):
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"[UNK]": 0, "[PAD]": 1, bos_eos[0]: 2, bos_eos[1]: 3, "\n": 4, "\n\n": 5}
+    for w in WORDS:
+        vocab[w] = len(vocab)
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    # words split on spaces; newlines kept as tokens, "\n\n" as one (as the Llama 3 / SmolLM2
+    # tokenizers do, which vlmprep's Idefics3 token count assumes)
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\n\n|\n"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"[ \t]+"), behavior="removed")])
+    kw = {"extra_special_tokens": extra_special_tokens} if extra_special_tokens else {}
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]",
+                                  bos_token=bos_eos[0], eos_token=bos_eos[1], **kw)
+    if special:
+        tok.add_tokens(list(special), special_tokens=True)
+    return tok
+
+
+def _text(tok, model_type: str, **extra) -> dict:
+    return dict(model_type=model_type, vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=64,
+                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                max_position_embeddings=32768, bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, **extra)
+
+
+def _image_processor(family: str, **fields):
+    from tests.hfref import hf_processor
+    base = hf_processor(PRESETS[family], "pil")
+    return type(base)(**{**base.to_dict(), **fields}) if fields else base
+
+
+def _qwen2_vl():
+    import transformers as T
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    tok = _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
+                     bos_eos=("<|endoftext|>", "<|im_end|>"))
+    proc = T.Qwen2VLProcessor(image_processor=_image_processor("qwen2-vl"), tokenizer=tok,
+                              video_processor=Qwen2VLVideoProcessor())
+    i = tok.convert_tokens_to_ids
+    cfg = T.Qwen2VLConfig(
+        text_config=_text(tok, "qwen2_vl_text", rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=HIDDEN, num_heads=2, mlp_ratio=2,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
+        vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+    cfg.architectures = ["Qwen2VLForConditionalGeneration"]
+    return proc, cfg, "<|vision_start|><|image_pad|><|vision_end|>", i("<|image_pad|>")
+
+
+def _llava_next():
+    import transformers as T
+    tok = _tokenizer(["<image>"])
+    proc = T.LlavaNextProcessor(image_processor=_image_processor("llava-next"), tokenizer=tok,
+                                patch_size=14, vision_feature_select_strategy="default",
+                                num_additional_image_tokens=1)
+    ip = proc.image_processor
+    cfg = T.LlavaNextConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=336, patch_size=14,
+                           projection_dim=32),
+        text_config=_text(tok, "llama"), image_token_id=tok.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=[list(p) for p in ip.image_grid_pinpoints],
+        vision_feature_layer=-1, vision_feature_select_strategy="default")
+    cfg.architectures = ["LlavaNextForConditionalGeneration"]
+    return proc, cfg, "<image>", tok.convert_tokens_to_ids("<image>")
+
+
+def _internvl():
+    import transformers as T
+    from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
+    tok = _tokenizer(extra_special_tokens={
+        "start_image_token": "<img>", "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
+    # the model's processor forces crop_to_patches (tests/hfref.py); 448 tiles, 256 tokens each
+    proc = T.InternVLProcessor(image_processor=_image_processor("internvl"), tokenizer=tok,
+                               video_processor=InternVLVideoProcessor(), image_seq_length=256)
+    cfg = T.InternVLConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=[448, 448], patch_size=[14, 14]),
+        text_config=_text(tok, "qwen2"), image_token_id=tok.context_image_token_id,
+        image_seq_length=256, downsample_ratio=0.5, vision_feature_layer=-1)
+    cfg.architectures = ["InternVLForConditionalGeneration"]
+    return proc, cfg, "<IMG_CONTEXT>", tok.context_image_token_id
+
+
+def _idefics3():
+    import transformers as T
+    special = (["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
+               + [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)])
+    tok = _tokenizer(special)
+    # Idefics3-8B: 364 tiles, scale factor 2, 169 tokens per tile
+    proc = T.Idefics3Processor(image_processor=_image_processor("idefics3"), tokenizer=tok,
+                               image_seq_len=169)
+    cfg = T.Idefics3Config(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=364, patch_size=14),
+        text_config=_text(tok, "llama"), image_token_id=tok.convert_tokens_to_ids("<image>"),
+        scale_factor=2)
+    cfg.architectures = ["Idefics3ForConditionalGeneration"]
+    return proc, cfg, "<image>", tok.convert_tokens_to_ids("<image>")
+
+
+def _pixtral():
+    import transformers as T
+    tok = _tokenizer(["[IMG]", "[IMG_BREAK]", "[IMG_END]"])
+    proc = T.PixtralProcessor(image_processor=_image_processor("pixtral"), tokenizer=tok,
+                              patch_size=16, spatial_merge_size=1, image_token="[IMG]",
+                              image_break_token="[IMG_BREAK]", image_end_token="[IMG_END]")
+    cfg = T.LlavaConfig(
+        vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=1024,
+                           patch_size=16, head_dim=16),
+        text_config=_text(tok, "mistral", head_dim=16),
+        image_token_id=tok.convert_tokens_to_ids("[IMG]"), vision_feature_layer=-1,
+        vision_feature_select_strategy="full", projector_hidden_act="gelu")
+    cfg.architectures = ["LlavaForConditionalGeneration"]
+    return proc, cfg, "[IMG]", tok.convert_tokens_to_ids("[IMG]")
+
+
+BUILDERS = {"qwen2-vl": _qwen2_vl, "llava-next": _llava_next, "internvl": _internvl,
+            "idefics3": _idefics3, "pixtral": _pixtral}
+
+
+def build(family: str, root: Path) -> Checkpoint:
+    """Write the tiny checkpoint of ``family`` under ``root / family`` (once) and describe it."""
+    proc, cfg, image_token, image_token_id = BUILDERS[family]()
+    path = Path(root) / family
+    if not (path / "config.json").exists():
+        path.mkdir(parents=True, exist_ok=True)
+        cfg.save_pretrained(path)
+        proc.save_pretrained(path)
+    return Checkpoint(family, path, image_token, image_token_id, HIDDEN, proc.tokenizer)
