@@ -131,9 +131,9 @@ def test_order_follows_units(tmp_path, photos):
     proc = vlmprep.Processor("siglip", backend="reference", dtype="uint8", errors="skip")
     samples = _samples(photos)[:4]
     shards_ = {}
-    for unit, part in (("zeta", 0), ("alpha", 1), ("alpha", 0), ("zeta", 1)):
+    for unit, part in (("zeta", 0), ("alpha", 100000), ("alpha", 99999), ("zeta", 1)):
         name = shard_name(unit, part, "parquet")
-        chunk = samples[:2] if part == 0 else samples[2:]
+        chunk = samples[:2] if part in (0, 99999) else samples[2:]
         rows = [dict(r, id=f"{unit}/{r['id']}") for r in process_samples(proc, chunk)]
         shards_[name] = write_shard(tmp_path, name, "parquet", rows, {})
     write_manifest(tmp_path, {"format": "parquet", "pipeline": proc.pipeline.to_dict(),

@@ -557,9 +557,10 @@ def _open_folder(out_dir: str | os.PathLike, partial: bool) -> tuple[Path, dict,
     units = list(manifest.get("units") or {})
     rank = {u: k for k, u in enumerate(units)}
 
-    def key(name: str) -> tuple[int, str]:
-        unit = re.sub(r"-\d{5}\.[a-z]+$", "", name)
-        return (rank.get(unit, len(units)), name)
+    def key(name: str) -> tuple[int, str, int, str]:
+        m = re.match(r"^(.*)-(\d{5,})\.[a-z]+$", name)  # shard_name's form; parts may pass 99999
+        unit, part = (m.group(1), int(m.group(2))) if m else (name, 0)
+        return (rank.get(unit, len(units)), unit, part, name)
 
     names = sorted(shards, key=key)
     for name in names:
