@@ -62,7 +62,8 @@ EMBEDDING_FORMS: dict[str, str] = {
 }
 
 _NO_EMBEDDINGS: dict[str, str] = {
-    "pixtral": "vLLM 0.33 takes no Pixtral embeddings (llava.py: 'Pixtral-HF does not support "
+    "pixtral": "vLLM 0.33 takes no Pixtral embeddings (its processor rejects embedding items: "
+               "'Invalid type of data items'; llava.py: 'Pixtral-HF does not support "
                "image_embeds.'; the Mistral-format PixtralForConditionalGeneration takes images only)",
     "idefics3": "vLLM 0.33's Idefics3 / SmolVLM processor sizes the placeholder from the image "
                 "and rejects embedding items (idefics3.py get_replacement_idefics3: "
