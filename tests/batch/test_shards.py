@@ -437,6 +437,18 @@ def test_read_shards_checks_each_shard(job):
         read_shards(out)
 
 
+def test_damaged_row_group_without_verify(job):
+    """verify=False skips the sha256; a row group its reader cannot decode is still a
+    ValueError, not pyarrow's exception."""
+    out, manifest = job
+    path = out / sorted(manifest["shards"])[0]
+    data = bytearray(path.read_bytes())
+    data[4:64] = b"\xff" * 60  # the first column chunk (ids): page header and zstd data
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="reader refuses"):
+        list(read_shards(out, verify=False))
+
+
 def test_read_shards_refuses_foreign_files(tmp_path, job):
     out, manifest = job
     (out / "x-00000.parquet").write_bytes(b"PAR1 not really")

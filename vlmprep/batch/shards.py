@@ -412,7 +412,16 @@ def _shard_rows_parquet(path: Path, groups: Sequence[int] | None = None
         raise ValueError(f"read_shards: {path} expected the columns {list(ROW_COLUMNS)}, got "
                          f"none for {missing}; is it a vlmprep shard?")
     for g in range(pf.num_row_groups) if groups is None else groups:
-        yield pf.read_row_group(g, columns=list(ROW_COLUMNS)).to_pylist()
+        yield _read_group(path, pf, g, list(ROW_COLUMNS)).to_pylist()
+
+
+def _read_group(path: Path, pf: Any, g: int, columns: list[str]) -> Any:
+    """Row group ``g`` of a parquet shard; a damaged one is a ValueError (expected / got / fix)."""
+    pa = _need("pyarrow", "read_shards (parquet)")
+    try:
+        return pf.read_row_group(g, columns=columns)
+    except (pa.ArrowException, OSError) as e:
+        raise _damaged(path, e) from None
 
 
 def _damaged(path: Path, e: Exception) -> ValueError:
@@ -698,7 +707,7 @@ class ShardSource:
     def _index_parquet(self, name: str, path: Path) -> None:
         pf = _parquet_file(path)
         for g in range(pf.num_row_groups):
-            t = pf.read_row_group(g, columns=["id", "status", "num_tokens"]).to_pydict()
+            t = _read_group(path, pf, g, ["id", "status", "num_tokens"]).to_pydict()
             for k, (sid, status, tok) in enumerate(zip(t["id"], t["status"], t["num_tokens"])):
                 if self._keep(status):
                     self.ids.append(str(sid))
