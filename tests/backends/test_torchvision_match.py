@@ -36,6 +36,11 @@ PRESETS = vlmprep.presets.names()
 PHOTOS = [crop("astronaut", 301, 453), crop("hopper", 477, 389), crop("chelsea", 97, 131),
           crop("astronaut", 97, 131), crop("chelsea", 17, 451), crop("coffee", 5, 7),
           tiled("rocket", 1010, 1390)]
+# The levels table (docs/how-to/vllm.md): photos at ten sizes, 97x131 to 2000x1500.
+SWEEP = [crop("astronaut", 301, 453), crop("hopper", 477, 389), crop("chelsea", 97, 131),
+         tiled("rocket", 1010, 1390), tiled("coffee", 1500, 2100), tiled("astronaut", 720, 1280),
+         tiled("chelsea", 1080, 1920), tiled("camera", 2000, 1500), tiled("coffee", 333, 777),
+         tiled("rocket", 640, 427)]
 
 
 def _pil(arrs):
@@ -65,10 +70,6 @@ def _assert_same(got: dict, want: dict, cast=None) -> None:
         assert torch.equal(g, w), (k, float((g.double() - w.double()).abs().max()))
 
 
-def _levels(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((torch.as_tensor(a).double() - torch.as_tensor(b).double()).abs().max())
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
 @pytest.mark.parametrize("preset", PRESETS)
 def test_equals_torchvision_processor(preset, dtype):
@@ -76,14 +77,27 @@ def test_equals_torchvision_processor(preset, dtype):
     want = hf_outputs(preset, "torchvision", _pil(PHOTOS), raw=raw)
     got = dict(_proc(preset, dtype=dtype)(PHOTOS).to_hf())
     _assert_same(got, want, torch.bfloat16 if dtype == "bfloat16" else None)
-    if raw:  # the levels the option removes: transformers' two backends, on these photos
-        pil = hf_outputs(preset, "pil", _pil(PHOTOS), raw=True)["pixel_values"]
-        default = vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"),
-                                                    dtype="uint8")(PHOTOS).to_hf()
-        figures.record("match='torchvision' vs transformers' torchvision processor, levels",
-                       f"{preset}: 0 (transformers PIL vs torchvision: "
-                       f"{_levels(pil, want['pixel_values']):.0f}; vlmprep default vs "
-                       f"torchvision: {_levels(default['pixel_values'], want['pixel_values']):.0f})")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", PRESETS)
+def test_levels_table(preset):
+    """One photo at a time over ``SWEEP``: match='torchvision' equals the torchvision processor
+    (uint8), and the figures of what it removes: transformers' PIL vs torchvision processors
+    (max, mean and share of differing output values, padding included)."""
+    n = diff = 0
+    total, worst = 0.0, []
+    for a in SWEEP:
+        want = hf_outputs(preset, "torchvision", _pil([a]), raw=True)["pixel_values"]
+        got = _proc(preset, dtype="uint8")([a]).to_hf()["pixel_values"]
+        assert torch.equal(torch.as_tensor(got).to(want.dtype), want), a.shape
+        pil = hf_outputs(preset, "pil", _pil([a]), raw=True)["pixel_values"]
+        d = (torch.as_tensor(pil).double() - want.double()).abs()
+        worst.append(int(d.max()))
+        n, diff, total = n + d.numel(), diff + int((d > 0).sum()), total + float(d.sum())
+    figures.record("transformers' PIL vs torchvision processor, levels (match='torchvision': 0)",
+                   f"{preset}: max {max(worst)}, mean {total / n:.4f}, differing "
+                   f"{100 * diff / n:.2f}% (per size {worst})")
 
 
 @pytest.mark.parametrize("preset", ["qwen2-vl", "internvl", "idefics3", "llava-next"])
