@@ -29,7 +29,7 @@ VIDEO_SPECS: dict[str, tuple[str, str, float, tuple[int, int], float, str]] = {
     "xvid_avi": ("XVID", ".avi", 30.0, (640, 360), 1.0, "coffee"),
     "vp80_webm": ("VP80", ".webm", 10.0, (320, 240), 2.0, "chelsea"),
     "vp90_webm": ("VP90", ".webm", 24.0, (160, 120), 1.0, "astronaut"),
-    "ffv1_mkv": ("FFV1", ".mkv", 10.0, (320, 240), 2.0, "coffee"),
+    "ffv1_mkv": ("FFV1", ".mkv", 10.0, (160, 120), 2.0, "coffee"),
     "h264_mp4": ("avc1", ".mp4", 24.0, (320, 240), 1.0, "astronaut"),
     "hevc_mp4": ("hev1", ".mp4", 24.0, (320, 240), 1.0, "astronaut"),
     "av1_mkv": ("av01", ".mkv", 24.0, (320, 240), 1.0, "astronaut"),
@@ -140,7 +140,7 @@ class VideoFactory:
         frames = pan_zoom("chelsea", n, (160, 120))
         if name.startswith("gif"):
             frames = ((frames.astype(np.int32) + 25) // 51 * 51).astype(np.uint8)  # 6 levels each
-        durations = [100] * n if name != "gif_vfr" else [40, 40, 120, 200, 40, 80, 80, 300, 40, 40, 100, 120]
+        durations = [100] * n if name != "gif_vfr" else [40, 0, 120, 200, 40, 80, 80, 300, 40, 40, 100, 120]
         ims = [Image.fromarray(f) for f in frames]
         ext = ".gif" if name.startswith("gif") else ".webp"
         path = self.root / f"{name}{ext}"
@@ -229,6 +229,7 @@ def bad_videos(videos, tmp_path_factory) -> dict[str, BadVideo]:
     put("truncated.avi", avi[: len(avi) // 2], "an AVI cut in half (declares 30 frames, holds ~15)")
     put("huge_size.avi", _avi_patch(avi, wh=(16000, 16000)), "an AVI declaring 16000x16000 frames")
     put("absurd_count.avi", _avi_patch(avi, frames=0x7FFFFFF0), "an AVI declaring 2**31 frames")
+    put("overcount.avi", _avi_patch(avi, frames=1_000_000), "an AVI declaring 1e6 frames in 68 kB")
     put("absurd_rate.avi", _avi_patch(avi, rate=(1_000_000, 1)), "an AVI declaring 1e-6 fps")
     p = root / "zero_frames.avi"  # a writer opened and closed without a frame
     wr = cv2.VideoWriter(str(p), cv2.VideoWriter_fourcc(*"MJPG"), 10, (160, 120))

@@ -1,0 +1,168 @@
+"""``probe_video`` (metadata only) and ``decode_frames`` (the sampled frames), for every video input.
+
+Dispatch, in one place: a frame sequence (array, tensor, list of images) is indexed; an animated
+GIF or WebP goes through Pillow (``animated``); every other file through OpenCV's FFmpeg
+(``opencv``). Each call checks the declared metadata against ``VideoLimits`` before anything is
+decoded, allocates exactly ``len(indices) x H x W x 3`` bytes for the output (checked against
+``max_total_pixels`` first), and raises ImageError naming the item for every bad input.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...errors import ImageError, describe_source
+from . import animated, frames, opencv
+from .sources import kind_of, open_stream, sniff_container, timed_out
+from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
+
+__all__ = ["probe_video", "decode_frames"]
+
+
+def _check_meta(meta: VideoMeta, limits: VideoLimits, size: int | None) -> None:
+    """Refuse declared metadata no real video has, or beyond the limits (before any decode)."""
+    what = meta.container.upper() or "video"
+    if meta.total_num_frames < 1:
+        raise ImageError(f"expected a {what} with at least one frame, got one declaring 0 frames; the "
+                         f"file is empty or its header is broken: re-encode it")
+    if meta.height < 1 or meta.width < 1:
+        raise ImageError(f"expected frames of at least 1x1 pixels, got {meta.height}x{meta.width} (HxW) "
+                         f"declared; the file is corrupt: re-encode it")
+    if meta.total_num_frames > limits.max_frames:
+        raise ImageError(f"expected at most {limits.max_frames:,} frames (VideoLimits.max_frames), got "
+                         f"{meta.total_num_frames:,} declared; the header is absurd or the video too long: "
+                         f"cut it, or raise max_frames if it is trusted")
+    if size is not None and meta.total_num_frames > size:
+        raise ImageError(f"expected at most one frame per byte of the file, got {meta.total_num_frames:,} "
+                         f"frames declared in {size:,} bytes; the header lies: re-encode the file")
+    if meta.fps > limits.max_fps:
+        raise ImageError(f"expected at most {limits.max_fps:g} fps (VideoLimits.max_fps), got {meta.fps:g} "
+                         f"declared; the time base is broken: re-encode the file")
+    if meta.duration > limits.max_seconds:
+        raise ImageError(f"expected at most {limits.max_seconds:g} s (VideoLimits.max_seconds), got "
+                         f"{meta.duration:g} s declared ({meta.total_num_frames:,} frames at {meta.fps:g} "
+                         f"fps); the header is absurd or the video too long: cut or re-encode it")
+    if meta.height * meta.width > limits.max_source_pixels:
+        raise ImageError(f"expected frames of at most {limits.max_source_pixels:,} pixels "
+                         f"(max_source_pixels), got {meta.height}x{meta.width} (HxW) = "
+                         f"{meta.height * meta.width:,} declared; downscale the video or raise "
+                         f"max_source_pixels if it is trusted")
+
+
+def _stream_size(stream: Any) -> int:
+    end = stream.seek(0, 2)
+    stream.seek(0)
+    return int(end)
+
+
+def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool) -> tuple[VideoMeta, np.ndarray | None]:
+    v: Video = as_video(video)
+    lim = limits_of(limits)
+    kind = kind_of(v.source)
+    if kind != "encoded":
+        meta = frames.sequence_meta(kind, v.source, v.source_fps, lim)
+        _check_meta(meta, lim, None)
+        if indices is None:
+            return meta, None
+        out = _alloc(meta, indices, lim)
+        frames.read_sequence(kind, v.source, indices, out, lim)
+        return meta, out
+    deadline = time.monotonic() + lim.timeout_s
+    stream, head = open_stream(v.source, lim.max_source_bytes, deadline)
+    try:
+        container = sniff_container(head)
+        size = _stream_size(stream)
+        if container in ("gif", "webp"):
+            data = stream.read()
+            if stream.expired:
+                raise timed_out("be read", lim.timeout_s)
+            meta = animated.animation_meta(data, container, lim.max_frames)
+            _check_meta(meta, lim, size)
+            if indices is None:
+                return meta, None
+            out = _alloc(meta, indices, lim)
+            animated.read_animation(data, meta, indices, out, deadline, lim.timeout_s)
+            return meta, out
+        try:
+            cap = opencv.open_capture(stream, container)
+        except ImageError:
+            if stream.expired:
+                raise timed_out("open", lim.timeout_s) from None  # EOF at the deadline
+            raise
+        try:
+            if stream.expired:
+                raise timed_out("open", lim.timeout_s)
+            meta = opencv.capture_meta(cap, container)
+            _check_meta(meta, lim, size)
+            if indices is None:
+                return meta, None
+            out = _alloc(meta, indices, lim)
+            opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek)
+            return meta, out
+        finally:
+            cap.release()
+    finally:
+        stream.close()
+
+
+def _alloc(meta: VideoMeta, indices: Sequence[int], lim: VideoLimits) -> np.ndarray:
+    t = len(indices)
+    if t < 1:
+        raise ImageError("expected at least one frame index to decode, got none; sample at least one frame")
+    bad = [i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer))
+           or not 0 <= int(i) < meta.total_num_frames]
+    if bad:
+        raise ImageError(f"expected frame indices in 0..{meta.total_num_frames - 1} (the video's "
+                         f"{meta.total_num_frames} frames), got {bad[:4]!r}; sample from the probed "
+                         f"metadata (total_num_frames)")
+    total = t * meta.height * meta.width
+    if total > lim.max_total_pixels:
+        raise ImageError(f"expected at most {lim.max_total_pixels:,} pixels in all sampled frames "
+                         f"(VideoLimits.max_total_pixels), got {t} frames of {meta.height}x{meta.width} "
+                         f"(HxW) = {total:,}; sample fewer frames, or raise max_total_pixels if trusted")
+    return np.empty((t, meta.height, meta.width, 3), np.uint8)
+
+
+def _named(video: Any, fn: Any) -> Any:
+    src = video.source if isinstance(video, Video) else video
+    try:
+        return fn()
+    except ImageError as e:
+        raise e.at(source=describe_source(src)) from (e.__cause__ or e)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 (a per-item cause: never fail the batch)
+        raise ImageError(f"expected a readable video, got {type(e).__name__} while reading it ({e}); "
+                         f"the file is corrupt or not a video: re-encode it",
+                         source=describe_source(src)) from e
+
+
+def probe_video(video: Video | Any, limits: VideoLimits | Any = None) -> VideoMeta:
+    """Container metadata of one video -> ``VideoMeta``; no frame is decoded (FFmpeg's stream probe
+    reads the headers and may parse a few packets). ``video``: a ``Video`` or a bare item;
+    ``limits``: ``VideoLimits``, an ``ops.decode`` (its pixel limit) or None (defaults).
+
+    Raises ImageError (naming the item: expected / got / fix) for an unreadable or hostile file:
+    not a video, truncated before its index, zero frames, more frames than bytes, a declared frame
+    count, duration or rate beyond the limits, frames above the pixel limit, or past timeout_s.
+    """
+    return _named(video, lambda: _run(video, limits, None, True)[0])
+
+
+def decode_frames(video: Video | Any, indices: Sequence[int], limits: VideoLimits | Any = None,
+                  *, seek: bool = True) -> np.ndarray:
+    """Frames ``indices`` (source frame numbers, any order, repeats allowed) -> ``(T, H, W, 3)``
+    uint8 RGB, C-contiguous, ``T = len(indices)``, H x W as ``probe_video`` says (rotation applied).
+
+    ``seek``: seek to far-apart frames (FFmpeg: the keyframe before, then decode forward) instead
+    of decoding every frame in between; the frames are the same either way for constant frame
+    rate streams (tests/video), while FFmpeg maps a frame number to a time with the average
+    rate, so for a variable frame rate stream pass ``seek=False`` to get exactly the n-th frame.
+    Raises ImageError as ``probe_video`` does, and when the stream ends before a wanted frame,
+    a frame's size differs from the declared one, or the sampled total exceeds max_total_pixels.
+    """
+    out = _named(video, lambda: _run(video, limits, list(indices), seek)[1])
+    assert out is not None
+    return out

@@ -1,0 +1,113 @@
+"""Containers through OpenCV's FFmpeg (cv2.VideoCapture on a Python stream): MP4, MOV, MKV, WebM,
+AVI, GIF and whatever else FFmpeg demuxes; codecs are the ones its libavcodec decodes.
+
+Frames are FFmpeg's, converted to RGB by OpenCV (swscale), with the container's display rotation
+applied (``CAP_PROP_ORIENTATION_AUTO``, on by default), as torchcodec (transformers' default video
+decoder) applies it. Sampled frames are reached by seeking (``CAP_PROP_POS_FRAMES``: FFmpeg seeks
+to the keyframe before and decodes forward) when the next wanted frame is far ahead, else by
+``grab()`` (decode without the colour conversion) over the frames in between.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ...errors import ImageError
+from .sources import DeadlineStream, timed_out
+from .types import VideoMeta
+
+__all__ = ["open_capture", "capture_meta", "read_frames", "SEEK_MIN_GAP"]
+
+#: A seek is made when the next wanted frame is at least this many frames ahead (below it,
+#: decoding forward is cheaper than seeking back to a keyframe and decoding from there).
+SEEK_MIN_GAP = 32
+_NOT_OPENED = ("expected a video file FFmpeg can open (MP4, MOV, MKV, WebM, AVI, GIF, ...), got "
+               "bytes it could not read as one{what}; the file is not a video, or it is truncated "
+               "or corrupt: re-encode or re-download it")
+
+
+def open_capture(stream: DeadlineStream, container: str) -> Any:
+    import cv2
+    try:
+        src: Any = stream  # OpenCV 5 reads any io.BufferedIOBase (its stubs list IStreamReader only)
+        cap = cv2.VideoCapture(src, cv2.CAP_FFMPEG, [])
+    except cv2.error as e:
+        raise ImageError(_NOT_OPENED.format(what=f" ({e.msg.strip() if hasattr(e, 'msg') else e})")) from e
+    if not cap.isOpened():
+        cap.release()
+        what = f" (it starts like {container.upper()})" if container else ""
+        raise ImageError(_NOT_OPENED.format(what=what))
+    return cap
+
+
+def _fourcc(v: float) -> str:
+    n = int(v) if v == v and v > 0 else 0
+    return "".join(chr(c) for c in n.to_bytes(4, "little") if 32 <= c < 127).strip()
+
+
+def capture_meta(cap: Any, container: str) -> VideoMeta:
+    """The capture's declared metadata, nothing decoded (what transformers' opencv reader reads)."""
+    import cv2
+    n = cap.get(cv2.CAP_PROP_FRAME_COUNT)
+    fps = cap.get(cv2.CAP_PROP_FPS)
+    w, h = cap.get(cv2.CAP_PROP_FRAME_WIDTH), cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
+    rot = cap.get(cv2.CAP_PROP_ORIENTATION_META)
+    total = int(n) if n == n and n > 0 else 0
+    fps = float(fps) if fps == fps and fps > 0 else 0.0
+    rot_i = int(round(rot)) % 360 if rot == rot else 0
+    return VideoMeta(total_num_frames=total, fps=fps, duration=total / fps if fps else 0.0,
+                     height=int(h) if h == h and h > 0 else 0, width=int(w) if w == w and w > 0 else 0,
+                     rotation=rot_i, codec=_fourcc(cap.get(cv2.CAP_PROP_FOURCC)), container=container)
+
+
+def read_frames(cap: Any, stream: DeadlineStream, meta: VideoMeta, indices: Sequence[int],
+                out: np.ndarray, timeout_s: float, seek: bool = True) -> None:
+    """Decode frames ``indices`` (any order, repeats allowed) into ``out`` ``(T, H, W, 3)`` uint8 RGB.
+
+    Wanted frames are visited in ascending order: seek when the next is ``SEEK_MIN_GAP`` or more
+    ahead (and ``seek``), else ``grab()`` the frames between. Raises ImageError when the stream
+    ends before a wanted frame (truncated, or a declared frame count larger than the frames it
+    holds), when a frame's size differs from the declared one, or past the deadline.
+    """
+    import cv2
+    where: dict[int, list[int]] = {}
+    for k, i in enumerate(indices):
+        where.setdefault(int(i), []).append(k)
+    pos = 0  # index of the frame the next read returns
+    h, w = meta.height, meta.width
+    for target in sorted(where):
+        if seek and target - pos >= SEEK_MIN_GAP:
+            if cap.set(cv2.CAP_PROP_POS_FRAMES, float(target)) and int(cap.get(cv2.CAP_PROP_POS_FRAMES)) == target:
+                pos = target
+        while pos < target:
+            if stream.expired or time.monotonic() > stream.deadline:
+                raise timed_out(f"decode frames {_span(indices)}", timeout_s)
+            if not cap.grab():
+                raise _ended(pos, target, meta, stream, timeout_s)
+            pos += 1
+        ok, frame = cap.read()
+        if not ok or frame is None:
+            raise _ended(pos, target, meta, stream, timeout_s)
+        if frame.shape != (h, w, 3) or frame.dtype != np.uint8:
+            raise ImageError(f"expected every frame to be {h}x{w} (HxW) uint8 as the container declares, "
+                             f"got {frame.shape[0]}x{frame.shape[1]} {frame.dtype} at frame {target}; a "
+                             f"stream whose size changes is not supported: re-encode it at one size")
+        first, *rest = where[target]
+        cv2.cvtColor(frame, cv2.COLOR_BGR2RGB, dst=out[first])
+        for k in rest:
+            out[k] = out[first]
+        pos += 1
+
+
+def _span(indices: Sequence[int]) -> str:
+    return f"{min(indices)}..{max(indices)}" if indices else "(none)"
+
+
+def _ended(pos: int, target: int, meta: VideoMeta, stream: DeadlineStream, timeout_s: float) -> ImageError:
+    if stream.expired:
+        return timed_out(f"decode up to frame {target}", timeout_s)
+    return ImageError(f"expected frame {target} of the {meta.total_num_frames} frames the container "
+                      f"declares, but the stream ended after {pos} frames; the file is truncated or "
+                      f"its header lies: re-encode or re-download it")

@@ -1,0 +1,133 @@
+"""Encoded video sources: the container from the first bytes, and a bounded, time-limited stream.
+
+A path is stat'ed and opened only as a regular file within ``max_source_bytes``
+(``vlmprep.io.inputs.open_image_file``); bytes are read from memory. Either way the decoder reads
+through ``DeadlineStream``, which ends the stream (EOF) once the item's time is up, so FFmpeg
+stops at its next read instead of running on: no temp file is ever written.
+"""
+from __future__ import annotations
+
+import io
+import os
+import time
+from typing import Any
+
+from ...errors import ImageError
+from ..inputs import encoded_buffer, is_ndarray, is_torch_tensor, open_image_file
+
+__all__ = ["DeadlineStream", "sniff_container", "is_encoded", "open_stream", "head_bytes", "timed_out"]
+
+_ENCODED = (bytes, bytearray, memoryview)
+
+
+def is_encoded(source: Any) -> bool:
+    """Whether ``source`` is a video file (path or bytes), not decoded frames."""
+    return isinstance(source, (*_ENCODED, str, os.PathLike))
+
+
+def sniff_container(head: bytes) -> str:
+    """The container from a file's first bytes: mp4, mov, mkv, webm, avi, gif, webp, or ""."""
+    if head[4:8] == b"ftyp":
+        return "mov" if head[8:12] == b"qt  " else "mp4"
+    if head[4:8] in (b"moov", b"mdat", b"wide", b"free"):
+        return "mov"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "webm" if b"webm" in head[:64] else "mkv"
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "avi"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    return ""
+
+
+class DeadlineStream(io.BufferedIOBase):
+    """A seekable binary stream over bytes or an open file that reads as EOF past ``deadline``
+    (``time.monotonic()``); ``expired`` says whether that happened."""
+
+    def __init__(self, raw: Any, deadline: float):
+        super().__init__()
+        self._raw = raw
+        self.deadline = deadline
+        self.expired = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def _late(self) -> bool:
+        if time.monotonic() > self.deadline:
+            self.expired = True
+        return self.expired
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._late():
+            return b""
+        return self._raw.read(-1 if size is None else size)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.read(size)
+
+    def readinto(self, b: Any) -> int:
+        if self._late():
+            return 0
+        return self._raw.readinto(b)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+def open_stream(source: Any, max_bytes: int, deadline: float) -> tuple[DeadlineStream, bytes]:
+    """Path or bytes -> (a DeadlineStream at offset 0, its first 64 bytes). Raises ImageError
+    (missing or special file, too large). The caller closes the stream."""
+    if isinstance(source, _ENCODED):
+        buf = encoded_buffer(source, max_bytes)
+        raw: Any = io.BytesIO(buf)
+    else:
+        raw = io.BufferedReader(open_image_file(source, max_bytes), 1 << 16)
+    head = raw.read(64)
+    raw.seek(0)
+    return DeadlineStream(raw, deadline), head
+
+
+def head_bytes(source: Any, max_bytes: int) -> bytes:
+    """The first 64 bytes of a path or bytes (same checks as ``open_stream``)."""
+    stream, head = open_stream(source, max_bytes, float("inf"))
+    stream.close()
+    return head
+
+
+def timed_out(what: str, timeout_s: float) -> ImageError:
+    return ImageError(f"expected the video to {what} within {timeout_s:g} s (VideoLimits.timeout_s), "
+                      f"it took longer; the file is huge, damaged or hostile: re-encode it, sample fewer "
+                      f"frames, or raise timeout_s if it is trusted")
+
+
+def kind_of(source: Any) -> str:
+    """"encoded", "array", "tensor" or "images" (a list/tuple of frames); else ImageError."""
+    if is_encoded(source):
+        if isinstance(source, str) and "://" in source[:32]:
+            raise ImageError("expected a local video file path or its bytes, got a URL; vlmprep never "
+                             "downloads by itself: fetch the file first and pass its bytes")
+        return "encoded"
+    if is_ndarray(source):
+        return "array"
+    if is_torch_tensor(source):
+        return "tensor"
+    if isinstance(source, (list, tuple)):
+        return "images"
+    raise ImageError(f"expected a video: a path, bytes, a (T, H, W, 3) uint8 array, a (T, 3, H, W) uint8 "
+                     f"tensor or a list of images, got {type(source).__module__}.{type(source).__name__}; "
+                     f"pass one of those (wrapped in vlmprep.Video to give options)")
