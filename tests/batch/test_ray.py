@@ -22,7 +22,7 @@ pa = pytest.importorskip("pyarrow", reason="the Ray integration needs pyarrow (p
 from vlmprep.batch import rows as rows_mod  # noqa: E402
 from vlmprep.batch.config import JobConfig  # noqa: E402
 from vlmprep.batch.sources import Sample  # noqa: E402
-from vlmprep.integrations.ray import Preprocess, plan_tokens, rows_from_batch  # noqa: E402
+from vlmprep.integrations.ray import Preprocess, plan_tokens, rows_from_batch, run_ray  # noqa: E402
 
 CFG = JobConfig(preset="qwen2-vl", shard_size=3)
 
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.con
 @pytest.fixture(scope="module")
 def local_ray():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+    # address="local": always a fresh cluster of our own (never a stale or foreign one)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -214,3 +215,13 @@ def test_run_engine_ray_writes_the_local_shards(local_ray, image_folder, tmp_pat
     assert b["images"] == a["images"] and b["skipped"] == a["skipped"] and b["tokens"] == a["tokens"]
     assert _sha(remote) == want
     assert shards.read_manifest(remote)["shards"] == shards.read_manifest(local)["shards"]
+
+
+def test_run_ray_refuses_a_pool_the_cluster_cannot_place(local_ray, tmp_path):
+    """8 actors on the test cluster's 4 CPUs: refused before any actor is asked for (Ray would
+    wait for them forever), naming what is missing and the fix."""
+    items = [(None, part) for part in range(8)]  # never read: the check comes first
+    with pytest.raises(ValueError, match=r"expected a Ray cluster with 8 CPU .* got 4.*fewer --workers"):
+        next(iter(run_ray(items, tmp_path, CFG, workers=8)))
+    with pytest.raises(ValueError, match="workers: expected an int >= 1"):
+        run_ray(items, tmp_path, CFG, workers=0)
