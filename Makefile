@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint clean sanitize fuzz fuzz-short gpu-check-dry
+.PHONY: venv demo test lint clean sanitize fuzz fuzz-short gpu-check-dry test-engines
 
 venv: $(STAMP)
 
@@ -107,3 +107,22 @@ gpu-check-dry: venv
 .PHONY: wheel-check
 wheel-check: venv
 	VLMPREP_WHEEL_TEST=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/test_wheel.py
+
+# The real-engine suite (tests/integration, marker `engines`; issue 16): vlmprep's adapters fed to the
+# real vLLM 0.33 and SGLang 0.5.23 input paths on the CPU (tiny local checkpoints, no weights). Its own
+# venv, build/engines/venv, made once from requirements/engines.txt (vLLM pins torch 2.14.0; about
+# 6 minutes and 9.4 GB); SGLang goes beside it with --no-deps (the file's `# no-deps:` line). vlmprep
+# is taken from this tree (PYTHONPATH). `make test` skips these tests: vLLM / SGLang are not in .venv.
+ENGINES_VENV  := build/engines/venv
+ENGINES_PY    := $(ENGINES_VENV)/bin/python
+ENGINES_STAMP := $(ENGINES_VENV)/.installed
+
+$(ENGINES_STAMP): requirements/engines.txt
+	test -x $(ENGINES_PY) || $(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_PY) -m pip install --quiet --disable-pip-version-check -r requirements/engines.txt
+	$(ENGINES_PY) -m pip install --quiet --disable-pip-version-check --no-deps \
+	  $$(sed -n 's/^# no-deps: *//p' requirements/engines.txt)
+	touch $(ENGINES_STAMP)
+
+test-engines: $(ENGINES_STAMP)
+	PYTHONPATH=$(CURDIR) $(ENGINES_PY) -m pytest -q -p no:cacheprovider -rs -m engines tests/integration $(PYTEST_ARGS)
