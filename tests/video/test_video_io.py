@@ -14,9 +14,21 @@ from conftest import VIDEO_SPECS, VideoCase
 from PIL import Image
 
 from vlmprep.errors import ImageError
-from vlmprep.io.video import Video, VideoLimits, VideoMeta, as_video, decode_frames, probe_video
+from vlmprep.io.video import Video, VideoLimits, VideoMeta, as_video
+from vlmprep.io.video import decode_frames as _decode_frames
+from vlmprep.io.video import probe_video as _probe_video
+from vlmprep.io.video.tcodec import available as torchcodec_available
 
 cv2 = pytest.importorskip("cv2")
+
+
+def probe_video(video, limits=None, decoder="opencv"):
+    """The OpenCV path, whatever is installed (torchcodec has its own tests below)."""
+    return _probe_video(video, limits, decoder=decoder)
+
+
+def decode_frames(video, indices, limits=None, seek=True, decoder="opencv"):
+    return _decode_frames(video, indices, limits, seek=seek, decoder=decoder)
 
 
 def cv2_sequential(path) -> np.ndarray:
@@ -52,6 +64,7 @@ def test_probe_matches_what_was_written(video_case: VideoCase):
     assert probe_video(Video(video_case.path, fps=2.0)) == probe_video(video_case.data)
 
 
+@pytest.mark.hf
 def test_probe_matches_transformers_opencv_reader(video_case: VideoCase):
     vu = pytest.importorskip("transformers.video_utils")
     frames, md = vu.load_video(str(video_case.path), backend="opencv", num_frames=6)
@@ -295,3 +308,56 @@ def test_bytes_leave_no_temp_files(videos, tmp_path, monkeypatch):
         probe_video(case.data)
         decode_frames(case.data, [0, 3])
     assert list(tmp_path.iterdir()) == []
+
+
+# -- torchcodec (transformers' default decoder), when importable -------------------------------------
+
+needs_torchcodec = pytest.mark.skipif(not torchcodec_available(), reason="torchcodec is not importable")
+
+
+@needs_torchcodec
+@pytest.mark.hf
+def test_torchcodec_equals_transformers_default(video_case: VideoCase):
+    """decoder="torchcodec" (and "auto" with it installed) gives transformers' fetch_videos frames
+    and metadata; the frames also equal the OpenCV path's (measured on every case here)."""
+    vu = pytest.importorskip("transformers.video_utils")
+    frames, md = vu.load_video(str(video_case.path), backend="torchcodec")
+    frames = np.asarray(frames).transpose(0, 2, 3, 1)  # torchcodec's reader gives TCHW
+    for src in (video_case.path, video_case.data):
+        m = _probe_video(src, decoder="torchcodec")
+        assert (m.total_num_frames, m.fps, m.duration, m.height, m.width) == \
+            (md.total_num_frames, md.fps, md.duration, md.height, md.width)
+        idx = sample(m.total_num_frames)
+        got = _decode_frames(src, idx, decoder="torchcodec")
+        np.testing.assert_array_equal(got, frames[idx])
+    assert _probe_video(video_case.path) == m  # auto
+    np.testing.assert_array_equal(decode_frames(video_case.path, idx), got)
+
+
+@needs_torchcodec
+def test_torchcodec_rotation(videos, rotated_videos):
+    plain = _decode_frames(videos.get("mp4v_mp4").path, [0, 47], decoder="torchcodec")
+    for deg, path in rotated_videos.items():
+        assert _probe_video(path, decoder="torchcodec").rotation == deg
+        np.testing.assert_array_equal(_decode_frames(path, [0, 47], decoder="torchcodec"),
+                                      np.rot90(plain, -deg // 90, axes=(1, 2)))
+
+
+@needs_torchcodec
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_torchcodec_hostile(bad_videos, name):
+    """Every bad file is an ImageError or (torchcodec counts the frames the file really holds)
+    exactly the frames OpenCV reads; never another exception."""
+    path = bad_videos[name].path
+    try:
+        m = _probe_video(path, decoder="torchcodec")
+        got = _decode_frames(path, list(range(m.total_num_frames)), decoder="torchcodec")
+    except ImageError as e:
+        assert "expected" in str(e) and str(path) in str(e)
+        return
+    np.testing.assert_array_equal(got, cv2_sequential(path)[: len(got)])
+
+
+def test_decoder_names():
+    with pytest.raises(ValueError, match="decoder"):
+        _probe_video(b"", decoder="pyav")

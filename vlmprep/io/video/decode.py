@@ -1,8 +1,9 @@
 """``probe_video`` (metadata only) and ``decode_frames`` (the sampled frames), for every video input.
 
 Dispatch, in one place: a frame sequence (array, tensor, list of images) is indexed; an animated
-GIF or WebP goes through Pillow (``animated``); every other file through OpenCV's FFmpeg
-(``opencv``). Each call checks the declared metadata against ``VideoLimits`` before anything is
+GIF or WebP goes through Pillow (``animated``); every other file through the ``decoder``:
+torchcodec (``tcodec``: transformers' default, used by "auto" when importable) or OpenCV's FFmpeg
+(``opencv``: "auto" otherwise). Each call checks the declared metadata against ``VideoLimits`` before anything is
 decoded, allocates exactly ``len(indices) x H x W x 3`` bytes for the output (checked against
 ``max_total_pixels`` first), and raises ImageError naming the item for every bad input.
 """
@@ -14,18 +15,34 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError, describe_source
-from . import animated, frames, opencv
+from . import animated, frames, opencv, tcodec
 from .sources import kind_of, open_stream, sniff_container, timed_out
 from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
 
-__all__ = ["probe_video", "decode_frames"]
+__all__ = ["probe_video", "decode_frames", "DECODERS", "resolve_decoder"]
+
+#: Decoder names: "auto" (torchcodec when importable, else OpenCV), "torchcodec", "opencv".
+DECODERS = ("auto", "torchcodec", "opencv")
+
+
+def resolve_decoder(decoder: str) -> str:
+    """"auto" -> "torchcodec" when importable, else "opencv"; a name as given (checked)."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}; pass decoder='auto'")
+    if decoder == "auto":
+        return "torchcodec" if tcodec.available() else "opencv"
+    if decoder == "torchcodec" and not tcodec.available():
+        raise ValueError("decoder='torchcodec': expected torchcodec importable (with its FFmpeg "
+                         "libraries), it is not; pip install torchcodec, or pass decoder='opencv'")
+    return decoder
 
 
 def _check_meta(meta: VideoMeta, limits: VideoLimits, size: int | None) -> None:
     """Refuse declared metadata no real video has, or beyond the limits (before any decode)."""
-    what = meta.container.upper() or "video"
+    what = f"an {meta.container.upper()}" if meta.container in ("avi", "mkv", "mp4") else \
+        f"a {meta.container.upper() or 'video'}"
     if meta.total_num_frames < 1:
-        raise ImageError(f"expected a {what} with at least one frame, got one declaring 0 frames; the "
+        raise ImageError(f"expected {what} with at least one frame, got one declaring 0 frames; the "
                          f"file is empty or its header is broken: re-encode it")
     if meta.height < 1 or meta.width < 1:
         raise ImageError(f"expected frames of at least 1x1 pixels, got {meta.height}x{meta.width} (HxW) "
@@ -57,7 +74,8 @@ def _stream_size(stream: Any) -> int:
     return int(end)
 
 
-def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool) -> tuple[VideoMeta, np.ndarray | None]:
+def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
+         decoder: str) -> tuple[VideoMeta, np.ndarray | None]:
     v: Video = as_video(video)
     lim = limits_of(limits)
     kind = kind_of(v.source)
@@ -84,6 +102,15 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool) -> 
                 return meta, None
             out = _alloc(meta, indices, lim)
             animated.read_animation(data, meta, indices, out, deadline, lim.timeout_s)
+            return meta, out
+        if decoder == "torchcodec":
+            dec = tcodec.open_decoder(stream, container, lim.timeout_s)
+            meta = tcodec.decoder_meta(dec, container)
+            _check_meta(meta, lim, size)
+            if indices is None:
+                return meta, None
+            out = _alloc(meta, indices, lim)
+            tcodec.read_frames(dec, stream, meta, indices, out, lim.timeout_s)
             return meta, out
         try:
             cap = opencv.open_capture(stream, container)
@@ -139,30 +166,36 @@ def _named(video: Any, fn: Any) -> Any:
                          source=describe_source(src)) from e
 
 
-def probe_video(video: Video | Any, limits: VideoLimits | Any = None) -> VideoMeta:
+def probe_video(video: Video | Any, limits: VideoLimits | Any = None, *, decoder: str = "auto") -> VideoMeta:
     """Container metadata of one video -> ``VideoMeta``; no frame is decoded (FFmpeg's stream probe
     reads the headers and may parse a few packets). ``video``: a ``Video`` or a bare item;
     ``limits``: ``VideoLimits``, an ``ops.decode`` (its pixel limit) or None (defaults).
+    ``decoder``: "auto" (torchcodec when importable, as transformers; else OpenCV), "torchcodec"
+    or "opencv"; probe and decode a video with the same one (their metadata may differ slightly:
+    docs/how-to/video.md). Animated GIF/WebP and frame sequences do not depend on it.
 
     Raises ImageError (naming the item: expected / got / fix) for an unreadable or hostile file:
     not a video, truncated before its index, zero frames, more frames than bytes, a declared frame
     count, duration or rate beyond the limits, frames above the pixel limit, or past timeout_s.
     """
-    return _named(video, lambda: _run(video, limits, None, True)[0])
+    name = resolve_decoder(decoder)
+    return _named(video, lambda: _run(video, limits, None, True, name)[0])
 
 
 def decode_frames(video: Video | Any, indices: Sequence[int], limits: VideoLimits | Any = None,
-                  *, seek: bool = True) -> np.ndarray:
+                  *, seek: bool = True, decoder: str = "auto") -> np.ndarray:
     """Frames ``indices`` (source frame numbers, any order, repeats allowed) -> ``(T, H, W, 3)``
     uint8 RGB, C-contiguous, ``T = len(indices)``, H x W as ``probe_video`` says (rotation applied).
 
-    ``seek``: seek to far-apart frames (FFmpeg: the keyframe before, then decode forward) instead
+    ``decoder``: as for ``probe_video``. ``seek`` (OpenCV; torchcodec always seeks, by its exact
+    frame index): seek to far-apart frames (FFmpeg: the keyframe before, then decode forward) instead
     of decoding every frame in between; the frames are the same either way for constant frame
     rate streams (tests/video), while FFmpeg maps a frame number to a time with the average
     rate, so for a variable frame rate stream pass ``seek=False`` to get exactly the n-th frame.
     Raises ImageError as ``probe_video`` does, and when the stream ends before a wanted frame,
     a frame's size differs from the declared one, or the sampled total exceeds max_total_pixels.
     """
-    out = _named(video, lambda: _run(video, limits, list(indices), seek)[1])
+    name = resolve_decoder(decoder)
+    out = _named(video, lambda: _run(video, limits, list(indices), seek, name)[1])
     assert out is not None
     return out
