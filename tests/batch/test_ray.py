@@ -225,3 +225,15 @@ def test_run_ray_refuses_a_pool_the_cluster_cannot_place(local_ray, tmp_path):
         next(iter(run_ray(items, tmp_path, CFG, workers=8)))
     with pytest.raises(ValueError, match="workers: expected an int >= 1"):
         run_ray(items, tmp_path, CFG, workers=0)
+
+
+def test_run_ray_failed_item_is_job_failed(local_ray, image_folder, tmp_path):
+    """A cause that is not an image's (here the output is a file, so the shard cannot be
+    written) stops the job as the local engine does: JobFailed naming the item and the cause."""
+    from vlmprep.batch import run as run_mod
+    from vlmprep.batch import sources
+    unit = sources.discover([str(image_folder.path)])[0]
+    not_a_folder = tmp_path / "out"
+    not_a_folder.write_text("a file")
+    with pytest.raises(run_mod.JobFailed, match=r"a Ray actor failed .*--resume.*photos part 0"):
+        list(run_ray([(unit, 0)], not_a_folder, CFG))

@@ -308,9 +308,33 @@ class _ShardWorker:
         results = []
         for k in batch["item"]:
             unit, part = self.items[int(k)]
-            info = run.process_item(self.proc, unit, part, self.output, self.config)
+            try:
+                info = run.process_item(self.proc, unit, part, self.output, self.config)
+            except Exception as e:  # not an image's (process_samples never raises for one)
+                raise _ItemFailed(f"{unit.name} part {part}: {type(e).__name__}: {e}") from e
             results.append(pickle.dumps(info))  # our own actor's value, back to our driver
         return {"item": np.asarray(batch["item"]), "result": _objects(results)}
+
+
+class _ItemFailed(RuntimeError):
+    """A work item failed in an actor for a cause that is not an image's (names the item)."""
+
+
+def _cause(e: BaseException) -> str:
+    """Our actor's message out of Ray's wrapping. Ray Data re-raises a UDF's error as a
+    UserCodeException that carries the remote traceback as text only, so the line our
+    ``_ItemFailed`` printed is looked up there; else the first line of ``e``."""
+    mark = f"{_ItemFailed.__module__}.{_ItemFailed.__qualname__}: "
+    x: BaseException | None = e
+    seen: set[int] = set()
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        for line in str(x).splitlines():
+            if line.startswith(mark):
+                return line[len(mark):]
+        x = x.__cause__
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 def _check_resources(workers: int, num_gpus: float) -> None:
@@ -366,7 +390,17 @@ def _run(items: list, output: str, cfg: JobConfig, workers: int, gpus: float) ->
                                                    "output": output, "workers": workers},
                             compute=ray.data.ActorPoolStrategy(size=workers),
                             num_cpus=1, num_gpus=gpus or None)
-        for row in ds.iter_rows():
+        rows = iter(ds.iter_rows())
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                break
+            except Exception as e:  # a failed actor task: Ray wraps the cause in its own errors
+                from ..batch.run import JobFailed
+                raise JobFailed(f"a Ray actor failed (not an image's fault; the manifest lists the "
+                                f"shards done: fix the cause and run again with --resume): "
+                                f"{_cause(e)}") from e
             yield pickle.loads(row["result"])
     finally:
         ctx.enable_progress_bars = bars
