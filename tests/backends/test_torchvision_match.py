@@ -31,11 +31,11 @@ pytestmark = pytest.mark.hf
 
 PRESETS = vlmprep.presets.names()
 
-# Real photos: up- and downscales for every family, a thin strip, a tiny image, and two images of
-# one shape (transformers resizes those as one stacked batch).
+# Real photos: up- and downscales for every family, thin strips (down to one pixel), a tiny image,
+# and two images of one shape (transformers resizes those as one stacked batch).
 PHOTOS = [crop("astronaut", 301, 453), crop("hopper", 477, 389), crop("chelsea", 97, 131),
           crop("astronaut", 97, 131), crop("chelsea", 17, 451), crop("coffee", 5, 7),
-          tiled("rocket", 1010, 1390)]
+          crop("chelsea", 1, 150), crop("chelsea", 150, 1), tiled("rocket", 1010, 1390)]
 # The levels table (docs/how-to/vllm.md): photos at ten sizes, 97x131 to 2000x1500.
 SWEEP = [crop("astronaut", 301, 453), crop("hopper", 477, 389), crop("chelsea", 97, 131),
          tiled("rocket", 1010, 1390), tiled("coffee", 1500, 2100), tiled("astronaut", 720, 1280),
@@ -98,6 +98,24 @@ def test_levels_table(preset):
     figures.record("transformers' PIL vs torchvision processor, levels (match='torchvision': 0)",
                    f"{preset}: max {max(worst)}, mean {total / n:.4f}, differing "
                    f"{100 * diff / n:.2f}% (per size {worst})")
+
+
+def test_resize_memory_format(seed):
+    """tv_match.resize passes HWC-memory images as they are: the same bits as transformers' call
+    on the C-contiguous image, for random sizes, contents and every antialiased filter."""
+    from torchvision.transforms.v2 import functional as F
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        h, w = (int(v) for v in rng.integers(1, 400, 2))
+        out = tuple(int(v) for v in rng.integers(1, 400, 2))
+        hwc = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        if rng.random() < 0.5:  # smooth content too
+            hwc = (np.cumsum(hwc, axis=1, dtype=np.int64) // max(w, 1) % 256).astype(np.uint8)
+        img = torch.from_numpy(hwc).permute(2, 0, 1)
+        for interp in ("bilinear", "bicubic", "lanczos"):
+            want = F.resize(img.contiguous(), list(out), interpolation=tv_match.MODES[interp],
+                            antialias=True)
+            assert torch.equal(tv_match.resize(img, out, interp), want), ((h, w), out, interp)
 
 
 @pytest.mark.parametrize("preset", ["qwen2-vl", "internvl", "idefics3", "llava-next"])
