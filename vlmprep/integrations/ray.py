@@ -357,9 +357,11 @@ def run_ray(work_items: Sequence[tuple[Unit, int]], output: str | os.PathLike, c
     ``num_gpus`` GPU each; None: 1 on a cuda device, else 0) builds the job's Processor once and
     runs ``vlmprep.batch.run.process_item`` per item: the local engine's reader, rows and shard
     writer, so names and bytes are the local engine's. Results come in completion order; the
-    caller (``vlmprep.batch.run.run``) keeps the manifest, resume included. Ray is initialised
-    here when it is not (``RAY_ADDRESS`` joins a running cluster) and shut down after. On several
-    nodes ``output`` and the inputs must be on storage every node sees.
+    caller (``vlmprep.batch.run.run``) keeps the manifest, resume included. When Ray is not
+    initialised, this connects to ``RAY_ADDRESS`` (``"auto"``: the cluster ``ray start`` runs on
+    this machine) or, without it, starts a fresh local Ray, and disconnects (or stops it) after.
+    On several nodes ``output`` and the inputs must be on storage every node sees. A work item
+    that fails for a cause not an image's raises ``vlmprep.batch.run.JobFailed``.
     """
     cfg = _job_config(config)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -376,7 +378,9 @@ def _run(items: list, output: str, cfg: JobConfig, workers: int, gpus: float) ->
         return
     started = not ray.is_initialized()
     if started:
-        ray.init()
+        # RAY_ADDRESS joins a cluster ("auto": the one `ray start` runs on this machine); else a
+        # fresh local Ray of our own: a bare ray.init() may join a dead leftover and hang
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "local")
     ctx = ray.data.DataContext.get_current()
     bars = ctx.enable_progress_bars
     ctx.enable_progress_bars = False  # `vlmprep run` draws its own bar
