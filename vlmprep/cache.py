@@ -2,7 +2,7 @@
 
 A key hashes what the image *is* (its encoded bytes, a file's bytes, an array's raw bytes with
 shape and dtype, a PIL image's pixels with mode and size) together with everything that decides
-the output (the resolved pipeline, backend, device and dtype), so a hit is bit-exact to
+the output (the resolved pipeline, backend, device, dtype and match), so a hit is bit-exact to
 processing the image again. Used by ``vlmprep.loader.DataLoader(cache=...)`` and the async
 Batcher, both through ``key_for`` / ``get`` / ``put`` only::
 
@@ -44,7 +44,8 @@ def _batch_nbytes(b: "PackedBatch") -> int:
 
 def _config_fingerprint(proc: "Processor") -> bytes:
     return json.dumps({"pipeline": proc.pipeline.to_dict(), "backend": proc.backend_name,
-                       "device": str(proc.device), "dtype": str(proc.dtype)},
+                       "device": str(proc.device), "dtype": str(proc.dtype),
+                       "match": proc.match},
                       sort_keys=True).encode()
 
 

@@ -66,11 +66,12 @@ def test_keys_follow_content_and_config(seed, proc, tmp_path):
     b[-1, -1, -1] ^= 1  # one bit of one pixel
     assert cache.key_for(b, proc) != k
     assert cache.key_for(np.ascontiguousarray(a[:, :-1]), proc) != k  # shape
-    # Config: a field override, the dtype, the backend, the preset.
+    # Config: a field override, the dtype, the backend, match, the preset.
     others = [vlmprep.Processor("qwen2-vl", backend="reference", max_pixels=3136 * 4),
               vlmprep.Processor("qwen2-vl", backend="reference", dtype="bfloat16"),
               vlmprep.Processor("qwen2-vl", backend="reference", dtype="uint8"),
               vlmprep.Processor("qwen2-vl", backend="torch"),
+              vlmprep.Processor("qwen2-vl", backend="torch", match="torchvision"),
               vlmprep.Processor("qwen3-vl", backend="reference")]
     keys = {k} | {cache.key_for(a, p) for p in others}
     assert len(keys) == 1 + len(others)
