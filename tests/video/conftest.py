@@ -201,6 +201,59 @@ def mp4_rotated(data: bytes, degrees: int) -> bytes:
     return bytes(b)
 
 
+def _boxes(b: bytes | bytearray, start: int, end: int):
+    """(offset, size, type) of the MP4 boxes in ``b[start:end]``."""
+    pos = start
+    while pos + 8 <= end:
+        size, kind = struct.unpack_from(">I4s", b, pos)
+        yield pos, size, kind
+        pos += size
+
+
+def mp4_vfr(data: bytes, deltas: list[int]) -> bytes:
+    """The MP4 with its video track's sample durations (stts) replaced by ``deltas`` (one per
+    frame, in the track's time scale): a variable frame rate stream of the same frames. The moov
+    box (OpenCV writes it after mdat) grows; the boxes holding stts get their sizes fixed."""
+    b = bytes(data)
+    path = []
+    start, end = 0, len(b)
+    for want in (b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stts"):
+        for pos, size, kind in _boxes(b, start, end):
+            if kind == want:
+                path.append((pos, size))
+                start, end = pos + 8, pos + size
+                break
+        else:
+            raise ValueError(f"no {want!r} box")
+    runs: list[list[int]] = []
+    for d in deltas:
+        if runs and runs[-1][1] == d:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, d])
+    stts = struct.pack(">I4sII", 16 + 8 * len(runs), b"stts", 0, len(runs))
+    stts += b"".join(struct.pack(">II", n, d) for n, d in runs)
+    pos, size = path[-1]
+    grow = len(stts) - size
+    out = bytearray(b[:pos] + stts + b[pos + size:])
+    for p, s in path[:-1]:
+        struct.pack_into(">I", out, p, s + grow)
+    return bytes(out)
+
+
+@pytest.fixture(scope="session")
+def vfr_video(videos, tmp_path_factory) -> tuple[Path, VideoCase, list[int]]:
+    """(path, the mp4v_mp4 case it was made from, its per-frame durations in the 1/12288 s
+    time base OpenCV writes at 24 fps): frames 0-15 at 24 fps, 16-31 at 16 fps, 32-47 at 48 fps,
+    2 s in all as before (the muxer's edit list ends the track at 2 s: FFmpeg drops frames after)."""
+    case = videos.get("mp4v_mp4")
+    unit = 512  # OpenCV's mp4 muxer: time scale 12288, 512 per frame at 24 fps
+    deltas = [unit] * 16 + [unit * 3 // 2] * 16 + [unit // 2] * 16
+    p = tmp_path_factory.mktemp("vfr") / "vfr.mp4"
+    p.write_bytes(mp4_vfr(case.data, deltas))
+    return p, case, deltas
+
+
 @dataclass(frozen=True)
 class BadVideo:
     name: str

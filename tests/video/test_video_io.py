@@ -106,6 +106,28 @@ def test_seek_every_far_frame(videos):
     np.testing.assert_array_equal(decode_frames(case.data, idx), oracle[idx])
 
 
+def test_variable_frame_rate_mp4(videos, vfr_video):
+    """A VFR track (stts with 3 rates) is detected from its header and read without seeks: every
+    frame equals the sequential read's (OpenCV's seek, by the average rate, misses 44..47 here)."""
+    import io as _io
+
+    from vlmprep.io.video.mp4 import video_track_is_vfr
+    path, case, deltas = vfr_video
+    data = path.read_bytes()
+    assert video_track_is_vfr(_io.BytesIO(data), len(data))
+    for name in ("mp4v_mp4", "mp4v_mov"):
+        d = videos.get(name).data
+        assert not video_track_is_vfr(_io.BytesIO(d), len(d))
+    m = probe_video(path)
+    assert (m.total_num_frames, m.fps, m.duration) == (48, 24.0, 2.0)  # the average rate
+    oracle = cv2_sequential(path)
+    np.testing.assert_array_equal(oracle, cv2_sequential(case.path))  # same frames, other times
+    for i in (47, 44, 20, 33):
+        np.testing.assert_array_equal(decode_frames(data, [i]), oracle[i:i + 1])
+    idx = sample(48)
+    np.testing.assert_array_equal(decode_frames(path, idx), oracle[idx])
+
+
 def test_skipped_encoders_are_named(videos):
     """Cases whose encoder this OpenCV lacks skip with the reason (decoding them is FFmpeg's job)."""
     for name in ("h264_mp4", "hevc_mp4", "av1_mkv"):
@@ -332,6 +354,14 @@ def test_torchcodec_equals_transformers_default(video_case: VideoCase):
         np.testing.assert_array_equal(got, frames[idx])
     assert _probe_video(video_case.path) == m  # auto
     np.testing.assert_array_equal(decode_frames(video_case.path, idx), got)
+
+
+@needs_torchcodec
+def test_torchcodec_vfr(vfr_video):
+    path = vfr_video[0]
+    oracle = cv2_sequential(path)
+    idx = sample(48)
+    np.testing.assert_array_equal(_decode_frames(path, idx, decoder="torchcodec"), oracle[idx])
 
 
 @needs_torchcodec

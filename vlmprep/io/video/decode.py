@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError, describe_source
-from . import animated, frames, opencv, tcodec
+from . import animated, frames, mp4, opencv, tcodec
 from .sources import kind_of, open_stream, sniff_container, timed_out
 from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
 
@@ -112,6 +112,8 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             out = _alloc(meta, indices, lim)
             tcodec.read_frames(dec, stream, meta, indices, out, lim.timeout_s)
             return meta, out
+        if indices is not None and seek and container in ("mp4", "mov") and mp4.video_track_is_vfr(stream, size):
+            seek = False  # OpenCV seeks by the average rate: the wrong frames in a VFR track
         try:
             cap = opencv.open_capture(stream, container)
         except ImageError:
