@@ -93,15 +93,15 @@ def _require(cols: Mapping[str, Any], name: str, arg: str) -> None:
 
 
 def _read_path(path: str, max_bytes: int) -> tuple[bytes | None, str | None]:
-    """The bytes of a struct's ``path`` (when ``bytes`` is null), at most ``max_bytes``."""
+    """The bytes of a struct's ``path`` (when ``bytes`` is null): a regular file only (never a
+    FIFO or device, which could block or never end), at most ``max_bytes``, as the readers of
+    ``vlmprep run`` read files."""
+    from ..errors import ImageError
+    from ..io.inputs import read_image_file
     try:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as e:
-        return None, f"the {{bytes, path}} struct has null bytes and its path is unreadable ({e})"
-    if len(data) > max_bytes:
-        return None, f"file over max_source_bytes={max_bytes}"
-    return data, None
+        return read_image_file(path, max_bytes), None
+    except ImageError as e:
+        return None, f"the {{bytes, path}} struct has null bytes and its path is unusable: {e}"
 
 
 def _encoded(value: Any, max_bytes: int) -> tuple[bytes | None, str | None]:
