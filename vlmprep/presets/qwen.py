@@ -2,13 +2,19 @@
 
 Defaults are the public checkpoints' ``preprocessor_config.json`` values, not the
 transformers class defaults (class default max_pixels is 1,003,520: 12.8x lower).
+Video defaults (``video_defaults``) are the checkpoints' video processor configs, read as
+transformers 5.x reads them (``VIDEO_CONFIGS``).
 """
 from __future__ import annotations
 
+import functools
+import json
+import os
 from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
+from ..plan.video import VIDEO_DEFAULTS, VideoOptions
 from ._config import HALF, config_interpolation, config_normalize, need, normalize_steps
 
 #: Image-processor class names (4.x and 5.x spellings) that this family's configs carry.
@@ -81,3 +87,87 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"qwen2-vl": qwen2_vl, "qwen3-vl": qwen3_vl}
+
+
+# -- video -------------------------------------------------------------------------------------
+#: transformers 5.24's class defaults of the two Qwen video processors (what a config leaves out).
+VIDEO_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "Qwen2VLVideoProcessor": dict(min_pixels=128 * 28 * 28, max_pixels=28 * 28 * 768, fps=None,
+                                  num_frames=None, min_frames=4, max_frames=768,
+                                  do_sample_frames=False, max_video_tokens=128000),
+    "Qwen3VLVideoProcessor": dict(min_pixels=128 * 32 * 32, max_pixels=32 * 32 * 768, fps=2,
+                                  num_frames=None, min_frames=4, max_frames=768,
+                                  do_sample_frames=True, max_video_tokens=768),
+}
+
+
+def _checkpoint(name: str) -> dict[str, Any]:
+    with open(os.path.join(os.path.dirname(__file__), "checkpoints", f"{name}.json"),
+              encoding="utf-8") as f:
+        return json.load(f)
+
+
+def video_configs() -> dict[str, dict[str, Any]]:
+    """family -> the config transformers 5.x builds the checkpoint's video processor from.
+
+    Qwen2-VL-* and Qwen2.5-VL-* ship no ``video_preprocessor_config.json``: transformers falls back
+    to ``preprocessor_config.json`` (its min/max_pixels become the video size; every frame is kept,
+    ``do_sample_frames`` being False). Qwen3-VL-* ship one (Qwen/Qwen3-VL-8B-Instruct: a clip
+    budget of 4096..25,165,824 pixels, 2 fps, 4..768 frames).
+    """
+    qwen2 = _checkpoint("qwen2-vl")
+    return {
+        "qwen2-vl": qwen2,
+        "qwen2.5-vl": {**qwen2, "processor_class": "Qwen2_5_VLProcessor"},
+        "qwen3-vl": {
+            "size": {"longest_edge": 25165824, "shortest_edge": 4096},
+            "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+            "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+            "do_sample_frames": True, "fps": 2, "min_frames": 4, "max_frames": 768,
+            "processor_class": "Qwen3VLProcessor", "video_processor_type": "Qwen3VLVideoProcessor",
+        },
+    }
+
+
+def video_family(cfg: Mapping[str, Any]) -> str:
+    """``"qwen3-vl"``, ``"qwen2.5-vl"`` or ``"qwen2-vl"`` from a video (or image) config."""
+    if cfg.get("video_processor_type") == "Qwen3VLVideoProcessor" or cfg.get(
+            "processor_class") == "Qwen3VLProcessor" or need(cfg, "patch_size", 14) == 16:
+        return "qwen3-vl"
+    return "qwen2.5-vl" if cfg.get("processor_class") == "Qwen2_5_VLProcessor" else "qwen2-vl"
+
+
+def video_from_config(cfg: Mapping[str, Any], sampling: str = "transformers") -> VideoOptions:
+    """VideoOptions from a ``video_preprocessor_config.json`` (or, for checkpoints without one,
+    ``preprocessor_config.json``), as the transformers video processor reads it: the class
+    defaults fill what is absent; Qwen2's top-level min_pixels / max_pixels win over ``size``."""
+    family = video_family(cfg)
+    d = VIDEO_CLASS_DEFAULTS["Qwen3VLVideoProcessor" if family == "qwen3-vl"
+                             else "Qwen2VLVideoProcessor"]
+    size = cfg.get("size") or {}
+    if not isinstance(size, Mapping):
+        raise ValueError(f"video_preprocessor_config: 'size' expected a dict with shortest_edge/"
+                         f"longest_edge, got {size!r}")
+    lo = size.get("shortest_edge") or d["min_pixels"]
+    hi = size.get("longest_edge") or d["max_pixels"]
+    if family != "qwen3-vl":  # Qwen2VLVideoProcessor.__init__ folds them into size
+        lo = cfg.get("min_pixels") or lo
+        hi = cfg.get("max_pixels") or hi
+    fps = need(cfg, "fps", d["fps"])
+    return VideoOptions(
+        fps=float(fps) if fps is not None else None, num_frames=cfg.get("num_frames", d["num_frames"]),
+        min_frames=int(need(cfg, "min_frames", d["min_frames"])),
+        max_frames=int(need(cfg, "max_frames", d["max_frames"])),
+        min_pixels=int(lo), max_pixels=int(hi),
+        do_sample_frames=bool(need(cfg, "do_sample_frames", d["do_sample_frames"])),
+        sampling=sampling, cap_pixels_per_frame=bool(cfg.get("cap_pixels_per_frame") or False),
+        max_video_tokens=int(need(cfg, "max_video_tokens", d["max_video_tokens"])), family=family)
+
+
+def video_defaults(family: str) -> VideoOptions:
+    """The public checkpoint's VideoOptions of ``family`` (``video_configs()``)."""
+    return video_from_config(video_configs()[family])
+
+
+VIDEO_DEFAULTS.update({f: functools.partial(video_defaults, f)
+                       for f in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")})
