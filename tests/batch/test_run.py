@@ -148,8 +148,13 @@ def test_output_folder_rules(tmp_path, image_folder):
     run([str(image_folder.path)], str(out2), CFG, progress=False)
     with pytest.raises(ValueError, match="holding a vlmprep output.*--resume"):
         run([str(image_folder.path)], str(out2), CFG, progress=False)
-    # --overwrite with another shard size: the old shards go, a file of the user's stays
+    # --overwrite with another shard size: the old shards go (one renamed but never recorded,
+    # as a kill leaves it, too), a file of the user's stays
     (out2 / "notes.txt").write_text("keep me")
+    man = shards.read_manifest(out2)
+    unrecorded = list(man["shards"])[-1]
+    del man["shards"][unrecorded]
+    shards.write_manifest(out2, man)
     s = run([str(image_folder.path)], str(out2), JobConfig(preset="qwen2-vl", shard_size=8),
             overwrite=True, progress=False)
     assert s["shards"] == 1

@@ -193,7 +193,7 @@ def _local_pool(items: Sequence[WorkItem], output: str, config: JobConfig, worke
     n = min(workers, len(items))
     for _ in range(n):
         tasks.put(None)
-    procs = [ctx.Process(target=_worker, args=(config, output, workers, tasks, results,
+    procs = [ctx.Process(target=_worker, args=(config, output, n, tasks, results,
                                                os.getpid()), daemon=True, name=f"vlmprep-run-{i}")
              for i in range(n)]
     for p in procs:
@@ -278,8 +278,14 @@ def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: boo
                              f"entries ({shown}); pick an empty --output, or pass --overwrite "
                              f"to write shards into it (files of other names are kept)")
         return None
-    if overwrite:
-        for name in manifest.get("shards", {}):
+    if overwrite:  # the old job's shards: listed, or renamed but not yet listed when it died
+        names = set(manifest.get("shards", {}))
+        for unit, info in (manifest.get("units") or {}).items():
+            parts = info.get("parts", 0) if isinstance(info, dict) else 0
+            names |= {shards.shard_name(unit, p, f) for p in range(parts) for f in shards.FORMATS}
+        for name in names:
+            if os.path.basename(name) != name:  # a damaged manifest must not aim elsewhere
+                continue
             try:
                 os.remove(os.path.join(output, name))
             except FileNotFoundError:
@@ -327,7 +333,7 @@ def _shard_done(output: str, name: str, info: dict) -> bool:
 
 
 def _summary(manifest: dict, run_images: int, run_tokens: int, shards_written: int,
-             wall_s: float, write_s: float, process_s: float) -> dict:
+             wall_s: float, startup_s: float | None, write_s: float, process_s: float) -> dict:
     infos = manifest["shards"].values()
     reasons: dict[str, int] = {}
     for info in infos:
@@ -343,6 +349,7 @@ def _summary(manifest: dict, run_images: int, run_tokens: int, shards_written: i
         "shards": len(manifest["shards"]),
         "run_images": run_images, "run_tokens": run_tokens, "run_shards": shards_written,
         "wall_s": round(wall_s, 3),
+        "startup_s": None if startup_s is None else round(startup_s, 3),
         "images_per_s": round(run_images / wall_s, 2) if wall_s > 0 else 0.0,
         "tokens_per_s": round(run_tokens / wall_s, 1) if wall_s > 0 else 0.0,
         "write_fraction": round(write_s / process_s, 4) if process_s > 0 else 0.0,
@@ -369,8 +376,10 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
 
     Summary keys: output, complete, images, processed (ok rows), skipped (error rows),
     skipped_by_reason, tokens, bytes, shards (the whole job, resumed shards included); run_images,
-    run_tokens, run_shards, wall_s, images_per_s, tokens_per_s, write_fraction (shard writing
-    time / processing time, summed over this run's shards) for this call.
+    run_tokens, run_shards, wall_s, startup_s (until the first image was done: discovery, the
+    Processor, the workers; None if nothing was done; the Ray engine reports per shard, so its
+    first shard's time is included), images_per_s, tokens_per_s (over wall_s), write_fraction
+    (shard writing time / reading+processing time, summed over this run's shards) for this call.
     Bad images never stop the job: they are error rows with their reason.
     """
     from .. import __version__
@@ -414,10 +423,13 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
     bar = progress_mod.bar(total=todo, desc="vlmprep run", unit="img", enabled=progress)
     run_images = run_tokens = written = 0
     write_s = process_s = 0.0
+    first: float | None = None
     t0 = time.perf_counter()
 
     def on_images(n: int, tokens: int) -> None:
-        nonlocal run_images, run_tokens
+        nonlocal run_images, run_tokens, first
+        if first is None:
+            first = time.perf_counter() - t_start
         run_images += n
         run_tokens += tokens
         bar.update(n)
@@ -459,6 +471,6 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         bar.close()
     manifest["complete"] = True
     manifest["summary"] = _summary(manifest, run_images, run_tokens, written,
-                                   time.perf_counter() - t_start, write_s, process_s)
+                                   time.perf_counter() - t_start, first, write_s, process_s)
     shards.write_manifest(output, manifest)
     return manifest["summary"]

@@ -105,11 +105,11 @@ def job_config(args: argparse.Namespace):
         checkpoint = os.path.abspath(checkpoint)  # the same job from any working folder
     if preset is not None or checkpoint is not None and os.path.exists(checkpoint):
         load_pipeline(preset or checkpoint, args.set)  # names a wrong field or syntax
-    elif args.set and any("=" not in s for s in args.set):
-        load_pipeline("qwen2-vl", [s for s in args.set if "=" not in s])  # the syntax message
     overrides = {}
     for s in args.set:
-        k, _, v = s.partition("=")
+        k, sep, v = s.partition("=")
+        if not sep or not k.strip():  # a hub checkpoint: load_pipeline did not see the flags
+            raise UsageError(f"--set: expected FIELD=VALUE, got {s!r}")
         overrides[k.strip()] = parse_value(v)
     try:
         return JobConfig(preset=preset, checkpoint=checkpoint, backend=args.backend,
@@ -130,7 +130,8 @@ def _print_summary(s: dict) -> None:
         ("visual tokens", f"{s['tokens']:,}"),
         ("shard bytes", f"{s['bytes']:,} in {s['shards']} shards"),
         ("this run", f"{s['run_images']} images, {s['run_shards']} shards"),
-        ("wall time (s)", f"{s['wall_s']:.2f}"),
+        ("wall time (s)", f"{s['wall_s']:.2f}" + (
+            f" (first image after {s['startup_s']:.2f})" if s["startup_s"] is not None else "")),
         ("images/s", f"{s['images_per_s']:.2f}"),
         ("visual tokens/s", f"{s['tokens_per_s']:,.0f}"),
     ]
