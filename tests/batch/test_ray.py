@@ -102,7 +102,8 @@ def test_preprocess_output_is_typed_as_the_shard(image_folder, proc):
     columns have the parquet shard's schema; id_column=None takes the source column as id."""
     from vlmprep.batch import shards
     good = image_folder.good[:2]
-    batch = {"bytes": np.array([image_folder.data[i] for i in good] + [None], dtype=object),
+    # NaN: how read_webdataset(decoder=None) fills a group's missing member
+    batch = {"bytes": np.array([image_folder.data[i] for i in good] + [float("nan")], dtype=object),
              "path": np.array(good + ["missing"], dtype=object)}
     out = Preprocess(CFG, id_column=None, source_column="path")(batch)
     n = len(rows_mod.ROW_COLUMNS)

@@ -108,7 +108,8 @@ def _encoded(value: Any, max_bytes: int) -> tuple[bytes | None, str | None]:
     """One cell of the image column -> (encoded bytes, None) or (None, reason).
 
     Accepted: bytes-like (object arrays of bytes, pyarrow binary), a Hugging Face ``{bytes, path}``
-    struct (a dict; ``path`` is read when ``bytes`` is null)."""
+    struct (a dict; ``path`` is read when ``bytes`` is null). Null is None, or NaN where
+    ``read_webdataset`` fills a group's missing member."""
     if hasattr(value, "as_py"):  # a pyarrow scalar
         value = value.as_py()
     if isinstance(value, Mapping):
@@ -118,7 +119,7 @@ def _encoded(value: Any, max_bytes: int) -> tuple[bytes | None, str | None]:
                 return None, "the {bytes, path} struct has neither bytes nor a path"
             return _read_path(str(path), max_bytes)
         value = data
-    if value is None:
+    if value is None or (isinstance(value, float) and value != value):  # read_webdataset: NaN
         return None, "no image bytes (null)"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value), None
