@@ -8,7 +8,8 @@ code under test. Files are built once per session, lazily (a test pays for the v
 What this OpenCV (5.0, FFmpeg avcodec 62) can write, probed with ``cv2.VideoWriter``: mp4v in
 .mp4 / .mov / .mkv, MJPG and XVID in .avi, VP8 and VP9 in .webm, FFV1 (lossless) in .mkv. It has
 no H.264, HEVC or AV1 encoder (avc1/H264/X264, hev1/HEVC, av01/AV01 fail to open): those cases
-are skipped with that reason. GIF and WebP animations are written with Pillow.
+are written with PyAV (libx264 / libx265 with B-frames, SVT-AV1) when it is importable, else
+skipped with that reason. GIF and WebP animations are written with Pillow.
 """
 from __future__ import annotations
 
@@ -102,6 +103,41 @@ def write_cv2(path: Path, frames: np.ndarray, fps: float, fourcc: str) -> str | 
     return None
 
 
+#: fourcc -> the PyAV (FFmpeg) encoder used when OpenCV cannot write it (PyAV's wheels carry
+#: libx264, libx265 and SVT-AV1); H.264 and HEVC with B-frames, so decode order != display order.
+_PYAV_ENCODERS = {"avc1": "libx264", "hev1": "libx265", "av01": "libsvtav1"}
+
+
+def write_pyav(path: Path, frames: np.ndarray, fps: float, codec: str) -> str | None:
+    """Write RGB frames with PyAV -> None, or why not (PyAV not importable, no such encoder)."""
+    try:
+        import av
+    except ImportError:
+        return "PyAV is not installed (pip install av to test this codec)"
+    from fractions import Fraction
+    try:
+        with av.open(str(path), "w") as out:
+            st = out.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
+            st.width, st.height = frames.shape[2], frames.shape[1]
+            st.pix_fmt = "yuv420p"
+            if codec == "libx264":
+                st.options = {"bf": "3", "g": "12", "preset": "veryfast"}
+            elif codec == "libx265":
+                st.options = {"x265-params": "bframes=3:keyint=12:log-level=error"}
+            elif codec == "libsvtav1":
+                st.options = {"preset": "12", "g": "12"}
+            for f in frames:
+                for pkt in st.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
+                    out.mux(pkt)
+            for pkt in st.encode():
+                out.mux(pkt)
+    except Exception as e:  # noqa: BLE001 (an encoder missing from this PyAV build)
+        if path.exists():
+            path.unlink()
+        return f"PyAV cannot write {codec} ({type(e).__name__}: {e})"
+    return None
+
+
 class VideoFactory:
     """Builds each named video once, in a session folder."""
 
@@ -124,6 +160,11 @@ class VideoFactory:
             frames = pan_zoom(photo, int(round(fps * seconds)), wh)
             path = self.root / f"{name}{ext}"
             why = write_cv2(path, frames, fps, fourcc)
+            if why and fourcc in _PYAV_ENCODERS:
+                why2 = write_pyav(path, frames, fps, _PYAV_ENCODERS[fourcc])
+                if why2:
+                    return f"{why}; {why2}"
+                why = None
             if why:
                 return why
             frames.setflags(write=False)

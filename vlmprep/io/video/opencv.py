@@ -108,6 +108,11 @@ def _span(indices: Sequence[int]) -> str:
 def _ended(pos: int, target: int, meta: VideoMeta, stream: DeadlineStream, timeout_s: float) -> ImageError:
     if stream.expired:
         return timed_out(f"decode up to frame {target}", timeout_s)
+    if pos == 0:
+        return ImageError(f"expected frames from this {meta.codec or 'video'} stream, OpenCV's FFmpeg decoded "
+                          f"none; its codec is one that FFmpeg cannot decode (e.g. AV1 without a "
+                          f"software AV1 decoder) or the file is corrupt: install torchcodec "
+                          f"(decoder='torchcodec') or re-encode the video (e.g. H.264)")
     return ImageError(f"expected frame {target} of the {meta.total_num_frames} frames the container "
                       f"declares, but the stream ended after {pos} frames; the file is truncated or "
                       f"its header lies: re-encode or re-download it")
