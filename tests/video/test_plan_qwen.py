@@ -20,6 +20,7 @@ import pytest
 
 from tests.hfref import config
 from vlmprep.errors import ImageError
+from vlmprep.io.video import Video, VideoMeta
 from vlmprep.plan import video as pv
 from vlmprep.plan.qwen import (
     VIDEO_TOKEN,
@@ -37,23 +38,12 @@ SPECIAL = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>
 PROMPT = "a <|vision_start|><|video_pad|><|vision_end|> b"
 
 
-@dataclass(frozen=True)
-class Meta:
-    """vlmprep.io.video.VideoMeta's fields (a synthetic container header)."""
-
-    total_num_frames: int
-    fps: float
-    duration: float
-    height: int
-    width: int
-    rotation: int = 0
-    codec: str = ""
-    container: str = ""
+Meta = VideoMeta
 
 
 @dataclass(frozen=True)
 class Item:
-    """vlmprep.Video's sampling options."""
+    """vlmprep.Video's sampling fields without its constructor's checks (a hostile caller)."""
 
     fps: float | None = None
     num_frames: int | None = None
@@ -200,8 +190,8 @@ def spec_args(spec):
         return None, {}
     kind, v = spec
     if kind == "fps":
-        return Item(fps=v), dict(do_sample_frames=True, fps=v, num_frames=None)
-    return Item(num_frames=v), dict(do_sample_frames=True, num_frames=v, fps=None)
+        return Video("x", fps=v), dict(do_sample_frames=True, fps=v, num_frames=None)
+    return Video("x", num_frames=v), dict(do_sample_frames=True, num_frames=v, fps=None)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -247,7 +237,7 @@ def test_pixel_bounds_and_cap(folders, fam):
             init["max_video_tokens"] = mvt
         proc = processor(folders, fam, **init)
         hf = run_hf(proc, m, frames_of(total, h, w), **kw)
-        check_same(plan_video(fam, m, opts, Item(fps=2.0)), hf, proc, tps)
+        check_same(plan_video(fam, m, opts, Video("x", fps=2.0)), hf, proc, tps)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -256,7 +246,7 @@ def test_window_is_a_trimmed_clip(folders, fam):
     samples that trimmed clip (indices offset back to the source; Qwen3's prompt times are the
     trimmed clip's, as transformers given the trimmed frames writes them)."""
     m = meta(50, 10.0, 90, 160)
-    plan = plan_video(fam, m, per_item=Item(start=1.04, end=3.0))
+    plan = plan_video(fam, m, per_item=Video("x", start=1.04, end=3.0))
     assert plan.ok
     first, last = 11, 30
     trimmed = meta(last - first + 1, 10.0, 90, 160)
@@ -317,8 +307,8 @@ def test_qwen_vl_utils_sampling():
     # qwen_vl_utils' variant differs from transformers on a thin frame (PEERS.md §2.1)
     assert smart_resize_qwen_vl_utils(10, 2000, 28, 3136, 12845056) == (28, 1988)
     # indices: float32 torch.linspace, both ends kept, inside a start/end window too
-    for total, fps, item in ((451, 30.0, None), (1000, 29.97, Item(fps=1.0)),
-                             (250, 25.0, Item(start=2.0, end=7.5)), (77, 10.0, Item(num_frames=9))):
+    for total, fps, item in ((451, 30.0, None), (1000, 29.97, Video("x", fps=1.0)),
+                             (250, 25.0, Video("x", start=2.0, end=7.5)), (77, 10.0, Video("x", num_frames=9))):
         p = plan_video("qwen3-vl", meta(total, fps, 90, 160),
                        replace(video_defaults("qwen3-vl"), sampling="qwen_vl_utils"), item)
         assert p.ok, p.error
@@ -357,12 +347,12 @@ def test_vllm_sampling():
     import torch
     o2 = replace(video_defaults("qwen2-vl"), sampling="vllm")
     # 17 frames at 10 fps, fps 8.5 -> n 14: transformers' float32 arange reaches index 17
-    assert plan_video("qwen2-vl", meta(17, 10.0, 90, 160), per_item=Item(fps=8.5)).error
-    p = plan_video("qwen2-vl", meta(17, 10.0, 90, 160), o2, Item(fps=8.5))
+    assert plan_video("qwen2-vl", meta(17, 10.0, 90, 160), per_item=Video("x", fps=8.5)).error
+    p = plan_video("qwen2-vl", meta(17, 10.0, 90, 160), o2, Video("x", fps=8.5))
     ref = torch.clamp(torch.arange(0, 17, 17 / 14).int(), max=16).tolist()
     assert p.frame_indices == ref + [ref[-1]] * (len(ref) % 2) and len(ref) == 15
     # num_frames is ignored, fps capped at 30
-    p = plan_video("qwen2-vl", meta(600, 60.0, 90, 160), o2, Item(fps=60.0))
+    p = plan_video("qwen2-vl", meta(600, 60.0, 90, 160), o2, Video("x", fps=60.0))
     assert len(p.frame_indices) == 300
     p3 = plan_video("qwen3-vl", meta(300, 30.0, 90, 160),
                     replace(video_defaults("qwen3-vl"), sampling="vllm"))
@@ -402,17 +392,17 @@ HOSTILE = [
     (Meta(100, 30.0, 3.0, 100_000, 100_000), None, "pixels", True),
     # qwen2-vl keeps every frame (its checkpoint's do_sample_frames=False); qwen3-vl samples 2 fps
     (Meta(10**6, 30.0, 3e4, 90, 160), None, "sampled frames", False),
-    # qwen3-vl's 768 frames of 1080p decode to 4.8 GB: above max_decode_bytes
-    (Meta(10**6, 30.0, 3e4, 1080, 1920), None, "sampled frames", True),
-    (Meta(3000, 30.0, 100.0, 4000, 4000), Item(num_frames=3000), "max_decode_bytes", True),
+    # qwen3-vl's 768 frames of 1080p: exactly the decoder's max_total_pixels
+    (Meta(10**6, 30.0, 3e4, 1080, 1920), None, "sampled frames", False),
+    (Meta(3000, 30.0, 100.0, 4000, 4000), Video("x", num_frames=3000), "max_total_pixels", True),
     # unknown fps: Qwen2VLVideoProcessor cannot sample by fps; Qwen3 assumes 24
-    (Meta(100, 0.0, 0.0, 90, 160), Item(fps=2.0), "known source fps", False),
+    (Meta(100, 0.0, 0.0, 90, 160), Video("x", fps=2.0), "known source fps", False),
     (Meta(100, 30.0, 3.0, 90, 160), Item(fps=float("nan")), "fps", True),
     (Meta(100, 30.0, 3.0, 90, 160), Item(fps=2.0, num_frames=8), "mutually exclusive", True),
     (Meta(100, 30.0, 3.0, 90, 160), Item(num_frames=10**9), "num_frames", True),
     (Meta(100, 30.0, 3.0, 90, 160), Item(start=5.0, end=1.0), "window", True),
     (Meta(100, 30.0, 3.0, 90, 160), Item(start=float("nan")), "start", True),
-    (Meta(1, 30.0, 0.03, 90, 160), Item(fps=2.0), "frames", True),   # one frame, sampled
+    (Meta(1, 30.0, 0.03, 90, 160), Video("x", fps=2.0), "frames", True),   # one frame, sampled
     (Meta(100, 30.0, 3.0, 2, 1000), None, "aspect ratio", True),
 ]
 

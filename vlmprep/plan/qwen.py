@@ -302,11 +302,10 @@ def _qwen_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, c
     pf = pipeline.patchify
     p, tps, merge = pf.patch_size, pf.temporal_patch_size, pf.merge_size
     factor = p * merge
-    dec = pipeline["decode"]
     n = video_num_frames(qwen3, clip, opts, tps)
-    check_budget(n + 1, meta, dec)  # type: ignore[arg-type]  # + 1: Qwen2's arange may add one
+    check_budget(n, meta, clip.limits)
     idx = _indices(qwen3, clip, opts, n)
-    n = len(idx)
+    n = len(idx)  # Qwen2's float32 arange may give one more (vllm sampling keeps it)
     h, w = meta.height, meta.width
     if opts.sampling == "qwen_vl_utils":
         lo = _QVU_MIN_TOKENS * factor * factor
@@ -322,7 +321,7 @@ def _qwen_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, c
                               _max_pixels(False, opts, family, n, factor, tps))
     pad = -n % tps
     gt, gh, gw = (n + pad) // tps, rh // p, rw // p
-    check_budget(n, meta, dec, gt * gh * gw, 3 * tps * p * p)  # type: ignore[arg-type]
+    check_budget(n, meta, clip.limits, gt * gh * gw, 3 * tps * p * p)
     idx += [idx[-1]] * pad
     frame_tokens = gh * gw // (merge * merge)
     tokens = gt * frame_tokens

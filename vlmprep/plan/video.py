@@ -31,26 +31,22 @@ from ..errors import ImageError
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..ops import decode
+    from ..io.video.types import VideoLimits
     from ..pipeline import Pipeline
 
 __all__ = ["VideoMetaLike", "VideoItemLike", "VideoOptions", "VideoPlan", "Clip", "VideoRule",
            "VIDEO_RULES", "VIDEO_PRESET", "VIDEO_DEFAULTS", "SAMPLINGS", "video_rule", "video_defaults",
            "plan_video", "check_meta", "check_budget", "known_fps", "clip_window",
            "uniform_indices", "linspace_indices", "linspace_indices_f32", "arange_indices_f32",
-           "MAX_SOURCE_FRAMES", "MAX_SOURCE_FPS", "MAX_SOURCE_SECONDS", "MAX_SAMPLED_FRAMES"]
+           "MAX_SOURCE_FPS", "MAX_SAMPLED_FRAMES"]
 
 #: Frame sampling rules a ``VideoOptions`` may name: ``"transformers"`` (the model's transformers
 #: video processor; the default), ``"qwen_vl_utils"`` (Qwen's own ``process_vision_info``:
 #: ``smart_nframes`` + a total-pixel budget), ``"vllm"`` (vLLM's video loader for the family).
 SAMPLINGS = ("transformers", "qwen_vl_utils", "vllm")
 
-#: Declared frame counts above this are hostile (about 6.5 days at 30 fps).
-MAX_SOURCE_FRAMES = 1 << 24
-#: Declared frame rates above this are hostile (WebM's 1 ms timebase can read as 1000 fps: allowed).
-MAX_SOURCE_FPS = 100_000.0
-#: Declared durations above this are hostile (about 115 days).
-MAX_SOURCE_SECONDS = 1e7
+#: A requested sampling rate above this is refused (the decoder's default ``max_fps``).
+MAX_SOURCE_FPS = 1000.0
 #: Frames one video may sample (decode) at most, whatever the options say.
 MAX_SAMPLED_FRAMES = 1 << 16
 
@@ -227,11 +223,13 @@ class VideoPlan:
 @dataclass(frozen=True)
 class Clip:
     """The part of the source a rule samples from: ``count`` frames from ``first`` (a
-    ``Video``'s start / end, else the whole video); ``fps`` the source rate, None if unknown."""
+    ``Video``'s start / end, else the whole video); ``fps`` the source rate, None if unknown;
+    ``limits`` the bounds ``plan_video`` was given (pass them to ``check_budget``)."""
 
     first: int
     count: int
     fps: float | None
+    limits: Any = None
 
 
 #: A video rule: ``rule(pipeline, meta, options, clip, index) -> VideoPlan``.
@@ -271,32 +269,40 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_meta(meta: VideoMetaLike, dec: "decode") -> None:
-    """Raise ImageError unless ``meta`` is a plannable video: 1..MAX_SOURCE_FRAMES frames, a
-    frame of 1x1..``dec.max_source_pixels`` pixels, fps finite in [0, MAX_SOURCE_FPS] (0:
-    unknown), duration finite in [0, MAX_SOURCE_SECONDS] (or None)."""
+def _limits(limits: Any) -> "VideoLimits":
+    from ..io.video.types import limits_of
+    return limits_of(limits)
+
+
+def check_meta(meta: VideoMetaLike, limits: Any = None) -> None:
+    """Raise ImageError unless ``meta`` is a plannable video under ``limits`` (a
+    ``vlmprep.io.video.VideoLimits``, an ``ops.decode`` (its per-frame pixels, the video defaults
+    otherwise) or None: the defaults; the same bounds the decoder applies): 1..max_frames frames,
+    frames of 1x1..max_source_pixels pixels, fps finite in [0, max_fps] (0: unknown), duration
+    finite in [0, max_seconds] (or None)."""
+    lim = _limits(limits)
     n = getattr(meta, "total_num_frames", None)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise _fail("video", "at least 1 frame", n, "the file declares no frames (empty or "
                     "truncated): re-encode it")
-    if n > MAX_SOURCE_FRAMES:
-        raise _fail("video", f"at most {MAX_SOURCE_FRAMES:,} frames", n, "the declared frame "
-                    "count is absurd (corrupt header): re-encode or cut the video")
+    if n > lim.max_frames:
+        raise _fail("video", f"at most {lim.max_frames:,} frames (max_frames)", n, "the declared "
+                    "frame count is absurd (corrupt header): re-encode or cut the video")
     h, w = getattr(meta, "height", None), getattr(meta, "width", None)
     if not (isinstance(h, int) and isinstance(w, int)) or h < 1 or w < 1:
         raise _fail("video", "frames of at least 1x1 pixels", f"{h}x{w} (HxW)",
                     "the file declares no picture size: re-encode it")
-    if h * w > dec.max_source_pixels:
-        raise _fail("video", f"frames of at most {dec.max_source_pixels:,} pixels",
+    if h * w > lim.max_source_pixels:
+        raise _fail("video", f"frames of at most {lim.max_source_pixels:,} pixels",
                     f"{h}x{w} = {h * w:,}", "downscale the video or raise max_source_pixels= if "
                     "it is trusted")
     fps: Any = getattr(meta, "fps", None)
-    if not _num(fps) or not (math.isfinite(fps) and 0 <= fps <= MAX_SOURCE_FPS):
-        raise _fail("video fps", f"a finite rate in [0, {MAX_SOURCE_FPS:g}] (0: unknown)", fps,
+    if not _num(fps) or not (math.isfinite(fps) and 0 <= fps <= lim.max_fps):
+        raise _fail("video fps", f"a finite rate in [0, {lim.max_fps:g}] (0: unknown)", fps,
                     "the container's frame rate is corrupt: re-encode the video")
     d: Any = getattr(meta, "duration", None)
-    if d is not None and (not _num(d) or not (math.isfinite(d) and 0 <= d <= MAX_SOURCE_SECONDS)):
-        raise _fail("video duration", f"finite seconds in [0, {MAX_SOURCE_SECONDS:g}]", d,
+    if d is not None and (not _num(d) or not (math.isfinite(d) and 0 <= d <= lim.max_seconds)):
+        raise _fail("video duration", f"finite seconds in [0, {lim.max_seconds:g}]", d,
                     "the container's duration is corrupt: re-encode the video")
 
 
@@ -331,24 +337,26 @@ def clip_window(meta: VideoMetaLike, start: float | None, end: float | None) -> 
     return Clip(first, last - first + 1, fps)
 
 
-def check_budget(num_frames: int, meta: VideoMetaLike, dec: "decode", num_patches: int = 0,
+def check_budget(num_frames: int, meta: VideoMetaLike, limits: Any = None, num_patches: int = 0,
                  patch_dim: int = 0) -> None:
-    """Raise ImageError when a plan would decode or output more than the limits allow: at most
-    MAX_SAMPLED_FRAMES frames; the decoded frames (``num_frames * H * W * 3`` bytes) and the
-    float32 output (``num_patches * patch_dim * 4`` bytes) each within ``dec.max_decode_bytes``.
-    Called with the counts before any list or string of that size is built."""
+    """Raise ImageError when a plan would decode or output more than ``limits`` allow (see
+    ``check_meta``): at most MAX_SAMPLED_FRAMES frames; the decoded frames (``num_frames * H * W``
+    pixels) and the output (``num_patches * patch_dim / 3`` pixels) each within
+    ``max_total_pixels``. Called with the counts before any list or string of that size exists."""
+    lim = _limits(limits)
     fix = "sample fewer frames (Video(src, fps=...) or num_frames=...)"
     if num_frames > MAX_SAMPLED_FRAMES:
         raise _fail("video", f"at most {MAX_SAMPLED_FRAMES:,} sampled frames", num_frames, fix)
-    decoded = num_frames * meta.height * meta.width * 3
-    if decoded > dec.max_decode_bytes:
-        raise _fail("video", f"decoded frames within max_decode_bytes={dec.max_decode_bytes:,}",
-                    f"{num_frames} frames of {meta.height}x{meta.width} = {decoded:,} bytes",
-                    fix + ", or raise max_decode_bytes= if the input is trusted")
-    out = num_patches * patch_dim * 4
-    if out > dec.max_decode_bytes:
-        raise _fail("video", f"float32 output within max_decode_bytes={dec.max_decode_bytes:,}",
-                    f"{num_patches:,} patches x {patch_dim} = {out:,} bytes",
+    decoded = num_frames * meta.height * meta.width
+    if decoded > lim.max_total_pixels:
+        raise _fail("video", f"sampled frames of at most max_total_pixels="
+                    f"{lim.max_total_pixels:,} pixels in all", f"{num_frames} frames of "
+                    f"{meta.height}x{meta.width} = {decoded:,}", fix + ", or raise "
+                    "max_total_pixels if the input is trusted")
+    out = num_patches * patch_dim // 3
+    if out > lim.max_total_pixels:
+        raise _fail("video", f"an output of at most max_total_pixels={lim.max_total_pixels:,} "
+                    f"pixels", f"{num_patches:,} patches x {patch_dim // 3} = {out:,}",
                     fix + " or lower max_pixels")
 
 
@@ -392,14 +400,16 @@ def arange_indices_f32(total: int, n: int) -> "np.ndarray":
 # -- dispatch ----------------------------------------------------------------------------------
 def plan_video(pipeline_or_family: "Pipeline | str", video_meta: VideoMetaLike,
                options: VideoOptions | None = None, per_item: VideoItemLike | None = None,
-               index: int = 0) -> VideoPlan:
+               index: int = 0, limits: Any = None) -> VideoPlan:
     """Plan one video from its metadata: the family's frame sampling, per-frame resize, grid,
     tokens and placeholder. Never raises for a bad video: the plan's ``error`` says why.
 
     ``pipeline_or_family``: a Pipeline (its name picks the rule unless ``options.family`` does)
     or a family name (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``, ...: its preset).
     ``options``: None: the family's checkpoint defaults. ``per_item``: a ``vlmprep.Video``
-    (its fps / num_frames / start / end). Raises ValueError only for an unknown family.
+    (its fps / num_frames / start / end). ``limits``: a ``vlmprep.io.video.VideoLimits`` (the
+    decoder's bounds; None: the defaults with the pipeline's ``decode.max_source_pixels``).
+    Raises ValueError only for an unknown family.
     """
     if isinstance(pipeline_or_family, str):
         family = options.family if options is not None and options.family else pipeline_or_family
@@ -419,9 +429,10 @@ def plan_video(pipeline_or_family: "Pipeline | str", video_meta: VideoMetaLike,
         options = video_defaults(family)
     try:
         opts = options.for_item(per_item)
-        check_meta(video_meta, pipeline["decode"])  # type: ignore[arg-type]
-        clip = clip_window(video_meta, getattr(per_item, "start", None),
-                           getattr(per_item, "end", None))
+        lim = _limits(limits if limits is not None else pipeline["decode"])
+        check_meta(video_meta, lim)
+        clip = replace(clip_window(video_meta, getattr(per_item, "start", None),
+                                   getattr(per_item, "end", None)), limits=lim)
         return rule(pipeline, video_meta, opts, clip, index)
     except ImageError as e:
         return VideoPlan(index=index, meta=video_meta, error=e.at(index=index))
