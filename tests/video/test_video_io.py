@@ -421,3 +421,11 @@ def test_torchcodec_hostile(bad_videos, name):
 def test_decoder_names():
     with pytest.raises(ValueError, match="decoder"):
         _probe_video(b"", decoder="pyav")
+
+
+@needs_torchcodec
+def test_torchcodec_time_bound(videos):
+    case = videos.get("xvid_avi")
+    for src in (case.path, case.data):
+        with pytest.raises(ImageError, match="timeout_s"):
+            _decode_frames(src, [29], VideoLimits(timeout_s=1e-9), decoder="torchcodec")

@@ -16,6 +16,8 @@ from .types import VideoMeta
 
 __all__ = ["available", "open_decoder", "decoder_meta", "read_frames"]
 
+_CHUNK = 32
+
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
@@ -57,17 +59,21 @@ def decoder_meta(dec: Any, container: str) -> VideoMeta:
 
 def read_frames(dec: Any, stream: DeadlineStream, meta: VideoMeta, indices: Sequence[int], out: np.ndarray,
                 timeout_s: float) -> None:
-    """Frames ``indices`` into ``out`` ``(T, H, W, 3)`` uint8 RGB (torchcodec seeks itself)."""
-    try:
-        data = dec.get_frames_at(indices=[int(i) for i in indices]).data
-    except Exception as e:  # noqa: BLE001
-        if stream.expired:
-            raise timed_out("decode its frames", timeout_s) from e
-        raise ImageError(f"expected frames {min(indices)}..{max(indices)} of the {meta.total_num_frames} the "
-                         f"file holds, torchcodec failed ({str(e).splitlines()[0][:200]}); the file is "
-                         f"truncated or corrupt: re-encode or re-download it") from e
-    if tuple(data.shape) != out.shape:
-        raise ImageError(f"expected frames of {out.shape[1]}x{out.shape[2]} (HxW) as the stream declares, "
-                         f"got {tuple(data.shape[1:3])}; a stream whose size changes is not supported: "
-                         f"re-encode it at one size")
-    out[...] = data.numpy()
+    """Frames ``indices`` into ``out`` ``(T, H, W, 3)`` uint8 RGB (torchcodec seeks itself), in
+    chunks of ``_CHUNK`` frames so that its own batch adds at most a chunk to the output."""
+    idx = [int(i) for i in indices]
+    for lo in range(0, len(idx), _CHUNK):
+        part = idx[lo:lo + _CHUNK]
+        try:
+            data = dec.get_frames_at(indices=part).data
+        except Exception as e:  # noqa: BLE001
+            if stream.expired:
+                raise timed_out("decode its frames", timeout_s) from e
+            raise ImageError(f"expected frames {min(part)}..{max(part)} of the {meta.total_num_frames} the "
+                             f"file holds, torchcodec failed ({str(e).splitlines()[0][:200]}); the file "
+                             f"is truncated or corrupt: re-encode or re-download it") from e
+        if tuple(data.shape) != (len(part), *out.shape[1:]):
+            raise ImageError(f"expected frames of {out.shape[1]}x{out.shape[2]} (HxW) as the stream "
+                             f"declares, got {tuple(data.shape[1:3])}; a stream whose size changes is not "
+                             f"supported: re-encode it at one size")
+        out[lo:lo + len(part)] = data.numpy()
