@@ -20,7 +20,7 @@ WORDS = ("describe", "the", "images", "a", "b", "c", "and", "user", "assistant")
 
 #: family -> the vlmprep preset whose packaged config gives the image processor
 PRESETS = {"qwen2-vl": "qwen2-vl", "llava-next": "llava-next", "internvl": "internvl",
-           "idefics3": "idefics3", "pixtral": "pixtral"}
+           "idefics3": "idefics3", "pixtral": "pixtral", "gemma3": "gemma3"}
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,16 @@ class Checkpoint:
 def _tokenizer(special=(), extra_special_tokens=None, bos_eos=("<s>", "</s>")):
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    vocab = {"[UNK]": 0, "[PAD]": 1, bos_eos[0]: 2, bos_eos[1]: 3, "\n": 4, "\n\n": 5}
+    vocab = {"[UNK]": 0, "[PAD]": 1, bos_eos[0]: 2, bos_eos[1]: 3}
+    for k in range(1, 5):
+        vocab["\n" * k] = len(vocab)
     for w in WORDS:
         vocab[w] = len(vocab)
     tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    # words split on spaces; newlines kept as tokens, "\n\n" as one (as the Llama 3 / SmolLM2
-    # tokenizers do, which vlmprep's Idefics3 token count assumes)
+    # words split on spaces; a run of up to 4 newlines is one token (as the Llama 3 / SmolLM2 / Gemma
+    # tokenizers do: vlmprep's Idefics3 token count and vLLM's Gemma 3 newline merge assume it)
     tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\n\n|\n"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"\n{1,4}"), behavior="isolated"),
         pre_tokenizers.Split(Regex(r"[ \t]+"), behavior="removed")])
     kw = {"extra_special_tokens": extra_special_tokens} if extra_special_tokens else {}
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]",
@@ -157,8 +159,24 @@ def _pixtral():
     return proc, cfg, "[IMG]", tok.convert_tokens_to_ids("[IMG]")
 
 
+def _gemma3():
+    import transformers as T
+    tok = _tokenizer(extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                           "image_token": "<image_soft_token>"})
+    proc = T.Gemma3Processor(image_processor=_image_processor("gemma3"), tokenizer=tok, image_seq_length=256)
+    i = tok.convert_tokens_to_ids
+    cfg = T.Gemma3Config(
+        text_config=_text(tok, "gemma3_text", head_dim=16),
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=896, patch_size=14),
+        mm_tokens_per_image=256, boi_token_index=i("<start_of_image>"), eoi_token_index=i("<end_of_image>"),
+        image_token_index=i("<image_soft_token>"))
+    cfg.architectures = ["Gemma3ForConditionalGeneration"]
+    return proc, cfg, "<start_of_image>", i("<image_soft_token>")
+
+
 BUILDERS = {"qwen2-vl": _qwen2_vl, "llava-next": _llava_next, "internvl": _internvl,
-            "idefics3": _idefics3, "pixtral": _pixtral}
+            "idefics3": _idefics3, "pixtral": _pixtral, "gemma3": _gemma3}
 
 
 def build(family: str, root: Path) -> Checkpoint:

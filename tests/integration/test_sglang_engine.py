@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from types import SimpleNamespace
 
 import pytest
 
@@ -62,6 +63,12 @@ class Engine:
             self.processor = QwenVLImageProcessor(self.config, server_args,
                                                   AutoProcessor.from_pretrained(str(self.ck.path)), mode)
             self.prompt_token = "<|vision_start|><|image_pad|><|vision_end|>"
+        elif family == "gemma3":
+            from sglang.srt.multimodal.processors.gemma3 import Gemma3SGLangImageProcessor
+            self.config = AutoConfig.from_pretrained(str(self.ck.path))
+            self.processor = Gemma3SGLangImageProcessor(self.config, server_args,
+                                                        AutoProcessor.from_pretrained(str(self.ck.path)), mode)
+            self.prompt_token = self.ck.image_token
         else:
             # SGLang serves InternVL as the original InternVLChatModel (its own config class); the
             # processor gets the tokenizer, as for that remote-code checkpoint
@@ -93,13 +100,15 @@ class Engine:
         import importlib
         module = {"Qwen2VLForConditionalGeneration": "qwen2_vl",
                   "Qwen2_5_VLForConditionalGeneration": "qwen2_5_vl",
-                  "InternVLChatModel": "internvl"}[arch]
+                  "InternVLChatModel": "internvl",
+                  "Gemma3ForConditionalGeneration": "gemma3_mm"}[arch]
         cls = getattr(importlib.import_module(f"sglang.srt.models.{module}"), arch)
         model = cls.__new__(cls)
         torch.nn.Module.__init__(model)
         model.config = self.config
         model.visual = VisionTower()
         model.use_data_parallel = False
+        model.language_model = SimpleNamespace(device=torch.device("cpu"))  # Gemma 3 moves the feature there
         return model
 
     def embed(self, out, model) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -152,7 +161,8 @@ def test_processor_output_accepted(engines, family):
 
 
 @pytest.mark.parametrize("family, arch", [("qwen2-vl", "Qwen2_5_VLForConditionalGeneration"),
-                                          ("internvl", "InternVLChatModel")])
+                                          ("internvl", "InternVLChatModel"),
+                                          ("gemma3", "Gemma3ForConditionalGeneration")])
 def test_precomputed_embedding_passed_through(engines, family, arch):
     """precomputed_embedding for the architectures whose get_image_feature passes the feature
     through: the scheduler places exactly our rows, in order, at the image tokens (no tower run)."""
@@ -168,7 +178,7 @@ def test_precomputed_embedding_passed_through(engines, family, arch):
     got, mask = eng.embed(out, model)
     assert model.visual.calls == []
     assert int(mask.sum()) == sum(batch.num_embeddings)
-    assert torch.equal(got, emb)
+    assert torch.equal(got.reshape(emb.shape), emb)  # Gemma 3: the 3-D (num_seqs, 256, H) feature
 
 
 def test_qwen2_vl_precomputed_would_be_reencoded(engines):
