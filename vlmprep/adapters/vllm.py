@@ -68,7 +68,8 @@ _NO_EMBEDDINGS: dict[str, str] = {
     "idefics3": "vLLM 0.33's Idefics3 / SmolVLM processor sizes the placeholder from the image "
                 "and rejects embedding items (idefics3.py get_replacement_idefics3: "
                 "mm_items.get_items('image', ImageProcessorItems) -> 'Invalid type of data items')",
-    "gemma3": "vLLM 0.33 takes no Gemma 3 embeddings (gemma3_mm.py: 'Gemma3 does not support "
+    "gemma3": "vLLM 0.33 takes no Gemma 3 embeddings (its processor rejects embedding items: "
+              "'Invalid type of data items'; gemma3_mm.py: 'Gemma3 does not support "
               "image_embeds.')",
     "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
     "siglip2": "SigLIP2 is a vision encoder, not a vLLM generation model",
