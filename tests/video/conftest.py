@@ -230,6 +230,40 @@ def _avi_patch(data: bytes, *, frames: int | None = None, wh: tuple[int, int] | 
     return bytes(b)
 
 
+def raw_avi(frames: np.ndarray, fps: int, declare_wh: tuple[int, int] | None = None) -> bytes:
+    """An uncompressed (BI_RGB, bottom-up BGR) AVI of ``frames``, written by hand (OpenCV's writer
+    has no raw codec). FFmpeg takes a raw stream's size from the header alone, so
+    ``declare_wh`` makes a file that declares any frame size while holding small frames."""
+    t, h, w = frames.shape[:3]
+    dw, dh = declare_wh or (w, h)
+    stride = (w * 3 + 3) & ~3
+    chunks = []
+    for f in frames:
+        rows = np.zeros((h, stride), np.uint8)
+        rows[:, : w * 3] = f[::-1, :, ::-1].reshape(h, w * 3)
+        chunks.append(rows.tobytes())
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return tag + struct.pack("<I", len(body)) + body + (b"\0" if len(body) & 1 else b"")
+
+    def lst(kind: bytes, body: bytes) -> bytes:
+        return chunk(b"LIST", kind + body)
+
+    size = stride * h
+    avih = struct.pack("<10I4I", 1_000_000 // fps, size * fps, 0, 0x10, t, 0, 1, size, dw, dh, 0, 0, 0, 0)
+    strh = struct.pack("<4s4sIHHIIIIIIIIhhhh", b"vids", b"\0\0\0\0", 0, 0, 0, 0, 1, fps, 0, t, size,
+                       0xFFFFFFFF, 0, 0, 0, dw, dh)
+    strf = struct.pack("<IiiHHIIiiII", 40, dw, dh, 1, 24, 0, size, 0, 0, 0, 0)
+    hdrl = lst(b"hdrl", chunk(b"avih", avih) + lst(b"strl", chunk(b"strh", strh) + chunk(b"strf", strf)))
+    movi_body = b"".join(chunk(b"00db", c) for c in chunks)
+    idx, off = [], 4
+    for c in chunks:
+        idx.append(struct.pack("<4sIII", b"00db", 0x10, off, len(c)))
+        off += 8 + len(c) + (len(c) & 1)
+    body = b"AVI " + hdrl + lst(b"movi", movi_body) + chunk(b"idx1", b"".join(idx))
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
 def mp4_rotated(data: bytes, degrees: int) -> bytes:
     """An MP4/MOV with its video track's display matrix (tkhd) set to rotate by ``degrees``
     (90, 180, 270: the matrices phones write), pixels untouched."""
@@ -300,6 +334,7 @@ class BadVideo:
     name: str
     path: Path
     what: str  # what is wrong, for test ids and messages
+    frames: np.ndarray | None = None  # the frames it holds, where a decoder may read them
 
 
 @pytest.fixture(scope="session")
@@ -312,16 +347,21 @@ def bad_videos(videos, tmp_path_factory) -> dict[str, BadVideo]:
     rng = np.random.default_rng(19)
     out: dict[str, BadVideo] = {}
 
-    def put(name: str, data: bytes, what: str) -> None:
+    def put(name: str, data: bytes, what: str, frames: np.ndarray | None = None) -> None:
         p = root / name
         p.write_bytes(data)
-        out[name] = BadVideo(name, p, what)
+        out[name] = BadVideo(name, p, what, frames)
 
     put("garbage.mp4", rng.integers(0, 256, 4096, dtype=np.uint8).tobytes(), "random bytes named .mp4")
     put("empty_file.mp4", b"", "a zero-byte file")
     put("truncated.mp4", mp4[: len(mp4) * 2 // 5], "an MP4 cut at 40% (no moov box)")
     put("truncated.avi", avi[: len(avi) // 2], "an AVI cut in half (declares 30 frames, holds ~15)")
-    put("huge_size.avi", _avi_patch(avi, wh=(16000, 16000)), "an AVI declaring 16000x16000 frames")
+    put("huge_size.avi", _avi_patch(avi, wh=(16000, 16000)), "an MJPG AVI declaring 16000x16000 frames")
+    small = pan_zoom("astronaut", 3, (32, 24))
+    put("raw.avi", raw_avi(small, 10), "a valid uncompressed AVI (OpenCV 5.0 corrupts its heap on it)",
+        small)
+    put("raw_huge.avi", raw_avi(small, 10, (16000, 16000)),
+        "an uncompressed AVI declaring 16000x16000 frames (FFmpeg believes it)")
     put("absurd_count.avi", _avi_patch(avi, frames=0x7FFFFFF0), "an AVI declaring 2**31 frames")
     put("overcount.avi", _avi_patch(avi, frames=1_000_000), "an AVI declaring 1e6 frames in 68 kB")
     put("absurd_rate.avi", _avi_patch(avi, rate=(1_000_000, 1)), "an AVI declaring 1e-6 fps")

@@ -18,11 +18,15 @@ from ...errors import ImageError
 from .sources import DeadlineStream, timed_out
 from .types import VideoMeta
 
-__all__ = ["open_capture", "capture_meta", "read_frames", "SEEK_MIN_GAP"]
+__all__ = ["open_capture", "capture_meta", "read_frames", "SEEK_MIN_GAP", "RAW_TAGS"]
 
 #: A seek is made when the next wanted frame is at least this many frames ahead (below it,
 #: decoding forward is cheaper than seeking back to a keyframe and decoding from there).
 SEEK_MIN_GAP = 32
+#: Codec tags of uncompressed streams (AVI BI_RGB is tag 0). OpenCV 5.0's FFmpeg backend corrupts
+#: its heap when it converts a frame of one (measured: "malloc_consolidate(): invalid chunk size"
+#: on every size tried, where PyAV and torchcodec read the same file), so they are refused.
+RAW_TAGS = frozenset({"", "DIB", "RGB", "RAW"})
 _NOT_OPENED = ("expected a video file FFmpeg can open (MP4, MOV, MKV, WebM, AVI, GIF, ...), got "
                "bytes it could not read as one{what}; the file is not a video, or it is truncated "
                "or corrupt: re-encode or re-download it")
@@ -72,6 +76,11 @@ def read_frames(cap: Any, stream: DeadlineStream, meta: VideoMeta, indices: Sequ
     holds), when a frame's size differs from the declared one, or past the deadline.
     """
     import cv2
+    if meta.codec in RAW_TAGS:
+        raise ImageError(f"expected a compressed video stream, got an uncompressed one (codec tag "
+                         f"{meta.codec or '0'!r}), which OpenCV's FFmpeg backend cannot convert safely "
+                         f"(it corrupts memory); install torchcodec (decoder='torchcodec') or re-encode "
+                         f"the video (e.g. H.264 or FFV1)")
     where: dict[int, list[int]] = {}
     for k, i in enumerate(indices):
         where.setdefault(int(i), []).append(k)
