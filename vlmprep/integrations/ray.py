@@ -346,8 +346,9 @@ def _check_resources(workers: int, num_gpus: float) -> None:
         if n > have.get(name, 0.0) + 1e-9:
             raise ValueError(f"run_ray: expected a Ray cluster with {n:g} {name} for {workers} "
                              f"actor(s) (1 CPU and {num_gpus:g} GPU each), got "
-                             f"{have.get(name, 0.0):g}; fix: fewer --workers, a fractional "
-                             f"num_gpus, or more nodes (ray start --address=HEAD:6379)")
+                             f"{have.get(name, 0.0):g}; fix: fewer --workers, a smaller "
+                             f"--gpus-per-worker (num_gpus; --device cpu without GPUs), or more "
+                             f"nodes (ray start --address=HEAD:6379)")
 
 
 def run_ray(work_items: Sequence[tuple[Unit, int]], output: str | os.PathLike, config: Any, *,
