@@ -17,15 +17,21 @@ Tile order, a tiny example::
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from ..errors import ImageError
 from ..ops import anyres_tile
 from ..pipeline import Pipeline
 from .boxes import grid_boxes
-from .plan import Canvas, Sizing, sizing_rule
+from .plan import Canvas, Sizing, count_embeddings, sizing_rule
+from .video import Clip, VideoOptions, VideoPlan, check_budget, uniform_indices, video_rule
+
+if TYPE_CHECKING:
+    from .video import VideoMetaLike
 
 __all__ = ["select_best_resolution", "patch_output_size", "padding", "unpadded_features",
-           "anyres_tokens", "multi_image_tokens"]
+           "anyres_tokens", "multi_image_tokens", "default_num_frames", "onevision_video_tokens",
+           "VIDEO_TOKEN"]
 
 
 def select_best_resolution(height: int, width: int, pinpoints: Sequence[tuple[int, int]]
@@ -144,3 +150,75 @@ def _anyres_tile(op: anyres_tile, hw: tuple[int, int], pipeline: Pipeline) -> Si
     n = anyres_tokens(op, h, w, patch)
     return Sizing(canvases, [(0, 0, t, t)] + grid, [1] + [0] * len(grid), image_tokens=n,
                   placeholder=token * n)
+
+
+# -- video (LLaVA-OneVision) -------------------------------------------------------------------
+# transformers 5.24: models/llava_onevision/video_processing_llava_onevision.py (BaseVideoProcessor:
+# sample_frames = video_utils.default_sample_indices_fn; every frame resized to size 384x384, no
+# crop) and processing_llava_onevision.py (replace_video_token / _get_num_multimodal_tokens: the
+# tower's P x P features per frame are pooled to ceil(P / 2)^2, plus ONE newline per video).
+#   Sampling (do_sample_frames; the checkpoint's default is False: every frame of the clip):
+#   num_frames n, or n = max(1, int(total / src_fps * fps)); n > total is an error; indices
+#   arange(n) * total // n. fps with an unknown source fps is an error (as transformers raises).
+#   Output: pixel_values_videos (1, n, 3, 384, 384); placeholder "<video>" * (n * 196 + 1).
+#: The processor's video token (LlavaOnevisionProcessor's default; the checkpoints' tokenizer).
+VIDEO_TOKEN = "<video>"
+
+
+def default_num_frames(count: int, src_fps: float | None, opts: VideoOptions) -> int:
+    """Frames transformers' ``default_sample_indices_fn`` takes from a clip of ``count`` frames
+    (``BaseVideoProcessor.sample_frames``); raises ImageError where transformers raises.
+
+    Given 300 frames at 30 fps: fps=2 -> 20; num_frames=8 -> 8; neither (sampling on) -> 300.
+    """
+    if not opts.do_sample_frames:
+        return count
+    if opts.fps is not None and opts.num_frames is not None:
+        raise ImageError(f"video: expected fps or num_frames (transformers' sample_frames: mutually "
+                         f"exclusive), got fps={opts.fps}, num_frames={opts.num_frames}; set one "
+                         f"to None")
+    n = opts.num_frames
+    if n is None and opts.fps is not None:
+        if src_fps is None:
+            raise ImageError("video: expected a known source fps to sample by fps, got fps 0 "
+                             "(unknown); pass num_frames= or Video(source_fps=...)")
+        n = max(1, int(count / src_fps * opts.fps))
+    if n is None:
+        return count
+    if n > count:
+        raise ImageError(f"video: expected at most the clip's {count} frames, got num_frames={n}; "
+                         f"sample fewer frames (a lower fps or num_frames)")
+    return n
+
+
+def onevision_video_tokens(num_frames: int, tile_size: int, patch_size: int) -> int:
+    """LLM tokens of a OneVision video: ``num_frames * ceil(P / 2)**2 + 1`` (``P = tile / patch``,
+    the newline). Given 8 frames, 384 / 14 -> 8 * 196 + 1 = 1569."""
+    pooled = math.ceil((tile_size // patch_size) / 2)
+    return num_frames * pooled * pooled + 1
+
+
+@video_rule("llava-onevision")
+def _onevision_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, clip: Clip,
+                     index: int) -> VideoPlan:
+    """Frames as transformers samples them, each squashed to one tile; pooled tokens + 1."""
+    if opts.sampling != "transformers":
+        raise ImageError(f"video: llava-onevision expected sampling='transformers' (the only rule "
+                         f"implemented for this family), got {opts.sampling!r}; drop the option")
+    op = pipeline.sizing
+    if not isinstance(op, anyres_tile):
+        raise ImageError(f"video: llava-onevision expected an anyres_tile pipeline, got "
+                         f"{op.name!r}; plan with the llava-onevision preset")
+    t, p = op.tile_size, pipeline.patchify.patch_size
+    n = default_num_frames(clip.count, clip.fps, opts)
+    side = t // p
+    check_budget(n, meta, clip.limits, n * side * side, 3 * p * p)
+    idx = [clip.first + i for i in uniform_indices(clip.count, n)]
+    tokens = onevision_video_tokens(n, t, p)
+    text = VIDEO_TOKEN * tokens
+    return VideoPlan(
+        index=index, meta=meta, frame_indices=idx,
+        timestamps=[i / clip.fps for i in idx] if clip.fps is not None else [],
+        resized_hw=(t, t), grid_thw=[(1, side, side)] * n, num_patches=n * side * side,
+        num_tokens=tokens, num_embeddings=count_embeddings(text, VIDEO_TOKEN, tokens),
+        placeholder=text)

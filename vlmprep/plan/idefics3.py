@@ -14,14 +14,22 @@ Tile order, a tiny example::
 from __future__ import annotations
 
 import math
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
+from ..errors import ImageError
 from ..ops import idefics3_tile
 from ..pipeline import Pipeline
 from .boxes import grid_boxes
-from .plan import Canvas, Sizing, sizing_rule
+from .plan import Canvas, Sizing, count_embeddings, sizing_rule
+from .video import Clip, VideoOptions, VideoPlan, check_budget, video_rule
+
+if TYPE_CHECKING:
+    from .video import VideoMetaLike
 
 __all__ = ["rescale_to_longest_edge", "resize_to_tiles", "split_grid", "num_image_tokens",
-           "placeholder", "FAKE_TOKEN", "GLOBAL_TAG"]
+           "placeholder", "FAKE_TOKEN", "GLOBAL_TAG", "english_number", "smolvlm_num_frames",
+           "smolvlm_video_indices", "video_placeholder", "SKIP_SECS"]
 
 FAKE_TOKEN = "<fake_token_around_image>"
 GLOBAL_TAG = "<global-img>"
@@ -141,3 +149,144 @@ def _idefics3_tile(op: idefics3_tile, hw: tuple[int, int], pipeline: Pipeline) -
                   image_tokens=num_image_tokens(rows, cols, op.image_seq_len),
                   placeholder=placeholder(rows, cols, op.image_seq_len, pipeline.pack.image_token),
                   resized_hw=(h2, w2))
+
+
+# -- video (SmolVLM / SmolVLM2) ----------------------------------------------------------------
+# transformers 5.24: models/smolvlm/video_processing_smolvlm.py (SmolVLMVideoProcessor) and
+# processing_smolvlm.py (SmolVLMProcessor.replace_video_token). Idefics3Processor has no video:
+# this rule is SmolVLM's, planned with the pipeline's geometry (longest_edge, tile M, S).
+#   Sampling (do_sample_frames; SmolVLM2's video_sampling: fps 1, max_frames 64 -> the processor's
+#   fps / num_frames; on by default here because SmolVLMProcessor.apply_chat_template always
+#   passes them, which turns sampling on): desired = max(1, min(round(fps * duration), num_frames));
+#   when duration - 2 > num_frames * fps the first and last second are skipped (frames
+#   int(src_fps) .. int(total - src_fps)); indices np.unique(np.linspace(first, last, desired,
+#   dtype=int)) (so fewer than desired when the clip is short). An unknown source fps is an error.
+#   Resize: long side -> min(longest_edge, 4096), short side int(.) rounded up to even (as the
+#   image rule's resize 1), then squashed to M x M (never split).
+#   Prompt: "You are provided the following series of {n in words} frames from a {H:MM:SS} video.\n"
+#   + per frame "\nFrame from {MM:SS}:<fake_token_around_image><global-img>" + "<image>" * S +
+#   "<fake_token_around_image>", + "\n\n"; times int(index / src_fps) (src_fps 24 when unknown,
+#   frames not sampled), duration int(duration) (int(last time) when unknown).
+#   Output: pixel_values (1, n, 3, M, M) and pixel_attention_mask (1, n, M, M) (SmolVLM's keys);
+#   a batch is padded to its longest video and the processor then writes that padded count in
+#   every video's "{n in words}" (a transformers quirk; a plan is per video: its own n).
+# num_tokens counts the special tokens (n * (S + 3)); the intro, the timestamps and the newlines
+# are text whose token count depends on the tokenizer. A start/end window's duration is its own
+# (count / fps); its timestamps are the source's.
+#: Seconds skipped at both ends of a long clip (SmolVLMVideoProcessor.sample_frames' skip_secs).
+SKIP_SECS = 1
+_VIDEO_INTRO = ("You are provided the following series of {frame_count} frames from a "
+                "{video_duration} [H:MM:SS] video.\n")
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+         "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def english_number(n: int) -> str:
+    """``num2words(n)`` (English cardinal) for ``0 <= n < 10**6``, as SmolVLM's prompt spells
+    the frame count. Given 21 -> "twenty-one"; 101 -> "one hundred and one"; 1234 -> "one
+    thousand, two hundred and thirty-four"."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + (f"-{_ONES[n % 10]}" if n % 10 else "")
+    if n < 1000:
+        return f"{_ONES[n // 100]} hundred" + (f" and {english_number(n % 100)}" if n % 100 else "")
+    if n < 10 ** 6:
+        rest = n % 1000
+        tail = "" if rest == 0 else (f" and {english_number(rest)}" if rest < 100
+                                     else f", {english_number(rest)}")
+        return f"{english_number(n // 1000)} thousand{tail}"
+    raise ValueError(f"english_number: expected 0 <= n < 10**6, got {n}")
+
+
+def smolvlm_num_frames(duration: float, opts: VideoOptions) -> int:
+    """Frames SmolVLM asks for: ``max(1, min(round(fps * duration), num_frames))`` (before the
+    unique of the linspace); ``duration``: seconds of the clip. Given 10 s, fps 1, 64 -> 10."""
+    if opts.fps is None or opts.num_frames is None:
+        raise ImageError(f"video: expected both fps and num_frames for SmolVLM's sampling (its "
+                         f"video_sampling fps / max_frames), got fps={opts.fps}, num_frames="
+                         f"{opts.num_frames}; use the checkpoint's options (video_defaults)")
+    return max(1, min(int(round(opts.fps * duration)), opts.num_frames))
+
+
+def smolvlm_video_indices(count: int, src_fps: float, duration: float, desired: int,
+                          opts: VideoOptions) -> list[int]:
+    """``SmolVLMVideoProcessor.sample_frames``' indices (0-based in a clip of ``count`` frames):
+    skip ``SKIP_SECS`` at both ends of a long clip, then ``np.unique(np.linspace(first, last,
+    desired, dtype=int))``. Given 300 frames, 30 fps, 10 s, desired 10 -> [0, 33, 66, 99, 132,
+    166, 199, 232, 265, 299]."""
+    import numpy as np
+    first, last = 0, count - 1
+    assert opts.fps is not None and opts.num_frames is not None
+    if SKIP_SECS > 0 and (duration - 2 * SKIP_SECS) > (opts.num_frames * opts.fps):
+        first = int(SKIP_SECS * src_fps)
+        last = int(count - SKIP_SECS * src_fps)
+    first, last = max(0, first), min(last, count - 1)
+    if first >= last:
+        first, last = 0, count - 1
+    return [int(v) for v in np.unique(np.linspace(first, last, desired, dtype=int))]
+
+
+def video_placeholder(times: list[float], duration: int, image_seq_len: int,
+                      image_token: str = "<image>") -> str:
+    """``SmolVLMProcessor.replace_video_token``'s string for frames at ``times`` (seconds) of a
+    ``duration``-second video. Given [0.0, 61.5], 62 s, S = 1 -> "You are provided the following
+    series of two frames from a 0:01:02 [H:MM:SS] video.\\n\\nFrame from 00:00:<fake..><global-img>
+    <image><fake..>\\nFrame from 01:01:...\\n\\n"."""
+    frame = FAKE_TOKEN + GLOBAL_TAG + image_token * image_seq_len + FAKE_TOKEN
+    out = [_VIDEO_INTRO.format(frame_count=english_number(len(times)),
+                               video_duration=str(timedelta(seconds=int(duration))))]
+    for t in times:
+        out.append(f"\nFrame from {int(t // 60):02d}:{int(t % 60):02d}:" + frame)
+    out.append("\n\n")
+    return "".join(out)
+
+
+@video_rule("idefics3")
+def _smolvlm_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, clip: Clip,
+                   index: int) -> VideoPlan:
+    """Frames as SmolVLM samples them, each resized to the long edge then squashed to M x M."""
+    if opts.sampling != "transformers":
+        raise ImageError(f"video: idefics3/smolvlm expected sampling='transformers' (the only "
+                         f"rule implemented for this family), got {opts.sampling!r}; drop it")
+    op = pipeline.sizing
+    if not isinstance(op, idefics3_tile):
+        raise ImageError(f"video: idefics3 expected an idefics3_tile pipeline, got {op.name!r}; "
+                         f"plan with the idefics3 preset or a SmolVLM checkpoint")
+    m, p, seq = op.tile_size, pipeline.patchify.patch_size, op.image_seq_len
+    side = m // p
+    whole = clip.first == 0 and clip.count == meta.total_num_frames
+    fps = clip.fps
+    if opts.do_sample_frames:
+        if fps is None:
+            raise ImageError("video: expected a known source fps (SmolVLM samples by time), got "
+                             "fps 0 (unknown); pass Video(source_fps=...) or sample nothing")
+        duration = float(meta.duration) if whole else clip.count / fps
+        n = smolvlm_num_frames(duration, opts)
+    else:
+        n = clip.count
+    check_budget(n, meta, clip.limits, n * side * side, 3 * p * p)
+    if opts.do_sample_frames:
+        assert fps is not None
+        rel = smolvlm_video_indices(clip.count, fps, duration, n, opts)
+    else:
+        rel = list(range(clip.count))
+    idx = [clip.first + i for i in rel]
+    rate = fps if fps is not None else 24.0  # the processor's fallback for unknown fps
+    times = [i / rate for i in idx]
+    if fps is None:
+        dur = int(times[-1])
+    else:
+        dur = int(meta.duration) if whole else int(clip.count / fps)
+    text = video_placeholder(times, dur, seq, pipeline.pack.image_token)
+    n = len(idx)
+    tokens = n * (seq + 3)
+    return VideoPlan(
+        index=index, meta=meta, frame_indices=idx,
+        timestamps=times if fps is not None else [],
+        resized_hw=(m, m), grid_thw=[(1, side, side)] * n, num_patches=n * side * side,
+        num_tokens=tokens, num_embeddings=count_embeddings(text, pipeline.pack.image_token, tokens),
+        placeholder=text,
+        extras={"first_resize_hw": rescale_to_longest_edge(meta.height, meta.width,
+                                                           min(op.longest_edge, 4096), 4096)})

@@ -9,6 +9,7 @@ S = 169 = (364 / 14)^2 / 2^2 after the pixel shuffle). The class defaults differ
 SmolVLM-256M/500M and SmolVLM2 checkpoints (``SmolVLMImageProcessor`` or ``Idefics3ImageProcessor``
 configs): 2048 / 512, S = 64 (patch 16, shuffle 4); SmolVLM-Instruct (2B): 1536 / 384, S = 81
 (patch 14, shuffle 3).
+Video: SmolVLM's rule (``vlmprep.plan.idefics3``) with SmolVLM2's ``video_defaults()``.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
+from ..plan.video import VIDEO_DEFAULTS, VideoOptions
 from ._config import HALF, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 IMAGE_PROCESSOR_TYPES = config_types("Idefics3ImageProcessor") + config_types("SmolVLMImageProcessor")
@@ -87,3 +89,49 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"idefics3": idefics3}
+
+
+# -- video (SmolVLM) ---------------------------------------------------------------------------
+#: transformers 5.24's ``SmolVLMVideoProcessor`` class defaults that decide a video's geometry
+#: (its ``video_sampling`` dict, when the config has one, sets fps and num_frames = max_frames).
+VIDEO_CLASS_DEFAULTS: dict[str, Any] = {"do_sample_frames": False, "fps": None, "num_frames": None}
+
+
+def video_configs() -> dict[str, dict[str, Any]]:
+    """family -> the video config of SmolVLM2 checkpoints (HuggingFaceTB/SmolVLM2-*-Video-Instruct):
+    ``video_sampling`` fps 1, max_frames 64; frames resized to ``size.longest_edge`` then squashed
+    to ``max_image_size``. ``do_sample_frames`` is True here: ``SmolVLMProcessor.apply_chat_template``
+    always passes the fps / num_frames, which turns sampling on (the class default is off).
+    Registered as ``idefics3``, the pipeline name of SmolVLM checkpoints (Idefics3 has no video)."""
+    return {"idefics3": {
+        "video_processor_type": "SmolVLMVideoProcessor", "processor_class": "SmolVLMProcessor",
+        "video_sampling": {"fps": 1, "max_frames": 64}, "do_sample_frames": True,
+        "size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 512}, "resample": 1,
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+    }}
+
+
+def video_from_config(cfg: Mapping[str, Any], sampling: str = "transformers") -> VideoOptions:
+    """VideoOptions from a SmolVLM video config: ``video_sampling``'s fps and max_frames (the
+    processor's fps / num_frames), else top-level ``fps`` / ``num_frames``; class defaults
+    otherwise. Sizes come from the pipeline (``size`` / ``max_image_size``)."""
+    d = VIDEO_CLASS_DEFAULTS
+    vs = cfg.get("video_sampling") or {}
+    if not isinstance(vs, Mapping):
+        raise ValueError(f"video config: 'video_sampling' expected a dict with fps / max_frames, "
+                         f"got {vs!r}")
+    fps = vs.get("fps") if vs.get("fps") is not None else need(cfg, "fps", d["fps"])
+    num = vs.get("max_frames") if vs.get("max_frames") is not None else need(cfg, "num_frames",
+                                                                            d["num_frames"])
+    return VideoOptions(fps=float(fps) if fps is not None else None,
+                        num_frames=int(num) if num is not None else None,
+                        do_sample_frames=bool(need(cfg, "do_sample_frames", d["do_sample_frames"])),
+                        sampling=sampling, family="idefics3")
+
+
+def video_defaults(family: str = "idefics3") -> VideoOptions:
+    """SmolVLM2's VideoOptions (``video_configs()``): fps 1, 64 frames at most, sampling on."""
+    return video_from_config(video_configs()[family])
+
+
+VIDEO_DEFAULTS["idefics3"] = video_defaults

@@ -2,6 +2,7 @@
 ``crop_to_patches`` (``InternVLProcessor`` forces it): 1..12 tiles of 448 + a thumbnail, ImageNet
 mean/std, bicubic. Tokens: ``<img>`` + 256 ``<IMG_CONTEXT>`` per tile + ``</img>``
 (256 = (448 / 14)^2 / 4 after the 0.5 pixel shuffle); vLLM counts the two brackets too.
+Video: ``video_defaults()``; the rule is ``vlmprep.plan.internvl``'s (frames as one-tile images).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
+from ..plan.video import VIDEO_DEFAULTS, VideoOptions
 from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 #: ImageNet's mean / std (only InternVL's checkpoints use them).
@@ -58,3 +60,48 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"internvl": internvl}
+
+
+# -- video -------------------------------------------------------------------------------------
+#: transformers 5.24's ``InternVLVideoProcessor`` class defaults that decide a video's geometry.
+VIDEO_CLASS_DEFAULTS: dict[str, Any] = {"do_sample_frames": False, "fps": None, "num_frames": None,
+                                        "initial_shift": True, "size": {"height": 384, "width": 384}}
+
+
+def video_configs() -> dict[str, dict[str, Any]]:
+    """family -> the video config transformers 5.x builds the checkpoint's video processor from:
+    OpenGVLab/InternVL3-*-hf's ``video_preprocessor_config.json`` values (448x448 frames, bicubic,
+    ImageNet mean/std; no frame sampling unless asked: every frame of the clip)."""
+    return {"internvl": {
+        "video_processor_type": "InternVLVideoProcessor", "processor_class": "InternVLProcessor",
+        "size": {"height": 448, "width": 448}, "resample": 3, "do_resize": True,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+        "image_mean": list(IMAGENET_MEAN), "image_std": list(IMAGENET_STD), "do_convert_rgb": True,
+    }}
+
+
+def video_from_config(cfg: Mapping[str, Any], sampling: str = "transformers") -> VideoOptions:
+    """VideoOptions from an InternVL ``video_preprocessor_config.json`` (class defaults fill what
+    is absent). Frames are resized to the pipeline's tile (``size`` must be that square: 448 in
+    the checkpoints); ``initial_shift`` other than true (sample each segment's middle) is refused."""
+    d = VIDEO_CLASS_DEFAULTS
+    size = cfg.get("size") or d["size"]
+    if not (isinstance(size, Mapping) and size.get("height") and size.get("height") == size.get("width")):
+        raise ValueError(f"video_preprocessor_config: 'size' expected a square {{'height': s, "
+                         f"'width': s}} (the tile), got {size!r}")
+    if need(cfg, "initial_shift", True) is not True:
+        raise ValueError(f"video_preprocessor_config: initial_shift expected true (the class "
+                         f"default, every checkpoint), got {cfg.get('initial_shift')!r}; remove it")
+    fps, num = need(cfg, "fps", d["fps"]), need(cfg, "num_frames", d["num_frames"])
+    return VideoOptions(fps=float(fps) if fps is not None else None,
+                        num_frames=int(num) if num is not None else None,
+                        do_sample_frames=bool(need(cfg, "do_sample_frames", d["do_sample_frames"])),
+                        sampling=sampling, family="internvl")
+
+
+def video_defaults(family: str = "internvl") -> VideoOptions:
+    """The public checkpoint's VideoOptions (``video_configs()``)."""
+    return video_from_config(video_configs()[family])
+
+
+VIDEO_DEFAULTS["internvl"] = video_defaults

@@ -10,6 +10,7 @@ processor: patch 14, strategy "default", num_additional_image_tokens 1 (class de
 mean = std = 0.5 (the class default is CLIP's), SigLIP /14 (27 x 27 = 729 per tile), strategy
 "full", ``anyres_max_9`` pooling of the unpadded features. Images of a multi-image sample are
 padded to a square with the mean colour and give one tile: ``multi_image=True``.
+Video (OneVision only): ``video_defaults()``; the rule is ``vlmprep.plan.anyres``'s.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any, Mapping, cast
 
 from .. import ops
 from ..pipeline import Pipeline
+from ..plan.video import VIDEO_DEFAULTS, VideoOptions
 from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
 
 #: OneVision's pinpoints: every (384 i, 384 j), i, j in 1..6, row-major (the checkpoint's order).
@@ -121,3 +123,47 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"llava-next": llava_next, "llava-onevision": llava_onevision}
+
+
+# -- video (llava-onevision) -------------------------------------------------------------------
+#: transformers 5.24's ``LlavaOnevisionVideoProcessor`` class defaults that decide a video's
+#: geometry (what a ``video_preprocessor_config.json`` leaves out).
+VIDEO_CLASS_DEFAULTS: dict[str, Any] = {"do_sample_frames": False, "fps": None, "num_frames": None,
+                                        "size": {"height": 384, "width": 384}}
+
+
+def video_configs() -> dict[str, dict[str, Any]]:
+    """family -> the video config transformers 5.x builds the checkpoint's video processor from:
+    llava-hf/llava-onevision-qwen2-*-ov-hf's ``video_preprocessor_config.json`` values (384x384
+    frames, bicubic, mean = std = 0.5, no frame sampling unless asked: every frame of the clip)."""
+    return {"llava-onevision": {
+        "video_processor_type": "LlavaOnevisionVideoProcessor",
+        "processor_class": "LlavaOnevisionProcessor",
+        "size": {"height": 384, "width": 384}, "resample": 3, "do_resize": True,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+        "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5], "do_convert_rgb": True,
+    }}
+
+
+def video_from_config(cfg: Mapping[str, Any], sampling: str = "transformers") -> VideoOptions:
+    """VideoOptions from a OneVision ``video_preprocessor_config.json`` (class defaults fill what
+    is absent). Frames are resized to the pipeline's tile (``size`` must be that square: 384 in
+    every checkpoint)."""
+    d = VIDEO_CLASS_DEFAULTS
+    size = cfg.get("size") or d["size"]
+    if not (isinstance(size, Mapping) and size.get("height") and size.get("height") == size.get("width")):
+        raise ValueError(f"video_preprocessor_config: 'size' expected a square {{'height': s, "
+                         f"'width': s}} (the tile), got {size!r}")
+    fps, num = need(cfg, "fps", d["fps"]), need(cfg, "num_frames", d["num_frames"])
+    return VideoOptions(fps=float(fps) if fps is not None else None,
+                        num_frames=int(num) if num is not None else None,
+                        do_sample_frames=bool(need(cfg, "do_sample_frames", d["do_sample_frames"])),
+                        sampling=sampling, family="llava-onevision")
+
+
+def video_defaults(family: str = "llava-onevision") -> VideoOptions:
+    """The public checkpoint's VideoOptions (``video_configs()``)."""
+    return video_from_config(video_configs()[family])
+
+
+VIDEO_DEFAULTS["llava-onevision"] = video_defaults
