@@ -9,10 +9,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError
+from ...ops import DEFAULT_MAX_SOURCE_BYTES
 from ..inputs import resolve
 from .types import VideoLimits, VideoMeta
 
 __all__ = ["sequence_meta", "read_sequence"]
+
+
+def _frame_bytes(limits: VideoLimits) -> int:
+    """Bytes one encoded still frame may have: the image limit (a frame is an image)."""
+    return min(limits.max_source_bytes, DEFAULT_MAX_SOURCE_BYTES)
 
 
 def _check_stack(shape: tuple, dtype: Any, layout: str) -> tuple[int, int, int]:
@@ -58,7 +64,7 @@ def sequence_meta(kind: str, source: Any, source_fps: float | None, limits: Vide
     hw = None
     for i, item in enumerate(items):
         try:
-            src = resolve(item, limits.max_source_bytes)
+            src = resolve(item, _frame_bytes(limits))
         except ImageError as e:
             raise ImageError(f"frame {i} of the list: {e.reason}") from (e.__cause__ or e)
         if hw is None:
@@ -89,7 +95,7 @@ def read_sequence(kind: str, source: Any, indices: Sequence[int], out: np.ndarra
             out[k] = out[done[i]]
             continue
         try:
-            frame = decode(resolve(items[i], limits.max_source_bytes))
+            frame = decode(resolve(items[i], _frame_bytes(limits)))
         except ImageError as e:
             raise ImageError(f"frame {i} of the list: {e.reason}") from (e.__cause__ or e)
         if frame.shape != out.shape[1:]:

@@ -92,11 +92,16 @@ class DeadlineStream(io.BufferedIOBase):
 def open_stream(source: Any, max_bytes: int, deadline: float) -> tuple[DeadlineStream, bytes]:
     """Path or bytes -> (a DeadlineStream at offset 0, its first 64 bytes). Raises ImageError
     (missing or special file, too large). The caller closes the stream."""
-    if isinstance(source, _ENCODED):
-        buf = encoded_buffer(source, max_bytes)
-        raw: Any = io.BytesIO(buf)
-    else:
-        raw = io.BufferedReader(open_image_file(source, max_bytes), 1 << 16)
+    try:
+        if isinstance(source, _ENCODED):
+            raw: Any = io.BytesIO(encoded_buffer(source, max_bytes))
+        else:
+            raw = io.BufferedReader(open_image_file(source, max_bytes), 1 << 16)
+    except ImageError as e:  # the image checks' words, said of a video
+        reason = (e.reason.replace("an image file", "a video file").replace("an encoded image", "an encoded video")
+                  .replace("decode.max_source_bytes", "VideoLimits.max_source_bytes")
+                  .replace("a smaller image", "a smaller video"))
+        raise ImageError(reason, index=e.index, source=e.source) from (e.__cause__ or e)
     head = raw.read(64)
     raw.seek(0)
     return DeadlineStream(raw, deadline), head
