@@ -331,6 +331,10 @@ def test_time_bound(videos):
     case = videos.get("gif")
     with pytest.raises(ImageError, match="timeout_s"):
         decode_frames(case.path, [11], VideoLimits(timeout_s=1e-9))
+    png = io.BytesIO()
+    Image.fromarray(case.frames[0]).save(png, format="PNG")
+    with pytest.raises(ImageError, match="timeout_s"):
+        decode_frames([png.getvalue()] * 3, [2], VideoLimits(timeout_s=1e-9))
 
 
 def test_special_files_never_block(tmp_path):

@@ -4,6 +4,7 @@ CHW tensor, encoded still image) of one size. Their metadata is their shape; ``f
 ``Video.source_fps`` given (0.0 when none: transformers' VideoMetadata then has ``fps=None``)."""
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from ...errors import ImageError
 from ...ops import DEFAULT_MAX_SOURCE_BYTES
 from ..inputs import resolve
+from .sources import timed_out
 from .types import VideoLimits, VideoMeta
 
 __all__ = ["sequence_meta", "read_sequence"]
@@ -77,7 +79,8 @@ def sequence_meta(kind: str, source: Any, source_fps: float | None, limits: Vide
 
 
 def read_sequence(kind: str, source: Any, indices: Sequence[int], out: np.ndarray, limits: VideoLimits) -> None:
-    """Frames ``indices`` of a frame sequence into ``out`` ``(T, H, W, 3)`` uint8 RGB."""
+    """Frames ``indices`` of a frame sequence into ``out`` ``(T, H, W, 3)`` uint8 RGB (a list of
+    encoded images: each decoded as an image, within ``limits.timeout_s`` in all)."""
     idx = np.asarray(indices, dtype=np.int64)
     if kind == "array":
         np.take(np.asarray(source), idx, axis=0, out=out)
@@ -88,12 +91,15 @@ def read_sequence(kind: str, source: Any, indices: Sequence[int], out: np.ndarra
         out[...] = sel.permute(0, 2, 3, 1).cpu().numpy()
         return
     from ..decode import decode
+    deadline = time.monotonic() + limits.timeout_s
     items = list(source)
     done: dict[int, int] = {}
     for k, i in enumerate(idx.tolist()):
         if i in done:
             out[k] = out[done[i]]
             continue
+        if time.monotonic() > deadline:
+            raise timed_out(f"decode frame {i} of the list", limits.timeout_s)
         try:
             frame = decode(resolve(items[i], _frame_bytes(limits)))
         except ImageError as e:
