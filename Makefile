@@ -112,7 +112,8 @@ wheel-check: venv
 # real vLLM 0.33 and SGLang 0.5.23 input paths on the CPU (tiny local checkpoints, no weights). Its own
 # venv, build/engines/venv, made once from requirements/engines.txt (vLLM pins torch 2.14.0; about
 # 6 minutes and 9.4 GB); SGLang goes beside it with --no-deps (the file's `# no-deps:` line). vlmprep
-# is taken from this tree (PYTHONPATH). `make test` skips these tests: vLLM / SGLang are not in .venv.
+# is taken from this tree (PYTHONPATH). `make test` skips these tests (vLLM / SGLang are not in .venv);
+# here VLMPREP_REQUIRE_ENGINES=1 turns an engine that does not import into a failure.
 ENGINES_VENV  := build/engines/venv
 ENGINES_PY    := $(ENGINES_VENV)/bin/python
 ENGINES_STAMP := $(ENGINES_VENV)/.installed
@@ -125,4 +126,4 @@ $(ENGINES_STAMP): requirements/engines.txt
 	touch $(ENGINES_STAMP)
 
 test-engines: $(ENGINES_STAMP)
-	PYTHONPATH=$(CURDIR) $(ENGINES_PY) -m pytest -q -p no:cacheprovider -rs -m engines tests/integration $(PYTEST_ARGS)
+	VLMPREP_REQUIRE_ENGINES=1 PYTHONPATH=$(CURDIR) $(ENGINES_PY) -m pytest -q -p no:cacheprovider -rs -m engines tests/integration $(PYTEST_ARGS)

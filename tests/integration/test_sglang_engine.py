@@ -17,10 +17,10 @@ import pytest
 
 pytestmark = pytest.mark.engines
 
-sglang = pytest.importorskip("sglang.srt.multimodal.processors.qwen_vl", reason="SGLang is not installed: "
-                             "`make test-engines` runs this suite in build/engines/venv (requirements/engines.txt)")
-torch = pytest.importorskip("torch")
+from requires import engine  # noqa: E402
 
+engine("sglang.srt.multimodal.processors.qwen_vl", "SGLang")
+import torch  # noqa: E402
 from _support.imgdata import photo  # noqa: E402
 
 import vlmprep  # noqa: E402

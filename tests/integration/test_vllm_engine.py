@@ -22,10 +22,10 @@ import pytest
 
 pytestmark = pytest.mark.engines
 
-vllm = pytest.importorskip("vllm", reason="vLLM is not installed: `make test-engines` runs this suite "
-                           "in build/engines/venv (requirements/engines.txt)")
-torch = pytest.importorskip("torch")
+from requires import engine  # noqa: E402
 
+engine("vllm", "vLLM")
+import torch  # noqa: E402
 from _support.imgdata import photo  # noqa: E402
 
 import vlmprep  # noqa: E402
