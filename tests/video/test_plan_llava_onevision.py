@@ -23,7 +23,7 @@ from vlmprep import presets  # noqa: E402
 from vlmprep.errors import ImageError  # noqa: E402
 from vlmprep.io.video import Video, VideoLimits, VideoMeta  # noqa: E402
 from vlmprep.plan.anyres import VIDEO_TOKEN  # noqa: E402
-from vlmprep.plan.video import plan_video, video_defaults  # noqa: E402
+from vlmprep.plan.video import VideoOptions, plan_video, video_defaults  # noqa: E402
 from vlmprep.presets.llava_next import video_configs  # noqa: E402
 
 FAMILY = "llava-onevision"
@@ -182,3 +182,44 @@ def test_every_frame_of_a_long_video_is_refused_before_any_list():
     ok = plan_video(FAMILY, _meta(2_160_000, 60.0), per_item=Video("x", num_frames=32))
     assert ok.ok and len(ok.frame_indices) == 32
     assert ok.num_tokens == 32 * math.ceil(27 / 2) ** 2 + 1
+
+
+def _vllm_loader_sampler():
+    """vLLM's default video loader sampler (``VideoBackend.compute_frames_index_to_sample`` of
+    vllm/multimodal/video.py), taken from an installed vLLM's source (importing vLLM needs its
+    CUDA torch): the function's own code, compiled alone. Skips without a vLLM on disk."""
+    import ast
+    import glob
+    import importlib.util
+    spec = importlib.util.find_spec("vllm")
+    paths = ([f"{spec.submodule_search_locations[0]}/multimodal/video.py"] if spec else []) + sorted(
+        glob.glob("build/engines/venv/lib/python3*/site-packages/vllm/multimodal/video.py"))
+    if not paths:
+        pytest.skip("no vLLM installed (make test-engines builds build/engines/venv)")
+    tree = ast.parse(open(paths[0]).read())
+    fn = next(b for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == "VideoBackend"
+              for b in node.body if getattr(b, "name", "") == "compute_frames_index_to_sample")
+    fn.decorator_list, fn.returns = [], None
+    for a in fn.args.args:
+        a.annotation = None
+    ns = {"math": math, "np": np}
+    exec(compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), paths[0], "exec"), ns)
+    return ns["compute_frames_index_to_sample"]
+
+
+def test_vllm_sampling_equals_vllm_loader():
+    """sampling='vllm': vLLM's loader picks the frames (32 by default, fps caps them), the
+    processor keeps them: == vLLM's own sampler over the sweep."""
+    from types import SimpleNamespace as NS
+    sampler = _vllm_loader_sampler()
+    big = VideoLimits(max_total_pixels=1 << 62)
+    for total in TOTALS + (32, 33):
+        for rate in RATES:
+            for num, fps in ((None, None), (8, None), (1, None), (64, None), (None, 0.5), (None, 2.0),
+                             (None, 30.0)):
+                want = [int(i) for i in sampler(None, NS(total_frames_num=total, duration=total / rate),
+                                                NS(num_frames=num or 32, fps=fps or -1))]
+                opts = VideoOptions(num_frames=num, fps=fps, sampling="vllm", family=FAMILY)
+                p = plan_video(FAMILY, _meta(total, rate), opts, limits=big)
+                assert p.frame_indices == want, (total, rate, num, fps)
+                assert p.num_tokens == len(want) * 196 + 1

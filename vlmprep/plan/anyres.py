@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["select_best_resolution", "patch_output_size", "padding", "unpadded_features",
            "anyres_tokens", "multi_image_tokens", "default_num_frames", "onevision_video_tokens",
-           "VIDEO_TOKEN"]
+           "vllm_num_frames", "vllm_indices", "VIDEO_TOKEN", "VLLM_NUM_FRAMES"]
 
 
 def select_best_resolution(height: int, width: int, pinpoints: Sequence[tuple[int, int]]
@@ -161,8 +161,37 @@ def _anyres_tile(op: anyres_tile, hw: tuple[int, int], pipeline: Pipeline) -> Si
 #   num_frames n, or n = max(1, int(total / src_fps * fps)); n > total is an error; indices
 #   arange(n) * total // n. fps with an unknown source fps is an error (as transformers raises).
 #   Output: pixel_values_videos (1, n, 3, 384, 384); placeholder "<video>" * (n * 196 + 1).
+# sampling="vllm": vLLM 0.33's default video loader (vllm/multimodal/video.py VideoBackend, with
+#   VideoMediaIO's num_frames=32) picks the frames, then the HF processor runs on them unchanged:
+#   n = min(num_frames or 32, total), and min(n, floor(duration * fps)) when fps is given, at least
+#   1; every frame when n == total, else np.linspace(0, total - 1, n, dtype=int). So vLLM takes 32
+#   frames of a long clip where transformers' default takes every frame.
 #: The processor's video token (LlavaOnevisionProcessor's default; the checkpoints' tokenizer).
 VIDEO_TOKEN = "<video>"
+#: vLLM's default frame count per video (VideoMediaIO(num_frames=32)).
+VLLM_NUM_FRAMES = 32
+
+
+def vllm_num_frames(count: int, src_fps: float | None, opts: VideoOptions) -> int:
+    """Frames vLLM's default loader takes from a clip of ``count`` frames: ``min(num_frames or
+    32, count)``, capped at ``floor(count / src_fps * fps)`` when fps is given, at least 1.
+    Given 300 frames at 30 fps: defaults -> 32; fps=1 -> 10; num_frames=8 -> 8."""
+    n = min(opts.num_frames or VLLM_NUM_FRAMES, count)
+    if opts.fps is not None:
+        if src_fps is None:
+            raise ImageError("video: expected a known source fps to sample by fps (vLLM's "
+                             "loader), got fps 0 (unknown); pass num_frames=")
+        n = min(n, math.floor(count / src_fps * opts.fps))
+    return max(1, n)
+
+
+def vllm_indices(count: int, n: int) -> list[int]:
+    """vLLM's loader indices: every frame when ``n == count``, else ``np.linspace(0, count - 1,
+    n, dtype=int)``. Given 300, 4 -> [0, 99, 199, 299]."""
+    if n == count:
+        return list(range(count))
+    import numpy as np
+    return [int(v) for v in np.linspace(0, count - 1, n, dtype=int)]
 
 
 def default_num_frames(count: int, src_fps: float | None, opts: VideoOptions) -> int:
@@ -202,18 +231,20 @@ def onevision_video_tokens(num_frames: int, tile_size: int, patch_size: int) -> 
 def _onevision_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, clip: Clip,
                      index: int) -> VideoPlan:
     """Frames as transformers samples them, each squashed to one tile; pooled tokens + 1."""
-    if opts.sampling != "transformers":
-        raise ImageError(f"video: llava-onevision expected sampling='transformers' (the only rule "
-                         f"implemented for this family), got {opts.sampling!r}; drop the option")
+    if opts.sampling not in ("transformers", "vllm"):
+        raise ImageError(f"video: llava-onevision expected sampling='transformers' or 'vllm', got "
+                         f"{opts.sampling!r}; qwen_vl_utils is Qwen's own")
     op = pipeline.sizing
     if not isinstance(op, anyres_tile):
         raise ImageError(f"video: llava-onevision expected an anyres_tile pipeline, got "
                          f"{op.name!r}; plan with the llava-onevision preset")
     t, p = op.tile_size, pipeline.patchify.patch_size
-    n = default_num_frames(clip.count, clip.fps, opts)
+    vllm = opts.sampling == "vllm"
+    n = (vllm_num_frames if vllm else default_num_frames)(clip.count, clip.fps, opts)
     side = t // p
     check_budget(n, meta, clip.limits, n * side * side, 3 * p * p)
-    idx = [clip.first + i for i in uniform_indices(clip.count, n)]
+    rel = vllm_indices(clip.count, n) if vllm else uniform_indices(clip.count, n)
+    idx = [clip.first + i for i in rel]
     tokens = onevision_video_tokens(n, t, p)
     text = VIDEO_TOKEN * tokens
     return VideoPlan(
