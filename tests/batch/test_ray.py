@@ -32,16 +32,19 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.con
 
 @pytest.fixture(scope="module")
 def local_ray():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # address="local": always a fresh cluster of our own (never a stale or foreign one)
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    with pytest.MonkeyPatch.context() as mp:
+        if "RAY_AUTH_MODE" not in os.environ:
+            mp.setenv("RAY_AUTH_MODE", "disabled")
+        # address="local": always a fresh cluster of our own (never a stale or foreign one)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        ctx = ray.data.DataContext.get_current()
+        bars, ctx.enable_progress_bars = ctx.enable_progress_bars, False
+        try:
+            yield ray
+        finally:
+            ctx.enable_progress_bars = bars
+            ray.shutdown()
 
 
 @pytest.fixture(scope="module")
