@@ -223,7 +223,10 @@ def test_argument_errors(tmp_path, image_folder):
     d = str(image_folder.path)
     for kw, pat in [({"workers": 0}, "workers: expected a positive int"),
                     ({"engine": "spark"}, "engine: expected one of"),
-                    ({"resume": True, "overwrite": True}, "at most one of resume and overwrite")]:
+                    ({"resume": True, "overwrite": True}, "at most one of resume and overwrite"),
+                    ({"gpus_per_worker": 0.5}, "gpus_per_worker: expected a number >= 0 with "
+                                               "engine='ray'"),
+                    ({"gpus_per_worker": -1, "engine": "ray"}, "gpus_per_worker: expected")]:
         with pytest.raises(ValueError, match=pat):
             run([d], str(tmp_path / "o"), CFG, progress=False, **kw)
     with pytest.raises(ValueError, match="inputs: expected a non-empty list"):

@@ -32,11 +32,12 @@ import re
 import signal
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
 from .config import JobConfig
 
 if TYPE_CHECKING:
+    from ..ops import decode
     from ..processor import Processor
     from .sources import Unit
 
@@ -360,7 +361,7 @@ def _summary(manifest: dict, run_images: int, run_tokens: int, shards_written: i
 def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int = 1,
         resume: bool = False, overwrite: bool = False, engine: str = "local",
         glob: str | None = None, column: str | None = None, id_column: str | None = None,
-        progress: bool | None = None) -> dict:
+        gpus_per_worker: float | None = None, progress: bool | None = None) -> dict:
     """Process every image of ``inputs`` into shards in ``output``; returns the summary.
 
     Args:
@@ -372,6 +373,9 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         resume: finish the job recorded in ``output``'s manifest (same config and inputs).
         overwrite: redo the job from scratch (deletes the shards an old manifest lists).
         engine: ``"local"`` or ``"ray"`` (``pip install vlmprep[ray]``).
+        gpus_per_worker: engine "ray": GPUs per actor, fractional allowed (0.25: four actors
+            share a GPU); None: 1 on a cuda device, else 0. The local engine's workers all use
+            ``config.device``.
         progress: a tqdm bar on stderr (None: when stderr is a terminal; ``vlmprep.progress``).
 
     Summary keys: output, complete, images, processed (ok rows), skipped (error rows),
@@ -395,18 +399,25 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         raise ValueError(f"workers: expected a positive int, got {workers!r}")
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {list(ENGINES)}, got {engine!r}")
+    if gpus_per_worker is not None and (engine != "ray" or isinstance(gpus_per_worker, bool)
+                                        or not isinstance(gpus_per_worker, (int, float))
+                                        or not gpus_per_worker >= 0):
+        raise ValueError(f"gpus_per_worker: expected a number >= 0 with engine='ray', got "
+                         f"{gpus_per_worker!r} with engine={engine!r}; local workers use --device")
     if resume and overwrite:
         raise ValueError("expected at most one of resume and overwrite, got both; --resume "
                          "finishes a job, --overwrite redoes it")
     output = os.fspath(output)
+    # the parent's Processor: fails early (backend, checkpoint), records the pipeline, and its
+    # read cap bounds every sample the readers return
+    proc = config.processor()
     units = sources.discover([os.fspath(i) for i in inputs], glob=glob, column=column,
-                             id_column=id_column)
+                             id_column=id_column,
+                             max_bytes=cast("decode", proc.pipeline["decode"]).max_source_bytes)
     size = config.shard_size
     counts = {u.name: u.count() for u in units}
     units_now = {u.name: {"count": counts[u.name], "parts": math.ceil(counts[u.name] / size)}
                  for u in units}
-    # the parent's Processor: fails early (backend, checkpoint) and records the pipeline
-    proc = config.processor()
     old = _prepare_output(output, config, resume, overwrite, units_now)
     kept = {k: v for k, v in (old or {}).get("shards", {}).items() if _shard_done(output, k, v)}
     manifest: dict[str, Any] = {
@@ -442,7 +453,7 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         stream = iter(())
     elif engine == "ray":
         from ..integrations.ray import run_ray
-        stream = run_ray(items, output, config, workers=workers)
+        stream = run_ray(items, output, config, workers=workers, num_gpus=gpus_per_worker)
     elif workers == 1:
         stream = _in_process(items, output, config, proc, on_images)
     else:

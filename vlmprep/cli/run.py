@@ -70,6 +70,9 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", default="local", choices=("local", "ray"),
                    help="local processes, or Ray Data (pip install vlmprep[ray]; RAY_ADDRESS "
                         "joins a cluster) (default: local)")
+    p.add_argument("--gpus-per-worker", type=float, default=None, metavar="F",
+                   help="--engine ray: GPUs per actor, fractional allowed (0.25: four actors "
+                        "per GPU) (default: 1 with --device cuda, else 0)")
     again = p.add_mutually_exclusive_group()
     again.add_argument("--resume", action="store_true",
                        help="finish the job recorded in --output (same config and inputs; a "
@@ -153,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         summary = batch_run.run(args.input, args.output, config, workers=args.workers,
                                 resume=args.resume, overwrite=args.overwrite, engine=args.engine,
                                 glob=args.glob, column=args.column, id_column=args.id_column,
+                                gpus_per_worker=args.gpus_per_worker,
                                 progress=False if args.no_progress else None)
     except batch_run.JobFailed as e:
         print(f"vlmprep run: the job stopped: {e}", file=sys.stderr)
