@@ -168,8 +168,6 @@ def test_processor_equals_plan(processor, pipe, seed, total, rate, hw, req, extr
     assert img == plan.num_embeddings == n * SEQ and img + wrap == plan.num_tokens
 
 
-@pytest.mark.xfail(strict=True, reason="needs VideoOptions.for_item to keep the option not given "
-                   "(requested from plan/video.py's owner): today Video(fps=2) drops num_frames")
 def test_per_item_options_keep_the_other_default(video_processor, pipe):
     """Video(fps=2) keeps SmolVLM's 64-frame cap, Video(num_frames=4) its fps 1, as transformers'
     sample_frames fills the one not passed from the processor's own values."""

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["rescale_to_longest_edge", "resize_to_tiles", "split_grid", "num_image_tokens",
            "placeholder", "FAKE_TOKEN", "GLOBAL_TAG", "english_number", "smolvlm_num_frames",
-           "smolvlm_video_indices", "video_placeholder", "SKIP_SECS"]
+           "smolvlm_video_indices", "smolvlm_sampling", "video_placeholder", "SKIP_SECS", "SMOLVLM_FPS",
+           "SMOLVLM_MAX_FRAMES"]
 
 FAKE_TOKEN = "<fake_token_around_image>"
 GLOBAL_TAG = "<global-img>"
@@ -175,6 +176,9 @@ def _idefics3_tile(op: idefics3_tile, hw: tuple[int, int], pipeline: Pipeline) -
 # (count / fps); its timestamps are the source's.
 #: Seconds skipped at both ends of a long clip (SmolVLMVideoProcessor.sample_frames' skip_secs).
 SKIP_SECS = 1
+#: SmolVLM2 checkpoints' ``video_sampling``: fps 1, max_frames 64 (the processor's fps / num_frames).
+SMOLVLM_FPS = 1.0
+SMOLVLM_MAX_FRAMES = 64
 _VIDEO_INTRO = ("You are provided the following series of {frame_count} frames from a "
                 "{video_duration} [H:MM:SS] video.\n")
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -200,14 +204,19 @@ def english_number(n: int) -> str:
     raise ValueError(f"english_number: expected 0 <= n < 10**6, got {n}")
 
 
+def smolvlm_sampling(opts: VideoOptions) -> tuple[float, int]:
+    """``(fps, num_frames)`` SmolVLM samples with: the options', each None falling back to SmolVLM2's
+    ``video_sampling`` (``SMOLVLM_FPS``, ``SMOLVLM_MAX_FRAMES``), as ``sample_frames`` falls back to
+    the processor's own values (so ``Video(src, fps=2)`` keeps the 64-frame cap)."""
+    return (opts.fps if opts.fps is not None else SMOLVLM_FPS,
+            opts.num_frames if opts.num_frames is not None else SMOLVLM_MAX_FRAMES)
+
+
 def smolvlm_num_frames(duration: float, opts: VideoOptions) -> int:
     """Frames SmolVLM asks for: ``max(1, min(round(fps * duration), num_frames))`` (before the
     unique of the linspace); ``duration``: seconds of the clip. Given 10 s, fps 1, 64 -> 10."""
-    if opts.fps is None or opts.num_frames is None:
-        raise ImageError(f"video: expected both fps and num_frames for SmolVLM's sampling (its "
-                         f"video_sampling fps / max_frames), got fps={opts.fps}, num_frames="
-                         f"{opts.num_frames}; use the checkpoint's options (video_defaults)")
-    return max(1, min(int(round(opts.fps * duration)), opts.num_frames))
+    fps, num = smolvlm_sampling(opts)
+    return max(1, min(int(round(fps * duration)), num))
 
 
 def smolvlm_video_indices(count: int, src_fps: float, duration: float, desired: int,
@@ -218,8 +227,8 @@ def smolvlm_video_indices(count: int, src_fps: float, duration: float, desired: 
     166, 199, 232, 265, 299]."""
     import numpy as np
     first, last = 0, count - 1
-    assert opts.fps is not None and opts.num_frames is not None
-    if SKIP_SECS > 0 and (duration - 2 * SKIP_SECS) > (opts.num_frames * opts.fps):
+    fps, num = smolvlm_sampling(opts)
+    if SKIP_SECS > 0 and (duration - 2 * SKIP_SECS) > (num * fps):
         first = int(SKIP_SECS * src_fps)
         last = int(count - SKIP_SECS * src_fps)
     first, last = max(0, first), min(last, count - 1)

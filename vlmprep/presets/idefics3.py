@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
+from ..plan.idefics3 import SMOLVLM_FPS, SMOLVLM_MAX_FRAMES
 from ..plan.video import VIDEO_DEFAULTS, VideoOptions
 from ._config import HALF, config_interpolation, config_normalize, config_types, need, normalize_steps
 
@@ -105,7 +106,7 @@ def video_configs() -> dict[str, dict[str, Any]]:
     Registered as ``idefics3``, the pipeline name of SmolVLM checkpoints (Idefics3 has no video)."""
     return {"idefics3": {
         "video_processor_type": "SmolVLMVideoProcessor", "processor_class": "SmolVLMProcessor",
-        "video_sampling": {"fps": 1, "max_frames": 64}, "do_sample_frames": True,
+        "video_sampling": {"fps": SMOLVLM_FPS, "max_frames": SMOLVLM_MAX_FRAMES}, "do_sample_frames": True,
         "size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 512}, "resample": 1,
         "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
     }}
