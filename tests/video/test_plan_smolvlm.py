@@ -213,3 +213,19 @@ def test_huge_requests_are_refused_from_counts(pipe):
     assert isinstance(q.error, ImageError) and "sample fewer frames" in str(q.error)
     ok = plan_video(pipe, meta)  # the checkpoint's sampling: 64 frames
     assert ok.ok and len(ok.frame_indices) == 64
+
+
+def test_video_from_config_reads_video_sampling():
+    """A 4.x SmolVLM2 preprocessor_config.json carries video_sampling: fps / max_frames become the
+    processor's fps / num_frames (as SmolVLMVideoProcessor.__init__ does); sampling stays on."""
+    from transformers.models.smolvlm.video_processing_smolvlm import SmolVLMVideoProcessor
+
+    from vlmprep.presets.idefics3 import video_from_config
+    cfg = dict(config("smolvlm"), video_sampling={"fps": 2, "max_frames": 16,
+                                                  "video_size": {"longest_edge": 2048}})
+    opts = video_from_config(cfg)
+    vp = SmolVLMVideoProcessor(**{k: v for k, v in cfg.items()
+                                  if k not in ("image_processor_type", "processor_class")})
+    assert (opts.fps, opts.num_frames, opts.do_sample_frames) == (vp.fps, vp.num_frames, True)
+    off = video_from_config(dict(cfg, do_sample_frames=False))
+    assert off.do_sample_frames is False

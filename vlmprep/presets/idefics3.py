@@ -94,8 +94,10 @@ PRESETS = {"idefics3": idefics3}
 
 # -- video (SmolVLM) ---------------------------------------------------------------------------
 #: transformers 5.24's ``SmolVLMVideoProcessor`` class defaults that decide a video's geometry
-#: (its ``video_sampling`` dict, when the config has one, sets fps and num_frames = max_frames).
-VIDEO_CLASS_DEFAULTS: dict[str, Any] = {"do_sample_frames": False, "fps": None, "num_frames": None}
+#: (its ``video_sampling`` dict, when the config has one, sets fps and num_frames = max_frames),
+#: except ``do_sample_frames``: the class says False, but ``SmolVLMProcessor.apply_chat_template``
+#: (how SmolVLM2 is documented to take videos) always passes fps / num_frames, which samples.
+VIDEO_CLASS_DEFAULTS: dict[str, Any] = {"do_sample_frames": True, "fps": None, "num_frames": None}
 
 
 def video_configs() -> dict[str, dict[str, Any]]:
@@ -113,9 +115,10 @@ def video_configs() -> dict[str, dict[str, Any]]:
 
 
 def video_from_config(cfg: Mapping[str, Any], sampling: str = "transformers") -> VideoOptions:
-    """VideoOptions from a SmolVLM video config: ``video_sampling``'s fps and max_frames (the
-    processor's fps / num_frames), else top-level ``fps`` / ``num_frames``; class defaults
-    otherwise. Sizes come from the pipeline (``size`` / ``max_image_size``)."""
+    """VideoOptions from a SmolVLM video config (``video_preprocessor_config.json``, or a 4.x
+    ``preprocessor_config.json`` with ``video_sampling``): its fps and max_frames (the processor's
+    fps / num_frames), else top-level ``fps`` / ``num_frames``; sampling on unless the config says
+    ``do_sample_frames: false``. Sizes come from the pipeline (``size`` / ``max_image_size``)."""
     d = VIDEO_CLASS_DEFAULTS
     vs = cfg.get("video_sampling") or {}
     if not isinstance(vs, Mapping):
