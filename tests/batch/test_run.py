@@ -53,7 +53,7 @@ def _check_against_processor(out: Path, built, config: JobConfig) -> None:
 
 @pytest.mark.parametrize("fixture, kw", [("image_folder", {}), ("wds_tar", {}),
                                          ("parquet_plain", {"id_column": "id"}),
-                                         ("parquet_hf", {})])
+                                         ("parquet_hf", {}), ("path_list", {})])
 def test_run_each_input_kind(request, tmp_path, fixture, kw):
     built = request.getfixturevalue(fixture)
     out = tmp_path / "out"
