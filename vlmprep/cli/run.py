@@ -68,8 +68,9 @@ def add_parser(sub) -> None:
                    help="worker processes (--engine local) or Ray actors (--engine ray); each "
                         "gets cores/N threads (default: 1)")
     p.add_argument("--engine", default="local", choices=("local", "ray"),
-                   help="local processes, or Ray Data (pip install vlmprep[ray]; RAY_ADDRESS "
-                        "joins a cluster) (default: local)")
+                   help="local processes, or Ray Data (pip install vlmprep[ray]; a fresh local "
+                        "Ray unless RAY_ADDRESS names a cluster, RAY_ADDRESS=auto: this "
+                        "machine's `ray start` one) (default: local)")
     p.add_argument("--gpus-per-worker", type=float, default=None, metavar="F",
                    help="--engine ray: GPUs per actor, fractional allowed (0.25: four actors "
                         "per GPU) (default: 1 with --device cuda, else 0)")
@@ -78,7 +79,7 @@ def add_parser(sub) -> None:
                        help="finish the job recorded in --output (same config and inputs; a "
                             "difference is refused and named)")
     again.add_argument("--overwrite", action="store_true",
-                       help="redo the job: deletes the shards the old manifest lists (other "
+                       help="redo the job: deletes the old job's shards and manifest (other "
                             "files are kept)")
     p.add_argument("--glob", default=None, metavar="G",
                    help="folder inputs: file pattern, e.g. '*.jpg' or 'train/**/*.png' "
