@@ -1,4 +1,5 @@
-"""``PackedBatch.to_hf()`` forms: one function per transformers image processor's output.
+"""``PackedBatch.to_hf()`` forms: one function per transformers image processor's output, and
+the video keys of each family's video processor (``VIDEO_HF_FORMS``, ``batch.videos``).
 
 Each form takes a PackedBatch (and, for processors that read a flat list as one multi-image
 sample, ``images_per_sample``) and returns exactly that processor's keys, shapes, dtypes and
@@ -254,6 +255,94 @@ def _siglip2(b: "PackedBatch") -> dict:
         row += n
     return {"pixel_values": pv, "pixel_attention_mask": mask,
             "spatial_shapes": b.grid_thw[:, 1:].clone()}
+
+
+# -- videos ------------------------------------------------------------------------------------
+#: image form name (``hf_output``) -> fn(video batch) -> the family's transformers video processor
+#: output for the same videos (filled by ``hf_video_form``).
+VIDEO_HF_FORMS: dict[str, Callable[..., dict]] = {}
+
+
+def hf_video_form(*names: str):
+    """Decorator: register the ``to_hf()`` video keys of the families whose image form is one of
+    ``names`` (``ops.HF_OUTPUTS``); fn(batch) gets the ``"video"`` PackedBatch."""
+    def deco(fn):
+        for name in names:
+            if name in VIDEO_HF_FORMS:
+                raise RuntimeError(f"to_hf video form {name!r} defined twice")
+            if name not in HF_OUTPUTS:
+                raise RuntimeError(f"to_hf video form {name!r}: expected one of ops.HF_OUTPUTS "
+                                   f"{HF_OUTPUTS}")
+            VIDEO_HF_FORMS[name] = fn
+        return fn
+    return deco
+
+
+def _ok_video_plans(b: "PackedBatch") -> list:
+    if len(b.video_plans) != b.num_images:
+        raise ValueError(f"to_hf (videos): expected a video batch made by a Processor (one video "
+                         f"plan per video), got {len(b.video_plans)} plans for {b.num_images} "
+                         f"videos; process the videos with vlmprep.Processor(videos=...)")
+    return [p for p in b.video_plans if p.index not in b.errors]
+
+
+@hf_video_form("qwen2_vl")
+def _qwen2_vl_video(b: "PackedBatch") -> dict:
+    """``Qwen2VLVideoProcessor`` / ``Qwen3VLVideoProcessor``: ``pixel_values_videos
+    (total_patches, C*T*P*P)`` and ``video_grid_thw (num_videos, 3)`` int64; Qwen2.5-VL's
+    processor adds ``second_per_grid_ts (num_videos,)`` float32 (``temporal_patch_size /
+    sampled fps``), present when the plans carry it (``VideoPlan.extras``)."""
+    import torch
+    out = {"pixel_values_videos": b.pixel_values, "video_grid_thw": b.grid_thw}
+    plans = _ok_video_plans(b)
+    if plans and all("second_per_grid_ts" in p.extras for p in plans):
+        out["second_per_grid_ts"] = torch.tensor([float(p.extras["second_per_grid_ts"])
+                                                  for p in plans], dtype=torch.float32)
+    return out
+
+
+def _frames_per_video(b: "PackedBatch") -> list[int]:
+    import torch
+    counts = torch.bincount(b.image_index, minlength=b.num_images).tolist()
+    return [counts[i] for i in range(b.num_images) if i not in b.errors]
+
+
+@hf_video_form("llava_onevision", "got_ocr2")
+def _frames_video(b: "PackedBatch") -> dict:
+    """``LlavaOnevisionVideoProcessor`` / ``InternVLVideoProcessor``: ``pixel_values_videos
+    (num_videos, T, C, S, S)``; when the videos' frame counts differ, the list of ``(T_i, C, S, S)``
+    tensors the processor returns without ``return_tensors`` (with "pt" it cannot stack them and
+    raises). InternVLProcessor then moves the frames into ``pixel_values`` for the model (the
+    adapters' business); the video processor's key is kept here."""
+    frames = _frames_per_video(b)
+    parts, row = [], 0
+    for n in frames:
+        parts.append(b.pixel_values[row:row + n])
+        row += n
+    if len(set(frames)) <= 1:
+        c, h, w = b.pixel_values.shape[1:]
+        return {"pixel_values_videos": b.pixel_values.reshape(len(frames), frames[0] if frames
+                                                              else 0, c, h, w)}
+    return {"pixel_values_videos": parts}
+
+
+@hf_video_form("idefics3")
+def _smolvlm_video(b: "PackedBatch") -> dict:
+    """``SmolVLMVideoProcessor``: ``pixel_values (num_videos, T_max, C, M, M)``, each video's
+    frames first and zero frames after (padded after normalization), and ``pixel_attention_mask
+    (num_videos, T_max, M, M)`` int64, 1 on a real frame."""
+    import torch
+    frames = _frames_per_video(b)
+    width = max(frames, default=0)
+    c, h, w = b.pixel_values.shape[1:]
+    pv = b.pixel_values.new_zeros((len(frames), width, c, h, w))
+    mask = torch.zeros((len(frames), width, h, w), dtype=torch.int64, device=b.pixel_values.device)
+    row = 0
+    for k, n in enumerate(frames):
+        pv[k, :n] = b.pixel_values[row:row + n]
+        mask[k, :n] = 1
+        row += n
+    return {"pixel_values": pv, "pixel_attention_mask": mask}
 
 
 def hf_output(pipeline: "Pipeline | None") -> str:

@@ -5,6 +5,13 @@ cu_seqlens, a tiny example::
     Given  images A (grid 1x4x6 = 24 patches) and B (grid 1x2x2 = 4 patches)
     Output pixel_values (28, 1176); seqlens [24, 4]; cu_seqlens [0, 24, 28] (int32);
            max_seqlen 24; grid_thw [[1, 4, 6], [1, 2, 2]]; image_index [0, 1]
+
+Videos (issue 19) travel in a second PackedBatch beside the images' one, ``batch.videos``
+(``modality="video"``): its items are the input videos, a ViT sequence is a whole video for Qwen
+(grid ``(t, h, w)``, t > 1: one cu_seqlens entry per video) and a frame for the tile families
+(LLaVA-OneVision, InternVL, SmolVLM: ``image_index`` names the video of each frame), so image rows
+and video rows never share a tensor and every images-only field keeps its meaning.
+docs/concepts.md "Videos in a PackedBatch".
 """
 from __future__ import annotations
 
@@ -19,11 +26,14 @@ if TYPE_CHECKING:
 
     from .pipeline import Pipeline
     from .plan import ImagePlan
+    from .plan.video import VideoPlan
 
-__all__ = ["PackedBatch", "build", "concat", "RETURN_TENSORS"]
+__all__ = ["PackedBatch", "build", "build_videos", "concat", "RETURN_TENSORS", "MODALITIES"]
 
 #: ``to_hf(return_tensors=...)`` values, as transformers' processors take them.
 RETURN_TENSORS = ("pt", "np")
+#: ``PackedBatch.modality``: what the batch's items are.
+MODALITIES = ("image", "video")
 
 
 @dataclass
@@ -49,6 +59,17 @@ class PackedBatch:
         image_plans: ``list[ImagePlan]``, one per input image (index = position in this batch):
             the geometry ``to_hf`` forms need beyond the tiles (source size, tile arrangement);
             empty for a batch not made by ``build`` / ``split`` / ``concat``.
+        modality: ``"image"`` (the items are images) or ``"video"`` (``batch.videos``: the items
+            are videos; every per-item field above is then per video, ``image_index`` the video
+            of each sequence, ``video_plans`` their plans).
+        video_plans: ``list[VideoPlan]``, one per input video of a ``"video"`` batch.
+        videos: the call's videos as a ``"video"`` PackedBatch (``proc(images, videos=[...])``),
+            or None when the call had no videos. ``to_hf()`` adds its keys
+            (``pixel_values_videos``, ``video_grid_thw``, ...) to the images'.
+
+    Videos, a tiny example (qwen2-vl): ``proc([img], videos=[clip])`` with a 20-frame clip of
+    720x1280 -> ``batch.videos.grid_thw [[10, 52, 92]]``, ``seqlens [47840]``, ``cu_seqlens
+    [0, 47840]``, ``pixel_values (47840, 1176)``; ``batch`` itself holds the image as before.
     """
 
     pixel_values: "torch.Tensor"
@@ -63,6 +84,9 @@ class PackedBatch:
     pipeline: "Pipeline | None" = field(default=None, repr=False)
     placeholders: list[str] = field(default_factory=list, repr=False)
     image_plans: list["ImagePlan"] = field(default_factory=list, repr=False)
+    modality: str = "image"
+    video_plans: list["VideoPlan"] = field(default_factory=list, repr=False)
+    videos: "PackedBatch | None" = field(default=None, repr=False)
 
     # -- basic facts ----------------------------------------------------------------------------
     @property
@@ -88,7 +112,11 @@ class PackedBatch:
     def num_embeddings(self) -> list[int]:
         """``list[int]``, one per input image: the embedding rows an engine expects (the
         image-context tokens inside the image's placeholder, as ``ImagePlan.num_embeddings``;
-        InternVL 7 tiles: 1792 of ``num_tokens`` 1794); 0 for a skipped image."""
+        InternVL 7 tiles: 1792 of ``num_tokens`` 1794); 0 for a skipped image. For a video
+        batch: ``VideoPlan.num_embeddings`` per video."""
+        if self.modality == "video":
+            return [0 if i in self.errors else p.num_embeddings
+                    for i, p in enumerate(self.video_plans)]
         from .ops import pack
         from .plan.plan import count_embeddings
         if len(self.placeholders) != self.num_images:
@@ -119,16 +147,22 @@ class PackedBatch:
         return self.pixel_values.dtype
 
     def __repr__(self) -> str:
-        return (f"PackedBatch(layout={self.layout!r}, pixel_values={tuple(self.pixel_values.shape)} "
+        head = "modality='video', " if self.modality == "video" else ""
+        tail = f", videos={self.videos!r}" if self.videos is not None else ""
+        return (f"PackedBatch({head}layout={self.layout!r}, "
+                f"pixel_values={tuple(self.pixel_values.shape)} "
                 f"{str(self.pixel_values.dtype).replace('torch.', '')} on {self.device}, "
                 f"num_seqs={self.num_seqs}, max_seqlen={self.max_seqlen}, "
-                f"num_tokens={self.num_tokens}, errors={sorted(self.errors)})")
+                f"num_tokens={self.num_tokens}, errors={sorted(self.errors)}{tail})")
 
     # -- conversions ----------------------------------------------------------------------------
     def to(self, device: "str | torch.device", non_blocking: bool = False) -> "PackedBatch":
-        """The same batch with its device tensors on ``device`` (host fields shared)."""
+        """The same batch with its device tensors on ``device`` (host fields shared; ``videos``
+        too)."""
         return replace(self, pixel_values=self.pixel_values.to(device, non_blocking=non_blocking),
-                       cu_seqlens=self.cu_seqlens.to(device, non_blocking=non_blocking))
+                       cu_seqlens=self.cu_seqlens.to(device, non_blocking=non_blocking),
+                       videos=None if self.videos is None
+                       else self.videos.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "PackedBatch":
         """The same batch with its CPU tensors in pinned memory, for ``to(device,
@@ -139,12 +173,14 @@ class PackedBatch:
         def pin(t: "torch.Tensor") -> "torch.Tensor":
             return t.pin_memory() if t.device.type == "cpu" else t
         return replace(self, pixel_values=pin(self.pixel_values), cu_seqlens=pin(self.cu_seqlens),
-                       grid_thw=pin(self.grid_thw), image_index=pin(self.image_index))
+                       grid_thw=pin(self.grid_thw), image_index=pin(self.image_index),
+                       videos=None if self.videos is None else self.videos.pin_memory())
 
     def split(self) -> Iterator["PackedBatch"]:
         """One PackedBatch per input image, in input order (views, no copy).
 
-        A skipped image yields an empty batch whose ``errors`` is ``{0: error}``.
+        A skipped image yields an empty batch whose ``errors`` is ``{0: error}``. The call's
+        videos are not in these (``batch.videos.split()``: one per video).
         """
         import torch
         row = 0
@@ -157,10 +193,14 @@ class PackedBatch:
             lens = self.seqlens[s0:seq]
             n = sum(lens) if self.layout == "patches" else len(lens)
             err = {0: _reindex(self.errors[i], 0)} if i in self.errors else {}
-            yield _assemble(self.pixel_values[row:row + n], lens, self.grid_thw[s0:seq],
-                            torch.zeros(seq - s0, dtype=torch.int64), [self.num_tokens[i]], err,
-                            self.layout, self.pipeline, self.placeholders[i:i + 1],
-                            _plans_from(self.image_plans[i:i + 1], 0))
+            part = _assemble(self.pixel_values[row:row + n], lens, self.grid_thw[s0:seq],
+                             torch.zeros(seq - s0, dtype=torch.int64), [self.num_tokens[i]], err,
+                             self.layout, self.pipeline, self.placeholders[i:i + 1],
+                             _plans_from(self.image_plans[i:i + 1], 0))
+            if self.modality == "video":
+                part = replace(part, modality="video",
+                               video_plans=_plans_from(self.video_plans[i:i + 1], 0))
+            yield part
             row += n
 
     def to_hf(self, images_per_sample: Sequence[int] | None = None,
@@ -187,25 +227,64 @@ class PackedBatch:
         only check the count of ``images_per_sample``; forms in ``HF_NESTING_FORMS`` (idefics3:
         ``pixel_values (B, max_tiles, C, M, M)`` + ``pixel_attention_mask``; mllama;
         llava-onevision) nest the images into samples by it. Skipped images are absent.
+
+        Videos (``batch.videos``): their keys are added, as the family's transformers video
+        processor returns them for the same videos (``hf_forms.VIDEO_HF_FORMS``): Qwen
+        ``pixel_values_videos (total_patches, patch_dim)`` + ``video_grid_thw (num_videos, 3)``
+        (+ ``second_per_grid_ts (num_videos,)`` float32 for Qwen2.5-VL, as its processor adds);
+        LLaVA-OneVision / InternVL ``pixel_values_videos (num_videos, T, C, S, S)`` (a list of
+        ``(T_i, C, S, S)`` when the videos' frame counts differ); SmolVLM ``pixel_values
+        (num_videos, T_max, C, M, M)`` zero-padded + ``pixel_attention_mask``. A call with videos
+        and no images gives the video keys only (as the processor does); ``images_per_sample``
+        counts images only. SmolVLM's video keys are its image keys: a batch holding both
+        raises (its processor takes one or the other).
         """
         n_ok = self.num_images - len(self.errors)
-        if images_per_sample is not None:
+        if images_per_sample is not None and self.modality != "video":
             if any(int(k) < 0 for k in images_per_sample) or sum(images_per_sample) != n_ok:
                 raise ValueError(f"to_hf: images_per_sample expected non-negative counts summing to "
                                  f"{n_ok} (the processed images), got {list(images_per_sample)}")
         if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
             raise ValueError(f"to_hf: return_tensors expected one of {RETURN_TENSORS}, got "
                              f"{return_tensors!r}; use 'pt' for torch tensors, 'np' for numpy")
+        if self.modality == "video":
+            return _finish(self._video_hf(), return_tensors)
         from .hf_forms import HF_FORMS, HF_NESTING_FORMS, hf_output
         form = hf_output(self.pipeline)
-        if form in HF_NESTING_FORMS:  # forms that nest images into samples get the counts
-            out = HF_FORMS[form](self, images_per_sample)
-        else:
-            out = HF_FORMS[form](self)
-        if return_tensors == "np":
-            out = {k: _to_numpy(k, v) for k, v in out.items()}
-        feature = _batch_feature()
-        return feature(out) if feature is not None else out
+        out: dict[str, Any] = {}
+        if self.videos is None or self.num_images > 0:
+            if form in HF_NESTING_FORMS:  # forms that nest images into samples get the counts
+                out = HF_FORMS[form](self, images_per_sample)
+            else:
+                out = HF_FORMS[form](self)
+        if self.videos is not None and self.videos.num_images > 0:
+            extra = self.videos._video_hf()
+            both = sorted(set(out) & set(extra))
+            if both:
+                raise ValueError(f"to_hf: expected image and video keys that differ, got {both} "
+                                 f"from both ({self.pipeline.name if self.pipeline else ''}: its "
+                                 f"processor takes images or videos in one call, not both); "
+                                 f"process the images and the videos in separate calls")
+            out.update(extra)
+        return _finish(out, return_tensors)
+
+    def _video_hf(self) -> dict[str, Any]:
+        """The video processor's keys for this ``"video"`` batch (``hf_forms.VIDEO_HF_FORMS``)."""
+        from .hf_forms import VIDEO_HF_FORMS, hf_output
+        form = hf_output(self.pipeline)
+        fn = VIDEO_HF_FORMS.get(form)
+        if fn is None:
+            raise ValueError(f"to_hf: expected a family with a video form, one of "
+                             f"{sorted(VIDEO_HF_FORMS)}, got form {form!r}")
+        return fn(self)
+
+
+def _finish(out: dict[str, Any], return_tensors: str) -> MutableMapping[str, Any]:
+    """``out`` as numpy arrays when asked, wrapped in transformers' BatchFeature when installed."""
+    if return_tensors == "np":
+        out = {k: _to_numpy(k, v) for k, v in out.items()}
+    feature = _batch_feature()
+    return feature(out) if feature is not None else out
 
 
 def _to_numpy(key: str, v: Any) -> Any:
@@ -280,29 +359,67 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
         ["" if p.index in errors else p.placeholder for p in plans], _plans_from(plans, 0))
 
 
+def build_videos(pixel_values: "torch.Tensor", plans: Sequence["VideoPlan"],
+                 errors: dict[int, ImageError], pipeline: "Pipeline", layout: str) -> PackedBatch:
+    """Pack the rows of the good videos of ``plans`` (in input order) into a ``"video"``
+    PackedBatch (``batch.videos``): one sequence per ``grid_thw`` entry of each plan (Qwen: the
+    video; tile families: each frame), ``image_index`` the video of each sequence.
+
+    ``pixel_values`` holds exactly the rows (patches or frame tiles) of the videos not in
+    ``errors``.
+    """
+    import torch
+    seqlens, grids, index = [], [], []
+    for p in plans:
+        if p.index in errors:
+            continue
+        for g in p.grid_thw:
+            seqlens.append(g[0] * g[1] * g[2])
+            grids.append(g)
+            index.append(p.index)
+    rows = sum(seqlens) if layout == "patches" else len(seqlens)
+    assert rows == pixel_values.shape[0], "packed video rows disagree with the plan"
+    out = _assemble(
+        pixel_values, seqlens, torch.tensor(grids, dtype=torch.int64).reshape(len(grids), 3),
+        torch.tensor(index, dtype=torch.int64),
+        [0 if p.index in errors else p.num_tokens for p in plans], dict(sorted(errors.items())),
+        layout, pipeline, ["" if p.index in errors else p.placeholder for p in plans])
+    return replace(out, modality="video", video_plans=_plans_from(plans, 0))
+
+
 def concat(batches: Sequence[PackedBatch]) -> PackedBatch:
-    """Join batches as if their images had been one input list (inverse of ``split``)."""
+    """Join batches as if their images had been one input list (inverse of ``split``); their
+    ``videos`` are joined the same way (videos of later batches numbered after earlier ones)."""
     import torch
     if not batches:
         raise ValueError("concat: expected at least one PackedBatch, got none")
     layouts = {b.layout for b in batches}
     if len(layouts) != 1:
         raise ValueError(f"concat: expected one layout, got {sorted(layouts)}")
+    modalities = {b.modality for b in batches}
+    if len(modalities) != 1:
+        raise ValueError(f"concat: expected batches of one modality, got {sorted(modalities)}; "
+                         f"concat image batches (their .videos are joined too) or video batches")
     offset = 0
     index, errors = [], {}
     for b in batches:
         index.append(b.image_index + offset)
         errors.update({k + offset: _reindex(v, k + offset) for k, v in b.errors.items()})
         offset += b.num_images
-    return _assemble(
+    out = _assemble(
         torch.cat([b.pixel_values for b in batches]), [n for b in batches for n in b.seqlens],
         torch.cat([b.grid_thw for b in batches]), torch.cat(index),
         [n for b in batches for n in b.num_tokens], errors, batches[0].layout,
         batches[0].pipeline, [s for b in batches for s in b.placeholders],
         _concat_plans(batches))
+    if batches[0].modality == "video":
+        return replace(out, modality="video",
+                       video_plans=_plans_from([p for b in batches for p in b.video_plans], 0))
+    vids = [b.videos for b in batches if b.videos is not None]
+    return replace(out, videos=concat(vids)) if vids else out
 
 
-def _plans_from(plans: Sequence["ImagePlan"], start: int) -> list["ImagePlan"]:
+def _plans_from(plans: Sequence[Any], start: int) -> list[Any]:
     """``plans`` re-indexed from ``start`` (their positions in the batch that now holds them)."""
     from dataclasses import replace as _replace
     return [p if p.index == start + k else _replace(p, index=start + k) for k, p in enumerate(plans)]

@@ -1,4 +1,8 @@
-"""Processor: the user's entry point. Resolve inputs -> plan -> backend -> PackedBatch."""
+"""Processor: the user's entry point. Resolve inputs -> plan -> backend -> PackedBatch.
+
+Images: ``prepare`` (headers) -> ``execute`` (the Backend). Videos: ``prepare_videos`` (container
+metadata: ``probe_video`` + ``plan_video``) -> ``execute_videos`` (``backends.video.run_video``),
+packed in ``batch.videos`` beside the images (``pack.build_videos``)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +18,10 @@ from .pipeline import Pipeline
 from .plan import ImagePlan, Plan, plan_images
 
 if TYPE_CHECKING:
+    from .io.video import VideoLimits
     from .ops import decode
+    from .pack import PackedBatch
+    from .plan.video import VideoOptions, VideoPlan
 
 __all__ = ["Processor"]
 
@@ -46,13 +53,28 @@ class Processor:
             by itself). vlmprep bounds it by ``max_source_bytes`` and ``fetch_timeout_s``
             (``vlmprep.io.inputs.fetch_url``).
         fetch_timeout_s: seconds one ``fetch`` may take, reading included.
+        video_options: ``vlmprep.plan.video.VideoOptions`` for ``videos=`` (frame sampling and
+            the video pixel budget); None: the checkpoint defaults of the pipeline's family
+            (``video_defaults``), or the checkpoint's video config (``from_pretrained``).
+            Pipelines without a video rule refuse ``videos=``.
+        video_limits: ``vlmprep.io.video.VideoLimits`` bounding each video's probe and decode
+            (bytes, frames, seconds, pixels, time); None: the defaults with the decode op's
+            per-frame pixel limit.
+        video_decoder: ``"auto"`` | ``"torchcodec"`` | ``"opencv"`` (``decode_frames``).
         **overrides: any field of the pipeline's ops, e.g. ``max_pixels=1_003_520``.
+
+    Videos (``proc(images, videos=[...])``) are sampled, resized, normalized and patchified as the
+    family's transformers video processor does; those processors run on torchvision only, so video
+    pixels are the torchvision processor's (bit for bit on the CPU in float32) for either
+    ``match``. docs/concepts.md "Videos in a PackedBatch".
     """
 
     def __init__(self, pipeline: str | Pipeline = "qwen2-vl", backend: str = "auto",
                  device: str = "cpu", dtype: str = "float32", errors: str = "raise",
                  fetch: Callable[[str], Any] | None = None,
                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S, match: str = "pil",
+                 video_options: "VideoOptions | None" = None,
+                 video_limits: "VideoLimits | None" = None, video_decoder: str = "auto",
                  **overrides: Any):
         from . import backends
         if isinstance(pipeline, Pipeline):
@@ -98,6 +120,8 @@ class Processor:
         self.fetch = fetch
         self.fetch_timeout_s = float(fetch_timeout_s)
         self._backend = cls(pipe, device, dtype)
+        self.video_options, self.video_limits, self.video_decoder = _video_settings(
+            pipe, video_options, video_limits, video_decoder)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, revision: str | None = None,
@@ -114,10 +138,22 @@ class Processor:
         ``kwargs`` go to ``Processor(...)`` (backend, device, dtype, errors, fetch and field
         overrides). A config not found is a ``vlmprep.errors.ConfigNotFoundError`` (a
         FileNotFoundError and a ValueError) saying expected / got / fix.
+
+        Video options come from ``video_preprocessor_config.json`` beside it (transformers 5.x),
+        else from ``preprocessor_config.json`` itself (4.x kept the video keys there; Qwen2-VL /
+        Qwen2.5-VL ship no video config and transformers reads the image one), as the family's
+        video processor reads them (``presets._config.video_options_from_config``); None for a
+        family without video.
         """
         cfg_path = _config_file(path, revision=revision, cache_dir=cache_dir,
                                 local_files_only=local_files_only, token=token)
-        pipe = presets.from_config(presets.load_config(cfg_path))
+        cfg = presets.load_config(cfg_path)
+        pipe = presets.from_config(cfg)
+        if "video_options" not in kwargs:
+            from .presets._config import video_options_from_config
+            video_cfg = _video_config(path, cfg_path, revision=revision, cache_dir=cache_dir,
+                                      local_files_only=local_files_only, token=token)
+            kwargs["video_options"] = video_options_from_config(pipe, video_cfg or cfg)
         return cls(pipe, **kwargs)
 
     def clone(self, **changes: Any) -> "Processor":
@@ -126,7 +162,9 @@ class Processor:
         e.g. the serving batcher's ``proc.clone(errors="skip")``. Shares no backend state."""
         kw: dict[str, Any] = dict(backend=self.backend_name, device=self.device, dtype=self.dtype,
                                   errors=self.errors, match=self.match, fetch=self.fetch,
-                                  fetch_timeout_s=self.fetch_timeout_s)
+                                  fetch_timeout_s=self.fetch_timeout_s,
+                                  video_options=self.video_options,
+                                  video_limits=self.video_limits, video_decoder=self.video_decoder)
         pipeline = changes.pop("pipeline", self.pipeline)
         kw.update(changes)  # the rest: settings, or pipeline fields as overrides
         return type(self)(pipeline, **kw)
@@ -168,26 +206,113 @@ class Processor:
                  else _with_source(p, sources[p.index].desc) for p in plans]
         return sources, plans
 
-    def _first_error(self, plans: Sequence[ImagePlan]) -> None:
+    def _first_error(self, plans: Sequence[Any]) -> None:
         if self.errors == "raise":
             for p in plans:
                 if p.error is not None:
                     raise p.error
 
-    def plan(self, images: Sequence[Any]) -> Plan:
-        """Geometry of every image from headers only (no pixel is decoded).
+    def prepare_videos(self, items: Sequence[Any]) -> tuple[list, list["VideoPlan"]]:
+        """Probe (container metadata only, no frame decoded) and plan every video once ->
+        (videos, plans): ``vlmprep.Video`` items (None for an item that is not one) and their
+        ``VideoPlan`` (``plan_video`` with this Processor's ``video_options``).
 
-        Returns a Plan equal to what ``self(images)`` produces. With ``errors="raise"``
-        the first bad image raises ImageError; with ``"skip"`` it is recorded in its plan.
+        Never raises for a per-item cause: the plan's ``error`` names the item (``index`` its
+        position in ``videos``); ValueError when the pipeline has no video rule.
         """
-        _, plans = self.prepare(as_image_list(images))
+        from .io.video import Video, as_video, probe_video
+        from .plan.video import VideoPlan, plan_video
+        opts = self._need_video_options()
+        videos: list = []
+        plans: list[VideoPlan] = []
+        for i, item in enumerate(items):
+            src = item.source if isinstance(item, Video) else item
+            try:
+                v = as_video(item)
+                meta = probe_video(v, self.video_limits, decoder=self.video_decoder)
+            except ImageError as e:
+                videos.append(None)
+                plans.append(VideoPlan(index=i, error=e.at(index=i, source=describe_source(src))))
+                continue
+            p = plan_video(self.pipeline, meta, opts, per_item=v, index=i, limits=self.video_limits)
+            if p.error is not None:
+                p.error = p.error.at(index=i, source=describe_source(src))
+            videos.append(v)
+            plans.append(p)
+        return videos, plans
+
+    def _need_video_options(self) -> "VideoOptions":
+        if self.video_options is None:
+            from .plan.video import VIDEO_RULES
+            raise ValueError(f"videos: expected a pipeline with a video rule (families "
+                             f"{sorted(VIDEO_RULES)}), got {self.pipeline.name!r}; use one of "
+                             f"those presets or checkpoints, or pass video_options=VideoOptions("
+                             f"family=...)")
+        return self.video_options
+
+    def plan(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None
+             ) -> Plan:
+        """Geometry of every image from headers only (no pixel is decoded), and of every video
+        from its container metadata only (``plan.videos``: one ``VideoPlan`` per video: sampled
+        ``frame_indices``, ``resized_hw``, ``grid_thw``, ``num_tokens``, ``placeholder``, ...).
+
+        Returns a Plan equal to what ``self(images, videos=videos)`` produces. With
+        ``errors="raise"`` the first bad image (then the first bad video) raises ImageError;
+        with ``"skip"`` it is recorded in its plan.
+        """
+        _, plans = self.prepare(as_image_list(images) if images is not None else [])
+        vplans: list = self.prepare_videos(_video_list(videos))[1] if videos is not None else []
         self._first_error(plans)
-        return Plan(list(plans), self.pipeline)
+        self._first_error(vplans)
+        from dataclasses import fields
+        if any(f.name == "videos" for f in fields(Plan)):
+            return Plan(list(plans), self.pipeline, videos=vplans)  # type: ignore[call-arg]
+        out = Plan(list(plans), self.pipeline)
+        object.__setattr__(out, "videos", vplans)  # until plan.py's Plan has the field
+        return out
 
     # -- execution ------------------------------------------------------------------------------
-    def __call__(self, images: Sequence[Any]):
-        """Process ``images`` -> PackedBatch (see API.md for every field)."""
-        return self.execute(*self.prepare(as_image_list(images)))
+    def __call__(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None):
+        """Process ``images`` and ``videos`` -> PackedBatch (see API.md for every field): the
+        images' batch, with the videos' in ``batch.videos`` (None without ``videos=``).
+
+        With ``errors="raise"`` a bad image or video raises before anything is decoded.
+        """
+        if videos is None:
+            return self.execute(*self.prepare(as_image_list(images)))
+        prepared = self.prepare(as_image_list(images) if images is not None else [])
+        vprepared = self.prepare_videos(_video_list(videos))
+        self._first_error(prepared[1])
+        self._first_error(vprepared[1])  # no decode before every item is known good
+        batch = self.execute(*prepared)
+        from dataclasses import replace
+        return replace(batch, videos=self.execute_videos(*vprepared))
+
+    def execute_videos(self, videos: Sequence[Any], plans: Sequence["VideoPlan"]) -> "PackedBatch":
+        """``prepare_videos``' output -> the ``"video"`` PackedBatch (``batch.videos``): decode
+        only the planned frames, resize / normalize / patchify as the family's video processor
+        (``vlmprep.backends.video``, the one place a video's execution is decided)."""
+        from . import pack
+        from .backends import video as vx
+        self._first_error(plans)
+        layout = vx.video_layout(self.pipeline)
+        rows, late = [], {}
+        for p in plans:
+            if p.error is not None:
+                continue
+            try:
+                rows.append(vx.run_video(videos[p.index], p, self.pipeline, self.dtype,
+                                         self.video_limits, self.video_decoder))
+            except ImageError as e:
+                src = videos[p.index].source if videos[p.index] is not None else None
+                err = e.at(index=p.index, source=e.source or describe_source(src))
+                if self.errors == "raise":
+                    raise err from (e.__cause__ or e)
+                late[p.index] = err
+        errors = {p.index: p.error for p in plans if p.error is not None}
+        errors.update(late)
+        out = vx.pack_rows(rows, self.pipeline, self.dtype, self.device)
+        return pack.build_videos(out, plans, errors, self.pipeline, layout)
 
     def execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
         """``prepare``'s output -> PackedBatch, without probing again (the Batcher plans a
@@ -216,6 +341,61 @@ class Processor:
         errors = {p.index: p.error for p in plans if p.error is not None}
         errors.update(late)
         return pack.build(out, plans, errors, self.pipeline)
+
+
+def _video_list(videos: Any) -> list:
+    """``videos=`` as a list of items: a list / tuple as is; one ``vlmprep.Video``, path or bytes
+    alone is refused (a THWC array alone would read as frames of frames)."""
+    if isinstance(videos, (list, tuple)):
+        return list(videos)
+    raise TypeError(f"videos: expected a list of videos (paths, bytes, frame arrays or "
+                    f"vlmprep.Video), got {type(videos).__name__}; wrap one video in a list: "
+                    f"videos=[v]")
+
+
+def _video_settings(pipe: Pipeline, options: Any, limits: Any, decoder: str
+                    ) -> tuple[Any, "VideoLimits", str]:
+    """(video_options, video_limits, video_decoder), checked; options None -> the family's
+    checkpoint defaults, or None for a pipeline without a video rule."""
+    from .io.video import VideoLimits, limits_of
+    from .io.video.decode import resolve_decoder
+    from .plan.video import VIDEO_DEFAULTS, VideoOptions, video_defaults
+    if options is None:
+        options = video_defaults(pipe.name) if pipe.name in VIDEO_DEFAULTS else None
+    elif not isinstance(options, VideoOptions):
+        raise TypeError(f"video_options: expected None or a vlmprep.plan.video.VideoOptions, got "
+                        f"{type(options).__name__}; build one with video_defaults(family) and "
+                        f"dataclasses.replace")
+    if limits is not None and not isinstance(limits, VideoLimits):
+        raise TypeError(f"video_limits: expected None or a vlmprep.io.video.VideoLimits, got "
+                        f"{type(limits).__name__}")
+    resolve_decoder(decoder)  # ValueError for an unknown or unusable decoder
+    return options, (limits if limits is not None else limits_of(pipe["decode"])), decoder
+
+
+def _video_config(path: Any, cfg_path: Path, **hub: Any) -> dict | None:
+    """``video_preprocessor_config.json`` beside the image config (a local folder or file: its
+    sibling; a hub id: the repo's, when it has one), or None."""
+    import json
+    folder = Path(cfg_path) if Path(cfg_path).is_dir() else Path(cfg_path).parent
+    p = folder / "video_preprocessor_config.json"
+    if not p.is_file() and not Path(path).exists():
+        try:
+            from huggingface_hub import hf_hub_download
+            p = Path(hf_hub_download(os.fspath(path), "video_preprocessor_config.json",
+                                     revision=hub["revision"],
+                                     cache_dir=None if hub["cache_dir"] is None
+                                     else os.fspath(hub["cache_dir"]),
+                                     local_files_only=hub["local_files_only"], token=hub["token"]))
+        except Exception:  # noqa: BLE001 (no video config in the repo / cache: the image one serves)
+            return None
+    if not p.is_file():
+        return None
+    with open(p, encoding="utf-8") as f:
+        cfg = json.load(f)
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
+    return cfg
 
 
 def _overrides(pipe: Pipeline) -> list[tuple[str, Any]]:

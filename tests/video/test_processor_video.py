@@ -1,0 +1,248 @@
+"""Videos through the Processor (issue 19, V3a): ``proc(images, videos=[...])``, ``proc.plan(videos=)``,
+``batch.videos`` and ``to_hf()``'s video keys, against transformers 5.24's real video processors.
+
+The oracle: each family's transformers video processor given every frame of the clip as decoded by
+``vlmprep.io.video.decode_frames`` and its metadata, sampling itself (``do_sample_frames``); vlmprep
+decodes only the frames it planned. Pixels are compared with ``torch.equal`` (bit-exact, CPU float32):
+transformers' video processors are torchvision-based, and vlmprep runs the same torchvision ops.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vlmprep
+from vlmprep import ImageError
+from vlmprep.io.video import Video, decode_frames, probe_video
+from vlmprep.plan.video import video_defaults
+from vlmprep.presets import idefics3, internvl, llava_next, qwen
+
+transformers = pytest.importorskip("transformers")
+from transformers.video_utils import VideoMetadata  # noqa: E402
+
+CHECKPOINTS = Path(vlmprep.__file__).parent / "presets" / "checkpoints"
+
+
+def _smolvlm_folder(tmp: Path) -> Path:
+    """A SmolVLM2 checkpoint folder: its image config and video config (the one from_pretrained reads)."""
+    (tmp / "preprocessor_config.json").write_text((CHECKPOINTS / "smolvlm.json").read_text())
+    (tmp / "video_preprocessor_config.json").write_text(json.dumps(idefics3.video_configs()["idefics3"]))
+    return tmp
+
+
+#: case -> (how to make the Processor, the transformers class, its config, per-item fps, the
+#: transformers call's sampling kwargs)
+CASES = {
+    "qwen2-vl_all_frames": ("qwen2-vl", "Qwen2VLVideoProcessor", qwen.video_configs()["qwen2-vl"],
+                            None, {"cap_pixels_per_frame": False}),
+    "qwen2-vl_fps2": ("qwen2-vl", "Qwen2VLVideoProcessor", qwen.video_configs()["qwen2-vl"], 2.0,
+                      {"do_sample_frames": True, "fps": 2.0, "cap_pixels_per_frame": False}),
+    "qwen3-vl": ("qwen3-vl", "Qwen3VLVideoProcessor", qwen.video_configs()["qwen3-vl"], None,
+                 {"cap_pixels_per_frame": False}),
+    "llava-onevision_fps2": ("llava-onevision", "LlavaOnevisionVideoProcessor",
+                             llava_next.video_configs()["llava-onevision"], 2.0,
+                             {"do_sample_frames": True, "fps": 2.0}),
+    "internvl_fps2": ("internvl", "InternVLVideoProcessor", internvl.video_configs()["internvl"], 2.0,
+                      {"do_sample_frames": True, "fps": 2.0}),
+    "smolvlm": ("smolvlm", "SmolVLMVideoProcessor", idefics3.video_configs()["idefics3"], None,
+                {"do_sample_frames": True, "fps": 1, "num_frames": 64}),
+}
+
+
+def _processor(kind: str, tmp_path: Path, **kw) -> vlmprep.Processor:
+    if kind == "smolvlm":
+        return vlmprep.Processor.from_pretrained(_smolvlm_folder(tmp_path), **kw)
+    return vlmprep.Processor(kind, **kw)
+
+
+def _reference(cls_name: str, cfg: dict, path: Path, call_kw: dict, **more):
+    """The transformers video processor's output for every decoded frame of ``path``."""
+    meta = probe_video(path)
+    frames = decode_frames(path, range(meta.total_num_frames))
+    cls = getattr(transformers, cls_name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proc = cls.from_dict(dict(cfg))
+        return proc(videos=[frames], video_metadata=[VideoMetadata(**meta.to_hf())],
+                    return_tensors="pt", **call_kw, **more)
+
+
+def _assert_same(got: dict, ref) -> None:
+    assert set(got) == set(ref.keys()), (sorted(got), sorted(ref.keys()))
+    for k in ref.keys():
+        assert got[k].dtype == ref[k].dtype, k
+        assert got[k].shape == ref[k].shape, (k, got[k].shape, ref[k].shape)
+        assert torch.equal(got[k], ref[k]), (k, (got[k].float() - ref[k].float()).abs().max())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pixels_equal_transformers_video_processor(case, videos, tmp_path):
+    kind, cls_name, cfg, fps, call_kw = CASES[case]
+    clip = videos.get("mjpg_avi")  # 30 frames of 160x120 at 10 fps
+    proc = _processor(kind, tmp_path)
+    item = Video(clip.path, fps=fps) if fps else clip.path
+    batch = proc(videos=[item])
+    ref = _reference(cls_name, cfg, clip.path, call_kw)
+    _assert_same(dict(batch.to_hf()), ref)
+    # plan == processor geometry, from container metadata only
+    plan = proc.plan(videos=[item]).videos[0]
+    v = batch.videos
+    assert v.num_tokens == [plan.num_tokens] and v.num_embeddings == [plan.num_embeddings]
+    assert v.grid_thw.tolist() == [list(g) for g in plan.grid_thw]
+    assert v.placeholders == [plan.placeholder]
+    if "video_grid_thw" in ref:
+        assert ref["video_grid_thw"].tolist() == [list(g) for g in plan.grid_thw]
+        assert plan.grid_thw[0][0] > 1  # T > 1
+        assert v.seqlens == [plan.num_patches] and v.cu_seqlens.tolist() == [0, plan.num_patches]
+    else:
+        frames = ref["pixel_values_videos" if "pixel_values_videos" in ref else "pixel_values"]
+        assert frames.shape[1] == len(plan.frame_indices) == v.num_seqs
+
+
+def test_other_clip_sizes_and_codecs_qwen(videos):
+    """Two more containers / sizes through qwen2-vl (fps sampling) and qwen3-vl (defaults)."""
+    for name in ("xvid_avi", "vp80_webm"):
+        clip = videos.get(name)
+        for kind, cls_name, fps, kw in (
+                ("qwen2-vl", "Qwen2VLVideoProcessor", 2.0,
+                 {"do_sample_frames": True, "fps": 2.0, "cap_pixels_per_frame": False}),
+                ("qwen3-vl", "Qwen3VLVideoProcessor", None, {"cap_pixels_per_frame": False})):
+            proc = vlmprep.Processor(kind)
+            batch = proc(videos=[Video(clip.path, fps=fps) if fps else clip.path])
+            _assert_same(dict(batch.to_hf()), _reference(cls_name, qwen.video_configs()[kind],
+                                                         clip.path, kw))
+
+
+def test_dtypes_bfloat16_and_uint8(videos):
+    clip = videos.get("mjpg_avi")
+    item = Video(clip.path, fps=2.0)
+    f32 = vlmprep.Processor("qwen2-vl")(videos=[item]).videos.pixel_values
+    bf16 = vlmprep.Processor("qwen2-vl", dtype="bfloat16")(videos=[item]).videos.pixel_values
+    assert bf16.dtype == torch.bfloat16 and torch.equal(bf16, f32.to(torch.bfloat16))
+    u8 = vlmprep.Processor("qwen2-vl", dtype="uint8")(videos=[item]).videos.pixel_values
+    ref = _reference("Qwen2VLVideoProcessor", qwen.video_configs()["qwen2-vl"], clip.path,
+                     {"do_sample_frames": True, "fps": 2.0, "cap_pixels_per_frame": False},
+                     do_rescale=False, do_normalize=False)["pixel_values_videos"]
+    assert u8.dtype == torch.uint8 and torch.equal(u8.to(ref.dtype), ref)
+    tiles = vlmprep.Processor("internvl", dtype="uint8")(videos=[item]).videos.pixel_values
+    assert tiles.dtype == torch.uint8 and tiles.shape == (6, 3, 448, 448)
+
+
+def test_qwen2_5_vl_second_per_grid_ts(videos):
+    clip = videos.get("mjpg_avi")
+    proc = vlmprep.Processor("qwen2-vl", video_options=video_defaults("qwen2.5-vl"))
+    batch = proc(videos=[Video(clip.path, fps=2.0), clip.path])
+    out = batch.to_hf()
+    plan = proc.plan(videos=[Video(clip.path, fps=2.0), clip.path]).videos
+    md = []
+    for p in plan:  # transformers' VideoMetadata.sampled_fps over the sampled (unpadded) frames
+        m = VideoMetadata(**probe_video(clip.path).to_hf())
+        n = p.num_frames if p.num_frames % 2 == 0 else p.num_frames - 1
+        m.frames_indices = p.frame_indices[:n]
+        md.append(2 / m.sampled_fps)
+    assert out["second_per_grid_ts"].dtype == torch.float32
+    assert out["second_per_grid_ts"].tolist() == pytest.approx(md, rel=1e-6)
+    assert "second_per_grid_ts" not in vlmprep.Processor("qwen2-vl")(videos=[clip.path]).to_hf()
+
+
+def test_mixed_images_and_videos(videos, seed):
+    rng = np.random.default_rng(seed)
+    imgs = [rng.integers(0, 256, (90, 130, 3), dtype=np.uint8), rng.integers(0, 256, (64, 64, 3),
+                                                                              dtype=np.uint8)]
+    clips = [Video(videos.get("mjpg_avi").path, fps=2.0), videos.get("vp90_webm").path]
+    for kind in ("qwen2-vl", "internvl"):
+        proc = vlmprep.Processor(kind)
+        both = proc(imgs, videos=clips)
+        only_i, only_v = proc(imgs), proc(videos=clips)
+        for f in ("pixel_values", "cu_seqlens", "grid_thw", "image_index"):
+            assert torch.equal(getattr(both, f), getattr(only_i, f))
+            assert torch.equal(getattr(both.videos, f), getattr(only_v.videos, f))
+        assert both.num_tokens == only_i.num_tokens and both.videos.num_tokens == only_v.videos.num_tokens
+        assert only_i.videos is None and only_v.num_images == 0
+        hf, hi, hv = both.to_hf(), only_i.to_hf(), only_v.to_hf()
+        assert set(hf) == set(hi) | set(hv) and not set(hi) & set(hv)
+        plan = proc.plan(imgs, videos=clips)
+        assert plan.num_tokens == both.num_tokens
+        assert [p.num_tokens for p in plan.videos] == both.videos.num_tokens
+    # images-only calls are unchanged: no videos, same keys
+    assert vlmprep.Processor("qwen2-vl")(imgs).videos is None
+
+
+def test_smolvlm_images_and_videos_share_keys(videos, tmp_path):
+    proc = _processor("smolvlm", tmp_path)
+    img = np.zeros((40, 50, 3), np.uint8)
+    batch = proc([img], videos=[videos.get("mjpg_avi").path])
+    with pytest.raises(ValueError, match="separate calls"):
+        batch.to_hf()
+
+
+def test_frame_counts_differ_give_a_list(videos):
+    """LLaVA-OneVision / InternVL: the processor cannot stack videos of different lengths."""
+    clip = videos.get("mjpg_avi")
+    proc = vlmprep.Processor("llava-onevision")
+    out = proc(videos=[Video(clip.path, num_frames=3), Video(clip.path, num_frames=5)]).to_hf()
+    pv = out["pixel_values_videos"]
+    assert isinstance(pv, list) and [t.shape[0] for t in pv] == [3, 5]
+
+
+@pytest.mark.parametrize("kind", ["qwen2-vl", "llava-onevision"])
+def test_bad_videos_isolated(kind, videos, bad_videos):
+    good = videos.get("mjpg_avi").path
+    bad = ["garbage.mp4", "zero_frames.avi", "truncated.avi", "absurd_count.avi"]
+    items = [Video(good, fps=2.0)] + [bad_videos[b].path for b in bad] + [Video(good, num_frames=4)]
+    proc = vlmprep.Processor(kind, errors="skip")
+    batch = proc(videos=items)
+    v = batch.videos
+    assert sorted(v.errors) == [1, 2, 3, 4]
+    for i, b in enumerate(bad, 1):
+        assert isinstance(v.errors[i], ImageError) and v.errors[i].index == i
+        assert b in str(v.errors[i]), str(v.errors[i])  # names the item
+        assert v.num_tokens[i] == 0
+    alone = [proc(videos=[items[0]]).videos, proc(videos=[items[-1]]).videos]
+    assert torch.equal(v.pixel_values, torch.cat([a.pixel_values for a in alone]))
+    assert v.num_tokens[0] == alone[0].num_tokens[0] and v.num_tokens[5] == alone[1].num_tokens[0]
+    assert v.image_index.unique().tolist() == [0, 5]
+    parts = list(v.split())
+    assert len(parts) == 6 and parts[1].errors and parts[5].num_tokens == alone[1].num_tokens
+    # plan: the header-level failures are known before decoding (truncated.avi fails at decode)
+    planned = vlmprep.Processor(kind, errors="skip").plan(videos=items).videos
+    assert [p.error is not None for p in planned] == [False, True, True, False, True, False]
+    with pytest.raises(ImageError) as e:
+        vlmprep.Processor(kind)(videos=items)
+    assert e.value.index == 1 and "garbage.mp4" in str(e.value)
+    with pytest.raises(ImageError) as e:  # a decode-time failure raises too, naming the item
+        vlmprep.Processor(kind)(videos=[items[0], bad_videos["truncated.avi"].path])
+    assert e.value.index == 1 and "truncated.avi" in str(e.value)
+
+
+def test_frame_sequences_and_concat(videos):
+    case = videos.get("ffv1_mkv")  # lossless: the decoded frames are the written ones
+    proc = vlmprep.Processor("qwen3-vl")
+    from_file = proc(videos=[case.path]).videos
+    from_array = proc(videos=[Video(np.ascontiguousarray(case.frames), source_fps=case.fps)]).videos
+    assert torch.equal(from_file.pixel_values, from_array.pixel_values)
+    joined = vlmprep.pack.concat([proc([np.zeros((32, 32, 3), np.uint8)], videos=[case.path]),
+                                  proc(videos=[case.path])])
+    assert joined.num_images == 1 and joined.videos is not None and joined.videos.num_images == 2
+    assert torch.equal(joined.videos.pixel_values, torch.cat([from_file.pixel_values] * 2))
+    assert joined.videos.image_index.tolist() == [0, 1]
+
+
+def test_refusals():
+    with pytest.raises(ValueError, match="video rule"):
+        vlmprep.Processor("siglip")(videos=[np.zeros((4, 32, 32, 3), np.uint8)])
+    with pytest.raises(TypeError, match="list of videos"):
+        vlmprep.Processor("qwen2-vl")(videos="clip.mp4")
+    with pytest.raises(TypeError, match="video_options"):
+        vlmprep.Processor("qwen2-vl", video_options={"fps": 2})
+    with pytest.raises(ValueError, match="decoder"):
+        vlmprep.Processor("qwen2-vl", video_decoder="nvdec")
+    p = vlmprep.Processor("qwen2-vl", video_options=replace(video_defaults("qwen2-vl"), fps=1.0,
+                                                            do_sample_frames=True))
+    assert p.clone(errors="skip").video_options == p.video_options
