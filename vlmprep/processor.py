@@ -158,14 +158,18 @@ class Processor:
 
     def clone(self, **changes: Any) -> "Processor":
         """A new Processor with this one's settings (pipeline, backend, device, dtype, errors,
-        match, fetch, fetch_timeout_s), changed by ``changes`` (those names, or pipeline fields):
-        e.g. the serving batcher's ``proc.clone(errors="skip")``. Shares no backend state."""
+        match, fetch, fetch_timeout_s, video_options, video_limits, video_decoder), changed by
+        ``changes`` (those names, or pipeline fields): e.g. the serving batcher's
+        ``proc.clone(errors="skip")``. Shares no backend state. A new ``pipeline=`` takes its own
+        family's video defaults unless ``video_options=`` is given too."""
         kw: dict[str, Any] = dict(backend=self.backend_name, device=self.device, dtype=self.dtype,
                                   errors=self.errors, match=self.match, fetch=self.fetch,
                                   fetch_timeout_s=self.fetch_timeout_s,
                                   video_options=self.video_options,
                                   video_limits=self.video_limits, video_decoder=self.video_decoder)
         pipeline = changes.pop("pipeline", self.pipeline)
+        if pipeline is not self.pipeline:
+            kw["video_options"] = None  # the new pipeline's family decides
         kw.update(changes)  # the rest: settings, or pipeline fields as overrides
         return type(self)(pipeline, **kw)
 

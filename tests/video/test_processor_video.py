@@ -246,3 +246,5 @@ def test_refusals():
     p = vlmprep.Processor("qwen2-vl", video_options=replace(video_defaults("qwen2-vl"), fps=1.0,
                                                             do_sample_frames=True))
     assert p.clone(errors="skip").video_options == p.video_options
+    assert p.clone(max_pixels=1_003_520).video_options == p.video_options
+    assert p.clone(pipeline="internvl").video_options == video_defaults("internvl")
