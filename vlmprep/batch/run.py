@@ -13,14 +13,17 @@ from the JobConfig and uses ``usable_cpus // workers`` threads; ``workers=1`` ru
 ``"ray"`` hands the same items to ``vlmprep.integrations.ray.run_ray``, whose actors call the same
 ``process_item``, so both engines write byte-identical shards.
 
-Safety: a shard is written to ``NAME.tmp`` and renamed (a kill leaves no half shard); the manifest
-lists only renamed shards. ``resume=True`` keeps the shards the manifest lists whose file exists
-with the recorded size, removes stray ``*.tmp`` and does the rest, so a kill at any point and a
-resume give every sample exactly once. A different config (``JobConfig.hash``) or different inputs
-on resume are refused, naming the differences. A non-empty folder that is not a vlmprep output
-(no manifest.json) is never written into without ``overwrite=True``; ``overwrite`` deletes only
-the files an old manifest lists. Ctrl-C stops the workers, removes ``*.tmp`` and re-raises
-KeyboardInterrupt with the manifest consistent.
+Safety: a shard is written to ``NAME.tmp`` and renamed (a kill leaves no half shard); the
+manifest lists only renamed shards (rewritten atomically at most once a second while they
+complete, and on the way out of an exception or Ctrl-C). ``resume=True`` keeps the shards the
+manifest lists whose file exists with the recorded size, removes stray ``*.tmp`` and does the
+rest (deterministic names and bytes: a shard done but not yet listed is written again, the
+same), so a kill at any point and a resume give every sample exactly once. A different config
+(``JobConfig.hash``) or different inputs on resume are refused, naming the differences. A
+non-empty folder that is not a vlmprep output (no manifest.json) is never written into without
+``overwrite=True``; ``overwrite`` deletes only the old job's shards (by name) and manifest.
+Ctrl-C stops the workers, removes ``*.tmp`` and re-raises KeyboardInterrupt with the manifest
+consistent.
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ __all__ = ["run", "process_item", "shard_meta", "worker_threads", "JobFailed", "
 
 ENGINES = ("local", "ray")
 _TMP = ".tmp"
-_SHARD_EXTS = (".parquet", ".safetensors")
+_RECORD_EVERY_S = 1.0  # the manifest is rewritten at most this often while shards complete
 
 WorkItem = tuple["Unit", int]
 
@@ -458,6 +461,13 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         stream = _in_process(items, output, config, proc, on_images)
     else:
         stream = _local_pool(items, output, config, workers, on_images)
+    def record() -> None:
+        """The manifest on disk := the shards done, in job order (unit, part)."""
+        manifest["shards"] = dict(sorted(manifest["shards"].items(),
+                                         key=lambda kv: order.get(kv[0], (len(order), 0))))
+        shards.write_manifest(output, manifest)
+
+    last = time.monotonic()
     try:
         for info in stream:
             timing = info.pop("timing", {})
@@ -465,23 +475,27 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
             process_s += timing.get("process_s", 0.0)
             if engine == "ray":  # shard granularity: the actors report nothing in between
                 on_images(info["count"], info["tokens"])
-            name = info.pop("name")
-            manifest["shards"][name] = info
-            # in job order (unit, part), whatever order the shards completed in
-            manifest["shards"] = dict(sorted(manifest["shards"].items(),
-                                             key=lambda kv: order.get(kv[0], (len(order), 0))))
+            manifest["shards"][info.pop("name")] = info
             written += 1
-            shards.write_manifest(output, manifest)
+            # at most once per _RECORD_EVERY_S: a job of 10,000 shards must not rewrite its
+            # manifest 10,000 times; a kill loses at most that much (redone on --resume)
+            if time.monotonic() - last >= _RECORD_EVERY_S:
+                record()
+                last = time.monotonic()
     except BaseException:
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # terminates local workers before the tmp files are removed
         _remove_tmp(output)
+        try:
+            record()  # every shard finished so far (Ctrl-C keeps them)
+        except OSError:
+            pass  # the first error is the one to report
         raise
     finally:
         bar.close()
     manifest["complete"] = True
     manifest["summary"] = _summary(manifest, run_images, run_tokens, written,
                                    time.perf_counter() - t_start, first, write_s, process_s)
-    shards.write_manifest(output, manifest)
+    record()
     return manifest["summary"]
