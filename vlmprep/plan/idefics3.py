@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ImageError
 from ..ops import idefics3_tile
@@ -267,27 +267,22 @@ def _smolvlm_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions
     side = m // p
     whole = clip.first == 0 and clip.count == meta.total_num_frames
     fps = clip.fps
+    # seconds of the clip: the container's duration for the whole video (what transformers reads)
+    duration = None if fps is None else (float(meta.duration) if whole else clip.count / fps)
+    n = clip.count
     if opts.do_sample_frames:
-        if fps is None:
+        if fps is None or duration is None:
             raise ImageError("video: expected a known source fps (SmolVLM samples by time), got "
                              "fps 0 (unknown); pass Video(source_fps=...) or sample nothing")
-        duration = float(meta.duration) if whole else clip.count / fps
         n = smolvlm_num_frames(duration, opts)
-    else:
-        n = clip.count
     check_budget(n, meta, clip.limits, n * side * side, 3 * p * p)
-    if opts.do_sample_frames:
-        assert fps is not None
+    rel: Sequence[int] = range(clip.count)
+    if opts.do_sample_frames and fps is not None and duration is not None:
         rel = smolvlm_video_indices(clip.count, fps, duration, n, opts)
-    else:
-        rel = list(range(clip.count))
     idx = [clip.first + i for i in rel]
-    rate = fps if fps is not None else 24.0  # the processor's fallback for unknown fps
+    rate = fps if fps is not None else 24.0  # the processor's fallback for an unknown fps
     times = [i / rate for i in idx]
-    if fps is None:
-        dur = int(times[-1])
-    else:
-        dur = int(meta.duration) if whole else int(clip.count / fps)
+    dur = int(times[-1]) if duration is None else int(duration)
     text = video_placeholder(times, dur, seq, pipeline.pack.image_token)
     n = len(idx)
     tokens = n * (seq + 3)
