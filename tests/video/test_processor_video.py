@@ -248,3 +248,56 @@ def test_refusals():
     assert p.clone(errors="skip").video_options == p.video_options
     assert p.clone(max_pixels=1_003_520).video_options == p.video_options
     assert p.clone(pipeline="internvl").video_options == video_defaults("internvl")
+
+
+def _word_tokenizer(special: list[str]):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "a": 2, "b": 3}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
+    tok.add_tokens(special, special_tokens=True)
+    return tok
+
+
+def test_qwen2_5_vl_full_processor_mixed_batch(videos, tmp_path, seed):
+    """The real Qwen2_5_VLProcessor (a tiny tokenizer; torchvision image processor) on an image and
+    a video, once per video sampling (fps 2, 6 frames): every pixel key bit for bit, the grids,
+    second_per_grid_ts and the video token counts equal one mixed vlmprep call's to_hf()."""
+    from tests.hfref import config, hf_processor
+    image_cfg = {**config("qwen2-vl"), "processor_class": "Qwen2_5_VLProcessor"}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(image_cfg))
+    proc = vlmprep.Processor.from_pretrained(tmp_path, match="torchvision")  # image bits too
+    assert proc.video_options.family == "qwen2.5-vl"
+    clip = videos.get("mjpg_avi")
+    items = [Video(clip.path, fps=2.0), Video(clip.path, num_frames=6)]
+    img = np.random.default_rng(seed).integers(0, 256, (100, 150, 3), dtype=np.uint8)
+    ours = proc([img], videos=items)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vp = transformers.AutoVideoProcessor.from_pretrained(str(tmp_path))
+        special = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]
+        ref_proc = transformers.Qwen2_5_VLProcessor(
+            image_processor=hf_processor("qwen2-vl", "torchvision"), tokenizer=_word_tokenizer(special),
+            video_processor=vp)
+        meta = probe_video(clip.path)
+        frames = decode_frames(clip.path, range(meta.total_num_frames))
+        text = "a <|vision_start|><|image_pad|><|vision_end|> b <|vision_start|><|video_pad|><|vision_end|>"
+        # the two videos sample differently (fps 2, 6 frames): one processor call per video
+        outs = [ref_proc(text=[text], images=[img], videos=[frames],
+                         video_metadata=[VideoMetadata(**meta.to_hf())], do_sample_frames=True,
+                         cap_pixels_per_frame=False, return_tensors="pt", **kw)
+                for kw in ({"fps": 2.0}, {"num_frames": 6})]
+    hf = ours.to_hf()
+    keys = {"pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw",
+            "second_per_grid_ts"}
+    assert set(hf) == keys and keys <= set(outs[0].keys())
+    for k in ("pixel_values", "image_grid_thw"):
+        assert torch.equal(hf[k], outs[0][k])
+    assert torch.equal(hf["pixel_values_videos"],
+                       torch.cat([o["pixel_values_videos"] for o in outs]))
+    assert torch.equal(hf["video_grid_thw"], torch.cat([o["video_grid_thw"] for o in outs]))
+    assert torch.equal(hf["second_per_grid_ts"],
+                       torch.cat([torch.as_tensor(o["second_per_grid_ts"]) for o in outs]).float())
+    tok = ref_proc.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    assert [int((o["input_ids"] == tok).sum()) for o in outs] == ours.videos.num_tokens
