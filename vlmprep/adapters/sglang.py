@@ -16,6 +16,16 @@ by the image token id)::
   vision tower on it again; only the architectures in ``PRECOMPUTED_ARCHITECTURES`` use it as
   embeddings, and only those are built (Qwen2.5-VL, InternVLChatModel, Gemma 3).
 One format per request; formats cannot be mixed.
+
+Videos (``batch.videos``): ``processor_output`` carries their ``to_hf()`` keys beside the
+images' (Qwen: ``pixel_values_videos``, ``video_grid_thw``, Qwen2.5-VL ``second_per_grid_ts``),
+in the same single dict: SGLang 0.5.23 splits one processor_output dict into one item per
+modality by key (``base_processor.ATTR_NAME_TO_MODALITY``: ``pixel_values_videos``,
+``video_grid_thw``, ``second_per_grid_ts`` -> video) and its Qwen processor reads
+``video_grid_thw`` / ``second_per_grid_ts`` for M-RoPE. Pass it once (``image_data=[item]``, or
+``video_data=[item]`` for a videos-only request), with ids holding the expanded video
+placeholders too. ``precomputed_embedding`` refuses videos (no SGLang model was checked to pass
+video features through).
 """
 from __future__ import annotations
 
@@ -50,6 +60,23 @@ def _ids_list(input_ids: Any) -> list[int]:
                     f"{type(input_ids).__name__}")
 
 
+def _check_video_ids(ids: list[int], batch: "PackedBatch", video_token_id: int | None) -> None:
+    """The pre-expanded ids hold exactly the videos' video tokens (when the id is known)."""
+    vids = getattr(batch, "videos", None)
+    if video_token_id is None or vids is None:
+        return
+    from .transformers import prompt_video_token
+    tok = prompt_video_token(vids) if vids.num_images else ""
+    want = sum(p.count(tok) for i, p in enumerate(vids.placeholders) if i not in vids.errors) \
+        if tok else 0
+    got = sum(1 for x in ids if x == video_token_id)
+    if got != want:
+        raise _fail("input_ids video tokens", f"{want} ids {video_token_id} (the expanded "
+                    f"placeholders of {vids.num_images - len(vids.errors)} videos)", f"{got}",
+                    "tokenize the text expanded by vlmprep.adapters.transformers.model_inputs / "
+                    "expand_video_prompts")
+
+
 def _check_ids(ids: list[int], batch: "PackedBatch", image_token_id: int | None) -> None:
     """The pre-expanded ids hold exactly the batch's image tokens (when the id is known)."""
     if image_token_id is None:
@@ -64,7 +91,8 @@ def _check_ids(ids: list[int], batch: "PackedBatch", image_token_id: int | None)
 
 
 def processor_output(batch: "PackedBatch", input_ids: Any, *,
-                     image_token_id: int | None = None) -> dict:
+                     image_token_id: int | None = None, video_token_id: int | None = None
+                     ) -> dict:
     """SGLang's ``{"format": "processor_output", ...}`` item for ``image_data=[item]``.
 
     Args:
@@ -72,11 +100,17 @@ def processor_output(batch: "PackedBatch", input_ids: Any, *,
         input_ids: the request's pre-expanded ids (``list[int]``, ``(L,)`` or ``(1, L)``).
         image_token_id: if given, the count of this id in ``input_ids`` must equal the batch's
             expanded image tokens (e.g. Qwen ``<|image_pad|>`` = 151655: sum of num_tokens).
+        video_token_id: the same for the videos (Qwen ``<|video_pad|>`` = 151656).
 
-    Returns ``{"format": "processor_output", "input_ids": list[int], **batch.to_hf()}``.
+    Returns ``{"format": "processor_output", "input_ids": list[int], **batch.to_hf()}`` (video
+    keys included when the batch has videos).
     """
+    if getattr(batch, "modality", "image") == "video":
+        raise _fail("batch", "the Processor's batch (videos in batch.videos)", "its .videos part",
+                    "pass the batch proc(images, videos=...) returned")
     ids = _ids_list(input_ids)
     _check_ids(ids, batch, image_token_id)
+    _check_video_ids(ids, batch, video_token_id)
     return {"format": "processor_output", "input_ids": ids, **batch.to_hf()}
 
 
@@ -101,6 +135,12 @@ def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch
     No ``pixel_values``: SGLang would carry them unread.
     """
     ids = _ids_list(input_ids)
+    vids: Any = getattr(batch, "videos", None)
+    if getattr(batch, "modality", "image") == "video" or (vids is not None and vids.num_images):
+        raise _fail("precomputed_embedding", "images only (no SGLang 0.5.23 model was checked to "
+                    "pass video features through)", "a batch with videos",
+                    "send videos with processor_output(batch, input_ids) (SGLang runs the vision "
+                    "tower)")
     _check_ids(ids, batch, image_token_id)
     from ..hf_forms import hf_output
     form = hf_output(batch.pipeline)

@@ -14,6 +14,11 @@ Expansion, a tiny example (qwen2-vl, two images of 4 and 6 tokens)::
 Images are consumed in order across texts: ``texts[i]`` holds sample i's image tokens, and the
 batch's images are the samples' images concatenated. Skipped images (``errors="skip"``) are not
 in the batch's output: the texts must not hold a token for them.
+
+Videos (``proc(images, videos=[...])``: ``batch.videos``) work the same way with the family's
+video token (``prompt_video_token``: ``<|video_pad|>`` for Qwen, ``<video>`` for LLaVA-OneVision,
+InternVL and SmolVLM), replaced by each video's plan ``placeholder`` after the images' tokens
+(InternVL and SmolVLM video placeholders hold image tokens themselves).
 """
 from __future__ import annotations
 
@@ -26,13 +31,23 @@ if TYPE_CHECKING:
     from ..pack import PackedBatch
     from ..plan import Plan
 
-__all__ = ["PROMPT_IMAGE_TOKENS", "expand_prompt", "expand_prompts", "model_inputs",
-           "prompt_image_token", "placeholders_of"]
+__all__ = ["PROMPT_IMAGE_TOKENS", "PROMPT_VIDEO_TOKENS", "expand_prompt", "expand_prompts",
+           "expand_video_prompts", "model_inputs", "prompt_image_token", "prompt_video_token",
+           "placeholders_of"]
 
 #: ``pack.hf_output`` form -> the image token a prompt holds once per image, where it is not the
 #: expanded ``pack.image_token`` itself (Gemma 3 writes ``<start_of_image>`` = ``boi_token``; the
 #: processor turns it into ``\n\n<start_of_image><image_soft_token>*256<end_of_image>\n\n``).
 PROMPT_IMAGE_TOKENS: dict[str, str] = {"gemma3": gemma3.BOI_TOKEN}
+
+#: ``pack.hf_output`` form -> the video token a prompt holds once per video (the processor's
+#: ``video_token``, which its ``replace_video_token`` replaces by the video's placeholder).
+PROMPT_VIDEO_TOKENS: dict[str, str] = {
+    "qwen2_vl": "<|video_pad|>",      # Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors
+    "llava_onevision": "<video>",     # LlavaOnevisionProcessor
+    "got_ocr2": "<video>",            # InternVLProcessor (tokenizer.video_token)
+    "idefics3": "<video>",            # SmolVLMProcessor
+}
 
 
 def placeholders_of(batch_or_plan: "PackedBatch | Plan | Sequence[str]") -> list[str]:
@@ -69,6 +84,56 @@ def prompt_image_token(batch_or_plan: Any) -> str:
         raise ValueError(f"prompt image token: pipeline {pipeline.name!r} has no LLM image token "
                          f"(a vision-only family); pass image_token=")
     return tok
+
+
+def prompt_video_token(batch: Any) -> str:
+    """The token a prompt holds once per video for this batch's family (``PROMPT_VIDEO_TOKENS``);
+    ``batch`` is a PackedBatch (its ``videos`` or itself) or a Plan."""
+    from ..hf_forms import hf_output
+    pipeline = getattr(batch, "pipeline", None)
+    form = hf_output(pipeline) if pipeline is not None else None
+    tok = PROMPT_VIDEO_TOKENS.get(form or "")
+    if tok is None:
+        raise ValueError(f"prompt video token: expected a family with video input (forms "
+                         f"{sorted(PROMPT_VIDEO_TOKENS)}), got form {form!r}; pass video_token=")
+    return tok
+
+
+def _video_batch(batch: Any) -> Any:
+    """``batch.videos`` (a ``"video"`` PackedBatch), the batch itself when it is one, or None."""
+    if getattr(batch, "modality", "image") == "video":
+        return batch
+    return getattr(batch, "videos", None)
+
+
+def expand_video_prompts(texts: Sequence[str], batch: Any, video_token: str | None = None
+                         ) -> tuple[list[str], list[int]]:
+    """Replace each video token in ``texts`` by that video's exact ``placeholder``, in order across
+    texts -> ``(expanded texts, videos per text)``. ``batch``: a PackedBatch with ``videos``, a
+    ``"video"`` PackedBatch, a Plan with ``videos`` or the placeholder strings. Raises ValueError
+    (expected / got / fix) when the texts' video tokens do not match the good videos one to one."""
+    owner = batch  # what carries the pipeline (the family's video token)
+    if isinstance(batch, (list, tuple)):
+        placeholders = list(batch)
+    elif getattr(batch, "images", None) is not None and hasattr(batch, "videos"):  # a Plan
+        placeholders = [p.placeholder for p in batch.videos if p.error is None]
+    else:
+        owner = _video_batch(batch)
+        placeholders = placeholders_of(owner) if owner is not None else []
+    token = video_token if video_token is not None else (
+        prompt_video_token(owner) if placeholders else "")
+    counts = [t.count(token) if token else 0 for t in texts]
+    if sum(counts) != len(placeholders):
+        raise ValueError(
+            f"expand_prompt (videos): expected {len(placeholders)} {token!r} tokens in the texts "
+            f"(one per processed video, in order), got {sum(counts)} (per text: {counts}); write "
+            f"the family's video token once per video (skipped videos have none), or pass "
+            f"video_token= if your prompt uses another")
+    if not placeholders:
+        return list(texts), counts
+    pattern = re.compile(re.escape(token))
+    it = iter(placeholders)
+    return [pattern.sub(lambda _m: next(it), t) for t in texts], counts
 
 
 def expand_prompts(texts: Sequence[str], batch_or_plan: "PackedBatch | Plan | Sequence[str]",
@@ -134,8 +199,8 @@ def _text_kwargs(processor: Any, tokenizer: Any, kwargs: dict) -> dict:
 
 
 def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch", *,
-                 image_token: str | None = None, return_mm_token_type_ids: bool | None = None,
-                 **text_kwargs: Any) -> dict:
+                 image_token: str | None = None, video_token: str | None = None,
+                 return_mm_token_type_ids: bool | None = None, **text_kwargs: Any) -> dict:
     """What ``model(**inputs)`` / ``model.generate(**inputs)`` take, built on a PackedBatch.
 
     Args:
@@ -145,6 +210,8 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
             batch's (good) images are the samples' images in order.
         batch: the PackedBatch of those images (any backend; ``dtype`` as the model wants).
         image_token: override the token to replace.
+        video_token: override the video token (default: the processor's ``video_token``, else
+            ``prompt_video_token``); used when the batch has videos (``batch.videos``).
         return_mm_token_type_ids: default: as the processor (``return_mm_token_type_ids``
             class attribute: True for Qwen2-VL, Qwen3-VL, Gemma 3).
         **text_kwargs: passed to the tokenizer (default ``return_tensors="pt"``,
@@ -156,15 +223,29 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
         ``(total_patches, 1176)``, image_grid_thw ``(N, 3)`` int64; llava-1.5: pixel_values
         ``(N, 3, 336, 336)``; internvl: pixel_values ``(total_tiles, 3, 448, 448)``, its
         ``num_patches`` consumed as the processor does); mm_token_type_ids ``(B, L)`` (1 on image
-        tokens) where the processor returns it (Gemma 3 names it ``token_type_ids``); Mllama:
-        ``cross_attention_mask``.
+        tokens, 2 on video tokens) where the processor returns it (Gemma 3 names it
+        ``token_type_ids``); Mllama: ``cross_attention_mask``. With videos, their ``to_hf`` keys
+        too (Qwen ``pixel_values_videos`` + ``video_grid_thw`` (+ ``second_per_grid_ts``);
+        LLaVA-OneVision ``pixel_values_videos``; SmolVLM ``pixel_values`` of the frames); InternVL
+        gets one ``pixel_values`` holding image tiles and video frames in prompt order, as
+        ``InternVLProcessor`` merges them.
     """
     import torch
     if isinstance(texts, str):
         texts = [texts]
     tokenizer = _tokenizer_of(processor)
     token = image_token or getattr(processor, "image_token", None) or None
+    vids = _video_batch(batch)
+    has_videos = vids is not None and vids.num_images > 0
+    if getattr(batch, "modality", "image") == "video":
+        raise ValueError("model_inputs: expected the Processor's batch (videos in batch.videos), "
+                         "got its .videos part; pass the batch proc(images, videos=...) returned")
+    vtoken = (video_token or getattr(processor, "video_token", None)
+              or (prompt_video_token(vids) if has_videos else None))
+    originals = list(texts)
     expanded, counts = expand_prompts(texts, batch, token)
+    if has_videos:  # after the images: InternVL / SmolVLM video placeholders hold image tokens
+        expanded, _ = expand_video_prompts(expanded, batch, vtoken)
     text_kwargs.setdefault("return_tensors", "pt")
     if len(expanded) > 1:
         text_kwargs.setdefault("padding", True)
@@ -178,6 +259,8 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
         out["mm_token_type_ids"] = _mm_token_type_ids(processor, enc, expanded, batch, token)
 
     hf = batch.to_hf(images_per_sample=counts) if len(counts) > 1 else batch.to_hf()
+    if has_videos and type(processor).__name__.startswith("InternVL"):
+        hf = _internvl_merge(dict(hf), originals, batch, token, vtoken)
     hf = _consume(processor, hf)
     out.update(hf)
 
@@ -202,6 +285,35 @@ def _consume(processor: Any, hf: Mapping[str, Any]) -> dict:
     unused = getattr(processor, "unused_input_names", None) or []
     for k in unused:
         hf.pop(k, None)
+    return hf
+
+
+def _internvl_merge(hf: dict, texts: list[str], batch: "PackedBatch", image_token: str | None,
+                    video_token: str | None) -> dict:
+    """``InternVLProcessor.__call__``'s merge: image tiles and video frames in one ``pixel_values``,
+    in the order their tokens appear in the (unexpanded) texts."""
+    import torch
+    img_tok = image_token or prompt_image_token(batch)
+    vid_tok = video_token or "<video>"
+    pattern = re.compile(f"(?P<image>{re.escape(img_tok)})|(?P<video>{re.escape(vid_tok)})")
+    order = [m.lastgroup for t in texts for m in pattern.finditer(t)]
+    vids = batch.videos
+    assert vids is not None
+    frames = hf.pop("pixel_values_videos")
+    per_video = list(frames) if isinstance(frames, (list, tuple)) else list(frames.unbind(0))
+    image_tiles: list = []
+    if "pixel_values" in hf:
+        num: Any = hf.get("num_patches")
+        counts = [int(n) for n in (num.tolist() if hasattr(num, "tolist") else num or [])]
+        pv = hf["pixel_values"]
+        row = 0
+        for n in counts:
+            image_tiles.append(pv[row:row + n])
+            row += n
+    parts, i, v = [], iter(image_tiles), iter(per_video)
+    for kind in order:
+        parts.append(next(i) if kind == "image" else next(v))
+    hf["pixel_values"] = torch.cat(parts) if parts else hf.get("pixel_values")
     return hf
 
 

@@ -419,6 +419,16 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
     - ``Siglip2VisionModel`` (NaFlex): padded to ``naflex_inputs``; the valid rows
       ``(patches_i, hidden)`` per image.
 
+    Videos: pass ``batch.videos`` (the ``"video"`` PackedBatch of ``proc(images, videos=...)``):
+    one tensor per video, what the model's ``get_video_features`` gives for it. Qwen: the merger
+    output of the whole video, ``(t*h*w / merge^2, out_hidden)`` (the tower sees grid ``(t, h,
+    w)``: per-frame-group attention segments and positions, as transformers computes them);
+    tile towers: ``(frames_v, L, hidden)``, one tile per sampled frame (LLaVA-OneVision's 2x2
+    pooling and newline are the model's, after the tower; InternVL's
+    ``get_image_features`` per frame is what its model does with video frames). An image batch
+    with videos encodes its images only; one with no image and videos raises (pass
+    ``batch.videos``).
+
     Skipped images (``batch.errors``) get an empty tensor ``(0, ...)``. Note: transformers' SDPA /
     eager attention in Qwen towers reads ``cu_seqlens`` with ``.tolist()`` (one sync per layer);
     with ``attn_implementation="flash_attention_2"`` the precomputed ``max_seqlen`` avoids it.
@@ -429,6 +439,11 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
             f"encode: expected a transformers vision tower of one of the supported types "
             f"{sorted(SUPPORTED_TOWERS)}, got {name}; for a plain ViT module use "
             f"vlmprep.adapters.vit.encode_packed(module, batch, patch_embed=...)")
+    vids = getattr(batch, "videos", None)
+    if batch.num_images == 0 and vids is not None and vids.num_images:
+        raise ValueError(f"encode: expected a batch holding images, or the videos' batch, got an "
+                         f"image batch with 0 images and {vids.num_images} videos in "
+                         f"batch.videos; call encode(vision_tower, batch.videos)")
     _check_batch(batch)
     param = next(iter(vision_tower.parameters()), None)
     if param is not None and param.device != batch.device:

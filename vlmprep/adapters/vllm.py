@@ -33,6 +33,22 @@ pre-computed processor output parser (PR #50160) and is built only with ``proces
   ``pixel_values`` dtype follows the engine's ``mm_device_do_normalize`` (PR #50411): on ->
   uint8 (``vlmprep.Processor(..., dtype="uint8")``, ``device_normalize=True``); off ->
   normalized float. The dtype is checked against ``device_normalize``.
+
+Videos (``batch.videos``, ``video_embeds=``): the prompt holds ONE video token per video
+(``<|vision_start|><|video_pad|><|vision_end|>`` for Qwen) and vLLM 0.33 takes, for Qwen only
+(``qwen2_vl.py`` ``Qwen2VLMultiModalDataParser.embedding_fields["video"]``; Qwen3-VL adds
+``"timestamps": "metadata"`` in ``qwen3_vl.py``)::
+
+      {"video": {"video_embeds": (sum_v num_embeddings_v, hidden) float,  # flat; split by
+                 "video_grid_thw": (num_videos, 3) int64,                 # grid.prod // merge**2
+                 "timestamps": [[seconds per temporal group] per video]}}  # Qwen3-VL only
+
+  vLLM builds Qwen3-VL's ``<t seconds>`` prompt text from ``timestamps`` (the plan's
+  ``extras["timestamps"]``, the same values the transformers processor writes). Qwen2.5-VL's
+  ``second_per_grid_ts`` is not an embedding field (vLLM drops it and places M-RoPE at 1.0 s per
+  temporal group): refused unless it is 1.0 (2 fps sampling, the default). Other families have no
+  video-embedding input vLLM 0.33 uses (``_NO_VIDEO_EMBEDDINGS`` says why): refused; give vLLM
+  the frames.
 """
 from __future__ import annotations
 
@@ -73,6 +89,19 @@ _NO_EMBEDDINGS: dict[str, str] = {
               "image_embeds.')",
     "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
     "siglip2": "SigLIP2 is a vision encoder, not a vLLM generation model",
+}
+
+
+#: ``to_hf`` form -> why vLLM 0.33 cannot take this family's video embeddings (read from its
+#: model files); Qwen (``qwen2_vl``) is the one form it takes.
+_NO_VIDEO_EMBEDDINGS: dict[str, str] = {
+    "llava_onevision": "vLLM 0.33's LlavaOnevisionForConditionalGeneration reads only "
+                       "pixel_values_videos (llava_onevision.py _parse_and_validate_video_input "
+                       "never reads video_embeds)",
+    "got_ocr2": "vLLM 0.33's InternVL-hf model (interns1.py) sizes each video placeholder from "
+                "video_num_patches, which only its own processor returns (embedding items have "
+                "none)",
+    "idefics3": "vLLM 0.33's Idefics3 / SmolVLM model has no video input",
 }
 
 
@@ -125,8 +154,10 @@ def _check_prompt(prompt: Any, batch: "PackedBatch", image_token: str | None,
 
 def prompt_inputs(prompt: str, batch: "PackedBatch",
                   embeds: "torch.Tensor | Sequence[torch.Tensor] | None" = None,
-                  *, image_token: str | None = None, hidden_size: int | None = None,
-                  processed_pixels: bool = False, device_normalize: bool = False) -> dict:
+                  *, video_embeds: "torch.Tensor | Sequence[torch.Tensor] | None" = None,
+                  image_token: str | None = None, video_token: str | None = None,
+                  hidden_size: int | None = None, processed_pixels: bool = False,
+                  device_normalize: bool = False) -> dict:
     """The vLLM prompt dict for ``LLM.generate(...)`` (one request).
 
     Args:
@@ -142,13 +173,38 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
             accepted by vLLM 0.33: only by a vLLM with PR #50160 (pre-computed processor outputs).
         device_normalize: with ``processed_pixels``, the engine's ``mm_device_do_normalize``:
             True -> pixels must be uint8 (``dtype="uint8"`` batch), False -> normalized float.
+        video_embeds: the videos' embeddings (``batch.videos``; ``vit.encode(tower,
+            batch.videos)``): one ``(num_embeddings_v, hidden)`` tensor per video or all
+            concatenated (``batch.videos.num_embeddings``). Qwen families only (module doc).
+        video_token: the prompt's video token (default: ``<|video_pad|>`` for Qwen).
 
-    Returns ``{"prompt": prompt, "multi_modal_data": {"image": ...}}`` (see the module doc).
+    Returns ``{"prompt": prompt, "multi_modal_data": {"image": ..., "video": ...}}`` (see the
+    module doc; ``"image"`` only when the batch has images or ``embeds`` is given, ``"video"``
+    only when it has videos).
     Raises ValueError (expected / got / fix) on a shape, count, dtype or form vLLM rejects:
     no ``embeds`` without ``processed_pixels=True``; images of different ``num_embeddings``
     for a ``"stacked"`` family (use ``prompt_inputs_per_image``).
     """
     _check_prompt(prompt, batch, image_token)
+    vids = getattr(batch, "videos", None)
+    vids = vids if vids is not None and vids.num_images else None
+    if vids is None and video_embeds is not None:
+        raise _fail("video_embeds", "a batch with videos (proc(images, videos=[...]))",
+                    "a batch without videos", "drop video_embeds=, or process the videos too")
+    mm: dict[str, Any] = {}
+    out = {"prompt": prompt, "multi_modal_data": mm}
+    if vids is not None:
+        mm["video"] = _video_item(prompt, vids, video_embeds, video_token, hidden_size,
+                                  processed_pixels, device_normalize)
+        if batch.num_images == len(batch.errors) and embeds is None:
+            return out  # videos only
+    mm["image"] = _image_item(batch, embeds, hidden_size, processed_pixels, device_normalize)
+    return out
+
+
+def _image_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None,
+                processed_pixels: bool, device_normalize: bool) -> Any:
+    """``multi_modal_data["image"]`` of ``prompt_inputs``."""
     if embeds is None:
         if not processed_pixels:
             raise _fail("embeds", "the images' embeddings (the form vLLM 0.33 accepts, with "
@@ -158,13 +214,59 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
                         "is rejected by vLLM 0.33 ('The data should contain the fields: "
                         "{'image_grid_thw', 'image_embeds'}') and needs a vLLM with PR #50160: "
                         "ask for it with processed_pixels=True")
-        return {"prompt": prompt, "multi_modal_data": {"image": _pixels(batch, device_normalize)}}
+        return _pixels(batch, device_normalize)
     if processed_pixels:
         raise _fail("processed_pixels", "False with embeds= (one form per request)", "True",
                     "drop embeds= for the pixel dict, or processed_pixels for embeddings")
-    return {"prompt": prompt,
-            "multi_modal_data": {"image": _embeds_item(batch, embeds, hidden_size,
-                                                       "vllm.prompt_inputs")}}
+    return _embeds_item(batch, embeds, hidden_size, "vllm.prompt_inputs")
+
+
+def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token: str | None,
+                hidden_size: int | None, processed_pixels: bool, device_normalize: bool) -> dict:
+    """``multi_modal_data["video"]`` for the good videos of ``vids`` (a ``"video"`` batch)."""
+    where = "vllm.prompt_inputs (videos)"
+    form = _form(vids)
+    if form != "qwen2_vl":
+        reason = _NO_VIDEO_EMBEDDINGS.get(form, "no video input in vLLM 0.33")
+        raise _fail("videos", "a Qwen-family batch (form 'qwen2_vl': the one video-embedding "
+                    "input vLLM 0.33 uses)", f"form {form!r}: {reason}",
+                    "give vLLM the decoded frames themselves (multi_modal_data={'video': ...}; "
+                    "its own video processor runs)", where)
+    from .transformers import prompt_video_token
+    tok = video_token if video_token is not None else prompt_video_token(vids)
+    n = vids.num_images - len(vids.errors)
+    if prompt.count(tok) != n:
+        raise _fail("prompt video placeholders", f"{n} {tok!r} (one per video; vLLM expands "
+                    f"each)", f"{prompt.count(tok)}", "write the video token once per video and "
+                    "do not pre-expand it", where)
+    plans = [p for p in vids.video_plans if p.index not in vids.errors]
+    secs = [float(p.extras["second_per_grid_ts"]) for p in plans if "second_per_grid_ts" in p.extras]
+    if any(abs(x - 1.0) > 1e-9 for x in secs):
+        raise _fail("second_per_grid_ts", "1.0 for every video (vLLM 0.33 drops it from embedding "
+                    "inputs and places Qwen2.5-VL's M-RoPE at 1.0 s per temporal group)",
+                    f"{secs}", "sample at fps=2.0 (temporal_patch_size / fps = 1.0), or give "
+                    "vLLM the frames", where)
+    grid = _good_grid(vids)
+    if video_embeds is None:
+        if not processed_pixels:
+            raise _fail("video_embeds", "the videos' embeddings (vit.encode(tower, batch.videos); "
+                        "LLM(..., enable_mm_embeds=True))", "None", "pass video_embeds=, or "
+                        "processed_pixels=True for a vLLM with PR #50160", where)
+        pix = _pixels(vids, device_normalize)
+        item: dict[str, Any] = {"pixel_values_videos": pix["pixel_values"],
+                                "video_grid_thw": pix["image_grid_thw"]}
+    else:
+        rows = _good(vids.num_embeddings, vids)
+        flat = concat_embeds(video_embeds, rows, where, hidden_size)
+        merge = vids.pipeline.patchify.merge_size if vids.pipeline is not None else 2
+        per = (grid.prod(-1) // merge ** 2).tolist()
+        if per != rows:
+            raise _fail("video_grid_thw", f"prod(grid) // {merge}**2 == num_embeddings {rows}",
+                        f"{per}", "make the batch with vlmprep.Processor", where)
+        item = {"video_embeds": flat, "video_grid_thw": grid}
+    if plans and all("timestamps" in p.extras for p in plans):  # Qwen3-VL: a required field
+        item["timestamps"] = [list(map(float, p.extras["timestamps"])) for p in plans]
+    return item
 
 
 def prompt_inputs_per_image(prompts: "str | Sequence[str]", batch: "PackedBatch",
@@ -186,6 +288,11 @@ def prompt_inputs_per_image(prompts: "str | Sequence[str]", batch: "PackedBatch"
     """
     import torch
     where = "vllm.prompt_inputs_per_image"
+    vids = getattr(batch, "videos", None)
+    if vids is not None and vids.num_images:
+        raise _fail("videos", "a batch of images only", f"{vids.num_images} videos in "
+                    "batch.videos", "send videos with prompt_inputs(prompt, batch, "
+                    "video_embeds=...) (Qwen), one request per video if needed", where)
     if isinstance(prompts, str):
         prompts = [prompts] * batch.num_images
     if len(prompts) != batch.num_images:

@@ -1,0 +1,316 @@
+"""Video items through the adapters (issue 19): vit.encode, transformers.model_inputs, vLLM, SGLang.
+
+Oracles:
+- transformers: the real Qwen2VLProcessor (checkpoint video config via AutoVideoProcessor, a
+  word-level tokenizer holding the special tokens) on the same frames and text: model_inputs must
+  give the same keys and equal tensors; Qwen vision towers (tiny, random weights) run on the
+  transformers video processor's ``pixel_values_videos`` / ``video_grid_thw`` as its
+  ``get_video_features`` does, compared with ``vit.encode(tower, batch.videos)`` for equality.
+- vLLM 0.33 / SGLang 0.5.23 (not installed here): the video input schemas read from their source,
+  written below as constants with the file they come from (schema level only).
+Frames are random uint8 frame sequences (no decode), small so the file is fast.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.hf
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import vlmprep  # noqa: E402
+from vlmprep.adapters import sglang as sg  # noqa: E402
+from vlmprep.adapters import transformers as tfa  # noqa: E402
+from vlmprep.adapters import vit  # noqa: E402
+from vlmprep.adapters import vllm as vl  # noqa: E402
+from vlmprep.bench.video import hf_video_processor  # noqa: E402
+from vlmprep.io.video import Video  # noqa: E402
+from vlmprep.plan.video import video_defaults  # noqa: E402
+
+# -- schemas the released engines accept for videos ----------------------------------------------
+# vLLM 0.33.0 vllm/model_executor/models/qwen2_vl.py Qwen2VLMultiModalDataParser.embedding_fields
+# ["video"] = {"video_embeds": values, "video_grid_thw": metadata}; qwen3_vl.py adds
+# "timestamps": metadata (one list per video, len == grid t: qwen3_vl.py get_video_replacement).
+VLLM_QWEN_VIDEO_EMBEDS = {"video_embeds": (2, "float"), "video_grid_thw": (2, "int64")}
+# SGLang 0.5.23 sglang/srt/multimodal/processors/base_processor.py ATTR_NAME_TO_MODALITY (video
+# rows): the keys a processor_output dict may carry for videos.
+SGLANG_VIDEO_KEYS = {"pixel_values_videos", "second_per_grid_ts", "video_grid_thw"}
+
+QWEN_SPECIAL = ["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"]
+VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
+IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def _frames(t: int, h: int, w: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (t, h, w, 3), dtype=np.uint8)
+
+
+def _tchw(frames: np.ndarray) -> "torch.Tensor":
+    return torch.from_numpy(frames).permute(0, 3, 1, 2)
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"[UNK]": 0, "[PAD]": 1, "describe": 2, "a": 3, "b": 4}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
+    tok.add_tokens(QWEN_SPECIAL, special_tokens=True)
+    return tok
+
+
+def _qwen2_processor():
+    from tests.hfref import hf_processor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vp = hf_video_processor("qwen2-vl")  # AutoVideoProcessor on the checkpoint's config
+    return transformers.Qwen2VLProcessor(image_processor=hf_processor("qwen2-vl", "pil"),
+                                         tokenizer=_tokenizer(), video_processor=vp)
+
+
+def _qwen_batch(frames_list, images=(), preset="qwen2-vl", fps=2.0, **kw):
+    proc = vlmprep.Processor(preset, backend="reference", **kw)
+    return proc(list(images), videos=[Video(f, source_fps=fps) for f in frames_list])
+
+
+def _check_schema(mm: dict, schema: dict):
+    for k, (ndim, kinds) in schema.items():
+        v = mm[k]
+        assert torch.is_tensor(v) and v.ndim == ndim, (k, getattr(v, "shape", v))
+        kind = "float" if v.is_floating_point() else str(v.dtype).replace("torch.", "")
+        assert kind in kinds.split("|"), (k, v.dtype)
+
+
+# -- transformers ---------------------------------------------------------------------------------
+def test_model_inputs_image_and_videos_equal_qwen2vl_processor(seed):
+    proc = _qwen2_processor()
+    vids = [_frames(6, 56, 84, seed), _frames(4, 84, 56, seed + 1)]
+    img = _frames(1, 56, 84, seed + 2)[0]
+    texts = [f"describe {IMAGE} a {VIDEO}", f"{VIDEO} b"]
+    from PIL import Image
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = proc(text=texts, images=[Image.fromarray(img)], videos=[_tchw(v) for v in vids],
+                   return_tensors="pt", padding=True)
+    batch = _qwen_batch(vids, [img])
+    got = tfa.model_inputs(proc, texts, batch)
+    assert sorted(got) == sorted(ref)
+    for k in ref:
+        assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(ref[k])), k
+    assert int((got["input_ids"] == proc.video_token_id).sum()) == sum(batch.videos.num_tokens)
+    assert (torch.as_tensor(got["mm_token_type_ids"]) == 2).sum() == sum(batch.videos.num_tokens)
+    # videos only, one text
+    only = _qwen_batch(vids[:1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref1 = proc(text=[f"a {VIDEO}"], videos=[_tchw(vids[0])], return_tensors="pt")
+    got1 = tfa.model_inputs(proc, [f"a {VIDEO}"], only)
+    assert sorted(got1) == sorted(ref1)
+    for k in ref1:
+        assert torch.equal(torch.as_tensor(got1[k]), torch.as_tensor(ref1[k])), k
+
+
+def test_expand_video_prompts_counts_and_plans(seed):
+    vids = [_frames(4, 56, 56, seed), _frames(4, 56, 84, seed + 1)]
+    batch = _qwen_batch(vids)
+    plan = vlmprep.Processor("qwen2-vl").plan(videos=[Video(f, source_fps=2.0) for f in vids])
+    out, counts = tfa.expand_video_prompts([f"a {VIDEO}", f"{VIDEO}"], batch)
+    assert counts == [1, 1]
+    assert out == tfa.expand_video_prompts([f"a {VIDEO}", f"{VIDEO}"], plan)[0]
+    assert out[0] == f"a <|vision_start|>{batch.videos.placeholders[0]}<|vision_end|>"
+    with pytest.raises(ValueError, match="expected 2 '<\\|video_pad\\|>' tokens"):
+        tfa.expand_video_prompts([f"a {VIDEO}"], batch)
+    with pytest.raises(ValueError, match="its .videos part"):
+        tfa.model_inputs(_tokenizer(), [VIDEO, VIDEO], batch.videos)
+
+
+def test_internvl_pixel_values_merge_in_prompt_order(seed):
+    """InternVLProcessor.__call__'s merge: image tiles and video frames in one pixel_values, in
+    the order of their tokens (the Processor's own to_hf pieces as the oracle)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "a": 2}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
+    tok.add_tokens(["<IMG_CONTEXT>", "<img>", "</img>", "<video>"], special_tokens=True)
+
+    class InternVLProcessor:  # what model_inputs reads of transformers' InternVLProcessor
+        image_token, video_token, tokenizer = "<IMG_CONTEXT>", "<video>", tok
+
+    img = _frames(1, 448, 448, seed)[0]
+    vid = _frames(3, 64, 96, seed + 1)
+    batch = vlmprep.Processor("internvl", backend="reference")(
+        [img], videos=[Video(vid, source_fps=1.0)])
+    hf = batch.to_hf()
+    frames, tiles = hf["pixel_values_videos"][0], hf["pixel_values"]
+    assert len(frames) == 3 and len(tiles) == 1
+    for text, want in (("<video> a <IMG_CONTEXT>", [frames, tiles]),
+                       ("<IMG_CONTEXT> a <video>", [tiles, frames])):
+        out = tfa.model_inputs(InternVLProcessor(), [text], batch)
+        assert "pixel_values_videos" not in out and "num_patches" not in out
+        assert torch.equal(out["pixel_values"], torch.cat(want))
+        n_ctx = int((out["input_ids"] == tok.convert_tokens_to_ids("<IMG_CONTEXT>")).sum())
+        assert n_ctx == batch.num_embeddings[0] + batch.videos.num_embeddings[0]
+
+
+# -- vit.encode -----------------------------------------------------------------------------------
+def _qwen_tower(name):
+    torch.manual_seed(0)
+    if name == "qwen2-vl":
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import (
+            Qwen2VisionTransformerPretrainedModel,
+        )
+        cfg = transformers.Qwen2VLVisionConfig(depth=1, embed_dim=32, hidden_size=48, num_heads=2,
+                                               mlp_ratio=2, patch_size=14, temporal_patch_size=2,
+                                               spatial_merge_size=2)
+        return Qwen2VisionTransformerPretrainedModel(cfg).eval()
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+        Qwen2_5_VisionTransformerPretrainedModel,
+    )
+    cfg = transformers.Qwen2_5_VLVisionConfig(depth=2, hidden_size=32, out_hidden_size=48,
+                                              intermediate_size=64, num_heads=2, window_size=56,
+                                              fullatt_block_indexes=[1])
+    return Qwen2_5_VisionTransformerPretrainedModel(cfg).eval()
+
+
+@pytest.mark.parametrize("name", ["qwen2-vl", "qwen2.5-vl"])
+def test_vit_encode_videos_equal_get_video_features(name, seed):
+    """vit.encode(tower, batch.videos) == the tower on the transformers video processor's output
+    (what Qwen2VLModel.get_video_features runs), split per video; t > 1 grids, two sizes."""
+    vids = [_frames(6, 56, 112, seed), _frames(4, 112, 56, seed + 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_in = hf_video_processor("qwen2-vl")(videos=[_tchw(v) for v in vids],
+                                                return_tensors="pt")
+    batch = _qwen_batch(vids)
+    v = batch.videos
+    assert torch.equal(v.pixel_values, ref_in["pixel_values_videos"])  # the oracle's own input
+    assert torch.equal(v.grid_thw, ref_in["video_grid_thw"]) and v.grid_thw[:, 0].tolist() == [3, 2]
+    tower = _qwen_tower(name)
+    with torch.no_grad():
+        ref = tower(ref_in["pixel_values_videos"], grid_thw=ref_in["video_grid_thw"])
+        got = vit.encode(tower, v)
+    sizes = (ref_in["video_grid_thw"].prod(-1) // 4).tolist()
+    assert len(got) == 2 and sizes == v.num_embeddings
+    for g, r in zip(got, ref.pooler_output.split(sizes)):
+        assert g.shape == r.shape and torch.equal(g, r)
+    with pytest.raises(ValueError, match="call encode\\(vision_tower, batch.videos\\)"):
+        vit.encode(tower, batch)  # an image batch with 0 images and 2 videos
+
+
+def test_vit_encode_video_frames_on_a_tile_tower(seed):
+    """InternVL: a video's frames are tiles; encode gives (frames, L, D) per video, the tower's
+    output on the to_hf frames."""
+    cfg = transformers.InternVLVisionConfig(hidden_size=32, intermediate_size=64,
+                                            num_hidden_layers=1, num_attention_heads=2)
+    torch.manual_seed(0)
+    tower = transformers.InternVLVisionModel(cfg).eval()
+    vids = [_frames(2, 64, 96, seed), _frames(3, 96, 64, seed + 1)]
+    batch = vlmprep.Processor("internvl", backend="reference")(
+        [], videos=[Video(f, source_fps=1.0) for f in vids])
+    frames = batch.videos.to_hf()["pixel_values_videos"]  # a list: 2 and 3 frames
+    with torch.no_grad():
+        got = vit.encode(tower, batch.videos)
+        for g, f in zip(got, frames):
+            ref = tower(pixel_values=f).last_hidden_state
+            assert g.shape == ref.shape and torch.equal(g, ref)
+    assert [g.shape[0] for g in got] == [len(f) for f in frames]
+
+
+# -- vLLM -----------------------------------------------------------------------------------------
+def test_vllm_video_embeds_qwen2(seed):
+    vids = [_frames(6, 56, 84, seed), _frames(4, 84, 56, seed + 1)]
+    img = _frames(1, 56, 84, seed + 2)[0]
+    b = _qwen_batch(vids, [img])
+    rows = b.videos.num_embeddings
+    per = [torch.randn(n, 32) for n in rows]
+    img_e = torch.randn(b.num_embeddings[0], 32)
+    prompt = f"{IMAGE} a {VIDEO} b {VIDEO}"
+    out = vl.prompt_inputs(prompt, b, embeds=[img_e], video_embeds=per)
+    mm = out["multi_modal_data"]
+    assert set(mm) == {"image", "video"} and out["prompt"] == prompt
+    _check_schema(mm["video"], VLLM_QWEN_VIDEO_EMBEDS)
+    assert set(mm["video"]) == set(VLLM_QWEN_VIDEO_EMBEDS)
+    assert torch.equal(mm["video"]["video_embeds"], torch.cat(per))
+    # vLLM's split sizes: grid.prod // merge**2 per video
+    assert (mm["video"]["video_grid_thw"].prod(-1) // 4).tolist() == rows
+    assert torch.equal(mm["image"]["image_embeds"], img_e)
+    # videos only: no image entry
+    bv = _qwen_batch(vids)
+    only = vl.prompt_inputs(f"{VIDEO} {VIDEO}", bv, video_embeds=torch.cat(per))
+    assert set(only["multi_modal_data"]) == {"video"}
+    # the PR #50160 pixel form, only when asked
+    px = vl.prompt_inputs(f"{VIDEO} {VIDEO}", bv, processed_pixels=True)["multi_modal_data"]
+    assert torch.equal(px["video"]["pixel_values_videos"], bv.videos.pixel_values)
+    with pytest.raises(ValueError, match="video_embeds: expected the videos' embeddings"):
+        vl.prompt_inputs(f"{VIDEO} {VIDEO}", bv)
+    with pytest.raises(ValueError, match="prompt video placeholders: expected 2"):
+        vl.prompt_inputs(f"{VIDEO}", bv, video_embeds=per)
+    with pytest.raises(ValueError, match="embeds: expected shape"):
+        vl.prompt_inputs(f"{VIDEO} {VIDEO}", bv, video_embeds=torch.randn(sum(rows) + 1, 32))
+    with pytest.raises(ValueError, match="video_embeds: expected a batch with videos"):
+        vl.prompt_inputs(IMAGE, _qwen_batch([], [img]), embeds=[img_e], video_embeds=per)
+    with pytest.raises(ValueError, match="videos: expected a batch of images only"):
+        vl.prompt_inputs_per_image(IMAGE, b, [img_e])
+
+
+def test_vllm_video_qwen3_timestamps(seed):
+    """Qwen3-VL: vLLM requires ``timestamps`` (one per temporal group) and builds the
+    ``<t seconds>`` text from them: vLLM's _calculate_timestamps on the sampled indices."""
+    f = _frames(8, 64, 96, seed)
+    b = _qwen_batch([f], preset="qwen3-vl", fps=4.0)
+    (plan,) = b.videos.video_plans
+    idx = plan.frame_indices
+    want = [(idx[i] / 4.0 + idx[i + 1] / 4.0) / 2 for i in range(0, len(idx), 2)]
+    mm = vl.prompt_inputs(VIDEO, b, video_embeds=torch.randn(b.videos.num_embeddings[0], 32))
+    item = mm["multi_modal_data"]["video"]
+    assert item["timestamps"] == [pytest.approx(want)]
+    assert len(item["timestamps"][0]) == int(item["video_grid_thw"][0, 0])
+    # the same text vLLM writes (get_video_repl: f"<{t:.1f} seconds>") is in our placeholder
+    assert all(f"<{t:.1f} seconds>" in plan.placeholder for t in want)
+
+
+def test_vllm_video_refusals(seed):
+    f = _frames(4, 56, 56, seed)
+    # Qwen2.5-VL: second_per_grid_ts != 1.0 cannot reach vLLM through embeddings
+    opts = video_defaults("qwen2.5-vl")
+    b = _qwen_batch([f], fps=4.0, video_options=opts)
+    assert b.videos.video_plans[0].extras["second_per_grid_ts"] == 0.5
+    e = torch.randn(b.videos.num_embeddings[0], 32)
+    with pytest.raises(ValueError, match="second_per_grid_ts: expected 1.0"):
+        vl.prompt_inputs(VIDEO, b, video_embeds=e)
+    ok = _qwen_batch([f], fps=2.0, video_options=opts)
+    assert vl.prompt_inputs(VIDEO, ok, video_embeds=e)["multi_modal_data"]["video"]
+    for preset, why in (("llava-onevision", "reads only pixel_values_videos"),
+                        ("internvl", "video_num_patches")):
+        vb = vlmprep.Processor(preset, backend="reference")(
+            [], videos=[Video(_frames(2, 64, 64, seed), source_fps=1.0)])
+        with pytest.raises(ValueError, match=why):
+            vl.prompt_inputs("<video>", vb, video_embeds=torch.randn(10, 32))
+
+
+# -- SGLang ---------------------------------------------------------------------------------------
+def test_sglang_processor_output_carries_video_keys(seed):
+    proc = _qwen2_processor()
+    vids = [_frames(6, 56, 84, seed)]
+    img = _frames(1, 56, 84, seed + 1)[0]
+    b = _qwen_batch(vids, [img])
+    ids = tfa.model_inputs(proc, [f"{IMAGE} a {VIDEO}"], b)["input_ids"]
+    item = sg.processor_output(b, ids, image_token_id=proc.image_token_id,
+                               video_token_id=proc.video_token_id)
+    video_keys = {k for k in item if "video" in k or k == "second_per_grid_ts"}
+    assert video_keys and video_keys <= SGLANG_VIDEO_KEYS
+    assert torch.equal(item["pixel_values_videos"], b.videos.pixel_values)
+    assert torch.equal(item["video_grid_thw"], b.videos.grid_thw)
+    assert item["input_ids"].count(proc.video_token_id) == sum(b.videos.num_tokens)
+    with pytest.raises(ValueError, match="input_ids video tokens: expected"):
+        sg.processor_output(b, [x for x in item["input_ids"] if x != proc.video_token_id],
+                            video_token_id=proc.video_token_id)
+    with pytest.raises(ValueError, match="precomputed_embedding: expected images only"):
+        sg.precomputed_embedding(torch.randn(b.num_embeddings[0], 32), b, ids,
+                                 architecture="Qwen2_5_VLForConditionalGeneration")
