@@ -1,6 +1,7 @@
 """`vlmprep run`: the summary (table and --json), usage errors (exit 2), and the real thing: a
-`python -m vlmprep run` process killed with SIGKILL, or interrupted with Ctrl-C (SIGINT to its
-process group), then `--resume`: every id exactly once, no temporary file left."""
+`python -m vlmprep run` process killed with SIGKILL, interrupted with Ctrl-C (SIGINT to its
+process group), or losing a worker (exit 1), then `--resume`: every id exactly once, no
+temporary file left."""
 from __future__ import annotations
 
 import json
@@ -143,6 +144,13 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -197,6 +205,26 @@ def test_ctrl_c_exits_130_without_half_shard_then_resume(tmp_path, capsys, photo
     assert not man["complete"]
     for name, info in man["shards"].items():  # the manifest lists whole shards only
         assert (out / name).stat().st_size == info["bytes"]
+    s = _resume_all(capsys, src, out)
+    got = _ids(out)
+    assert s["complete"] and sorted(got) == ids and len(set(got)) == len(got)
+
+
+def test_a_dead_worker_stops_the_job_with_exit_1_then_resume(tmp_path, capsys, photo_dir):
+    """A worker killed (as the OOM killer would): exit 1 naming it; --resume finishes."""
+    src, ids = photo_dir
+    out = tmp_path / "out"
+    p = _start(src, out)
+    _wait_first_shard(p, out)
+    workers = [c for c in _children(p.pid) if "spawn_main" in _cmdline(c)]
+    if not workers:
+        p.kill()
+        pytest.skip("the workers are not visible in /proc here")
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    assert "a worker process ended unexpectedly" in err and "--resume" in err
+    assert not _tmp_files(out)
     s = _resume_all(capsys, src, out)
     got = _ids(out)
     assert s["complete"] and sorted(got) == ids and len(set(got)) == len(got)
