@@ -80,16 +80,9 @@ def frames_to_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipelin
             f = tv_match.resize(f, plan.resized_hw, mode)
         out.append(f.contiguous())  # C-contiguous frames, as the processor stacks them
     x = torch.stack(out)  # (T, C, h, w) uint8
-    norm = pipeline.normalize
-    if dtype != "uint8" and norm is not None:
-        # the fused rescale+normalize per channel: (C, T, h, w) for normalize_tensor's (C, ...)
-        x = tv_match.normalize_tensor(norm, x.transpose(0, 1)).transpose(0, 1)
-        if dtype == "bfloat16":
-            x = x.to(torch.bfloat16)
-    elif dtype != "uint8":
-        x = x.to(getattr(torch, dtype))
+    norm = pipeline.normalize if dtype != "uint8" else None
     if video_layout(pipeline) == "tiles":
-        return x.contiguous()
+        return _values(x.transpose(0, 1), norm, dtype).transpose(0, 1).contiguous()
     pf = pipeline.patchify
     p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
     t, c, h, w = x.shape
@@ -97,10 +90,24 @@ def frames_to_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipelin
         raise AssertionError(f"video plan {plan.index}: {t} frames is not a multiple of the "
                              f"temporal patch {tps} (the plan pads it)")
     gt, gh, gw = t // tps, h // p, w // p
-    # Qwen2VLVideoProcessor.patchify without its batch dim:
+    # Qwen2VLVideoProcessor.patchify without its batch dim, on the uint8 frames (a quarter of the
+    # bytes to move; normalize is per element, so the bits are the same after it):
     # (gt, tps, c, bh, mh, py, bw, mw, px) -> (gt, bh, bw, mh, mw, c, tps, py, px)
     x = x.view(gt, tps, c, gh // m, m, p, gw // m, m, p).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return x.reshape(gt * gh * gw, c * tps * p * p)
+    rows = x.reshape(gt * gh * gw, c, tps * p * p)
+    return _values(rows.transpose(0, 1), norm, dtype).transpose(0, 1).reshape(gt * gh * gw, -1)
+
+
+def _values(x: "torch.Tensor", norm: Any, dtype: str) -> "torch.Tensor":
+    """uint8 ``(C, ...)`` -> ``dtype``: transformers' fused rescale+normalize in float32
+    (``tv_match.normalize_tensor``; memory layout kept), cast for bfloat16; uint8 as it is."""
+    import torch
+
+    from .torch import tv_match
+    if dtype == "uint8":
+        return x
+    y = tv_match.normalize_tensor(norm, x) if norm is not None else x.to(torch.float32)
+    return y.to(torch.bfloat16) if dtype == "bfloat16" else y
 
 
 def run_video(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
