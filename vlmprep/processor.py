@@ -264,7 +264,8 @@ class Processor:
         ``errors="raise"`` the first bad image (then the first bad video) raises ImageError;
         with ``"skip"`` it is recorded in its plan.
         """
-        _, plans = self.prepare(as_image_list(images) if images is not None else [])
+        _, plans = self.prepare(as_image_list(images) if images is not None or videos is None
+                                else [])
         vplans: list = self.prepare_videos(_video_list(videos))[1] if videos is not None else []
         self._first_error(plans)
         self._first_error(vplans)
