@@ -6,6 +6,11 @@ Examples::
     vlmprep bench --preset qwen2-vl --synthetic 720p,1080p,4k --threads 1,2 --dtype float32,uint8 \\
         --json out.json --plot out.png
     vlmprep bench --preset internvl --images photos/ --backend all --batch-size 8
+    vlmprep bench --video --compare hf --threads 1,2 --json bench/results/video_qwen2-vl.json
+
+``--video`` measures one sampled clip instead of images (``vlmprep.bench.video``): clips/s and
+frames/s end to end, the decode alone, the rest alone, and the transformers video processor on
+the same decoded frames.
 
 The measuring is ``vlmprep.bench`` (harness, images, decoders, hf, env, plot); this module only
 parses flags and prints. Progress goes to stderr, tables (or ``--json`` without a file) to stdout.
@@ -35,6 +40,17 @@ def _int_at_least(lo: int, what: str):
 
 
 _positive_int = _int_at_least(1, "a positive integer")
+
+
+def _positive_float(s: str) -> float:
+    import math
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}")
+    return v
 _count = _int_at_least(0, "an integer >= 0")
 
 
@@ -106,9 +122,9 @@ def add_parser(sub) -> None:
     p.add_argument("--compare", choices=["hf"], default=None,
                    help="also run the transformers PIL and torchvision image processors "
                         "(needs transformers) and print vlmprep's speedup over each")
-    p.add_argument("--repeat", type=_positive_int, default=3, metavar="N",
+    p.add_argument("--repeat", type=_positive_int, default=None, metavar="N",
                    help="timed passes over each set (stages and decoders: runs per image; "
-                        "default: 3)")
+                        "--video: timed calls per part; default: 3, --video 5)")
     p.add_argument("--warmup", type=_count, default=2, metavar="N",
                    help="untimed calls before each timed series (default: 2, which fault in the "
                         "output buffers a loop alternates between)")
@@ -120,6 +136,25 @@ def add_parser(sub) -> None:
                         "instead of the tables")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart of images/s per backend "
                    "and image size")
+    vid = p.add_argument_group("video (--video)")
+    vid.add_argument("--video", action="store_true",
+                     help="benchmark one video clip instead of images: a clip written here from "
+                          "package photos with OpenCV (mp4v: this OpenCV has no H.264 encoder), "
+                          "sampled with Video(clip, fps=--video-fps); clips/s and frames/s end to "
+                          "end, decode alone and the rest alone; --compare hf adds the "
+                          "transformers video processor on the same decoded frames (Qwen "
+                          "presets; default threads 1,2; --repeat default 5)")
+    vid.add_argument("--video-size", default="720p", metavar="SIZE",
+                     help="clip size: 720p, 1080p, 4k or WIDTHxHEIGHT (default: 720p)")
+    vid.add_argument("--video-seconds", type=_positive_float, default=10.0, metavar="S",
+                     help="clip length in seconds (default: 10)")
+    vid.add_argument("--video-source-fps", type=_positive_float, default=30.0, metavar="FPS",
+                     help="the clip's frame rate (default: 30)")
+    vid.add_argument("--video-fps", type=_positive_float, default=2.0, metavar="FPS",
+                     help="sampling rate asked, Video(clip, fps=FPS) (default: 2: 20 frames of "
+                          "a 10 s clip)")
+    vid.add_argument("--fourcc", default=None, metavar="CODE",
+                     help="OpenCV VideoWriter codec of the clip (default: mp4v)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr (skipped files "
                    "are still reported)")
     p.add_argument("--no-progress", action="store_true",
@@ -199,7 +234,7 @@ def config(args: argparse.Namespace):
                        dtypes=list(dict.fromkeys(args.dtype)), device=args.device,
                        batch_size=args.batch_size,
                        threads=list(dict.fromkeys(args.threads)) if args.threads else [None],
-                       compare_hf=args.compare == "hf", repeat=args.repeat, warmup=args.warmup,
+                       compare_hf=args.compare == "hf", repeat=args.repeat or 3, warmup=args.warmup,
                        stages=not args.no_stages, decode_floor=not args.no_decode_floor)
 
 
@@ -228,9 +263,52 @@ def _reporter(args: argparse.Namespace):
     return log, bar.close
 
 
+def video_config(args: argparse.Namespace):
+    """Validate the ``--video`` flags -> ``vlmprep.bench.video.VideoBenchConfig``."""
+    from ..bench import images as bench_images
+    from ..bench.video import FOURCC_DEFAULT, VideoBenchConfig
+    from ..plan.video import VIDEO_DEFAULTS
+    from ..presets import qwen as preset_qwen
+    qwen = sorted(preset_qwen.video_configs())
+    if args.preset not in qwen:
+        raise ValueError(f"--video: expected --preset one of {qwen} (the Qwen checkpoints whose "
+                         f"video processor config the comparison uses), got {args.preset!r}")
+    if args.preset not in VIDEO_DEFAULTS and args.preset != "qwen2.5-vl":
+        raise ValueError(f"--video: preset {args.preset!r} has no video rule")
+    for flag, given in (("--images", args.images), ("--synthetic", args.synthetic),
+                        ("--num-images", args.num_images), ("--plot", args.plot)):
+        if given:
+            raise ValueError(f"--video: expected no {flag} (it measures one clip), got {flag}; "
+                             f"drop it, or drop --video to benchmark images")
+    if args.device != "cpu" or args.backend != "auto" or args.batch_size != 1 \
+            or args.dtype not in (["float32"], ["uint8"], ["bfloat16"]):
+        raise ValueError("--video: expected --device cpu, --backend auto, --batch-size 1 and one "
+                         "--dtype (videos run the torchvision path on the CPU); drop those flags")
+    try:
+        _, (h, w) = bench_images.parse_size(args.video_size)
+    except ValueError as e:
+        raise ValueError(f"--video-size: {str(e).removeprefix('--synthetic: ')}") from None
+    if args.json not in (None, "-"):
+        _check_out(args.json, "--json")
+    return VideoBenchConfig(preset=args.preset, width=w, height=h,
+                            source_fps=args.video_source_fps, seconds=args.video_seconds,
+                            fps=args.video_fps, fourcc=args.fourcc or FOURCC_DEFAULT,
+                            threads=list(dict.fromkeys(args.threads)) if args.threads else [1, 2],
+                            repeat=args.repeat or 5, warmup=args.warmup,
+                            compare_hf=args.compare == "hf", dtype=args.dtype[0])
+
+
 def measure(args: argparse.Namespace) -> dict:
     """Parse-validated flags -> the result dict (what ``--json`` writes)."""
     from ..bench import harness as bench_harness
+    if getattr(args, "video", False):
+        from ..bench import video as bench_video
+        vcfg = video_config(args)
+        log, close = _reporter(args)
+        try:
+            return bench_video.run_video(vcfg, log=log)
+        finally:
+            close()
     cfg = config(args)
     for s in cfg.image_sets:
         for name, reason in s.skipped:
@@ -253,6 +331,11 @@ def run(args: argparse.Namespace) -> int:
         write_plot(result, args.plot)
     if args.json == "-":
         print_json(result)
+    elif result.get("tool") == "vlmprep bench --video":
+        print_video_report(result)
+        if args.json:
+            print(f"json: {os.path.abspath(args.json)}")
+        return 0
     else:
         print_report(result)
         for flag, path in (("json", args.json), ("plot", args.plot)):
@@ -353,3 +436,42 @@ def print_report(result: dict) -> None:
             })
         print_table(table, ["inputs", "backend", "dtype", "threads", "x decode floor",
                             "speedup vs hf pil", "speedup vs hf torchvision"])
+
+
+def print_video_report(result: dict) -> None:
+    """The ``--video`` tables: per thread count, p50 ms and clips/s / frames/s of each part."""
+    from ._common import print_table
+    m, c, cfg = result["machine"], result["clip"], result["config"]
+    print(f"vlmprep bench --video: preset {result['preset']['name']} on {m['name']} "
+          f"({m['cpu_model']}, {m['usable_cpus']} CPUs); {cfg['repeat']} timed calls, dtype "
+          f"{cfg['dtype']}, decoder {cfg['decoder']}")
+    print(f"clip: {c['width']}x{c['height']} (WxH), {c['seconds']:g} s at {c['source_fps']:g} fps "
+          f"({c['total_num_frames']} frames), {c['fourcc']} in {c['container']}, "
+          f"{c['bytes'] / 1e6:.1f} MB; sampled at {c['sampling_fps']:g} fps -> "
+          f"{c['sampled_frames']} frames, resized to {c['resized_hw'][1]}x{c['resized_hw'][0]}, "
+          f"grid {c['grid_thw']}, {c['num_tokens']} tokens")
+    parts = [("vlmprep", "vlmprep end to end"), ("decode", "decode (shared)"),
+             ("vlmprep_rest", "vlmprep rest"), ("transformers", result.get("hf_class") or "")]
+    table = []
+    for r in result["results"]:
+        for key, label in parts:
+            if key not in r:
+                continue
+            x = r[key]
+            table.append({"threads": str(r["threads"]), "part": label,
+                          "ms/clip p50": _f(x["p50_ms"]), "p99": _f(x["p99_ms"]),
+                          "clips/s": _f(x["clips_per_s"], ".3f"),
+                          "frames/s": _f(x["frames_per_s"]),
+                          "cores": _f(x["cpu_cores_used"], ".2f")})
+    print_table(table, ["threads", "part", "ms/clip p50", "p99", "clips/s", "frames/s", "cores"])
+    if any("speedup_rest" in r for r in result["results"]):
+        print("\nspeedup vs transformers (p50): rest = its processor / vlmprep rest; end to end ="
+              " (decode + its processor) / vlmprep end to end")
+        print_table([{"threads": str(r["threads"]), "rest": f"{r['speedup_rest']:.2f}x",
+                      "end to end": f"{r['speedup_end_to_end']:.2f}x",
+                      "decode share": f"{r['decode_share_of_vlmprep']:.0%}",
+                      "same output": ("yes" if r.get("same_grid_thw") and
+                                      r.get("max_abs_diff_vs_transformers") == 0.0 else
+                                      f"max diff {r.get('max_abs_diff_vs_transformers')}")}
+                     for r in result["results"]],
+                    ["threads", "rest", "end to end", "decode share", "same output"])

@@ -1,0 +1,91 @@
+"""`vlmprep bench --video`: flags, the JSON schema, the same-output check against the real
+transformers video processor, errors for bad flags.
+
+Speed is never asserted (docs/benchmarks.md); the clip is tiny and each part is timed once.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vlmprep.bench import video as bench_video
+from vlmprep.cli.main import main
+
+TINY = ["--video", "--video-size", "96x64", "--video-seconds", "1", "--video-source-fps", "8",
+        "--video-fps", "4", "--threads", "1", "--repeat", "1", "--warmup", "0", "--quiet"]
+PARTS = ("vlmprep", "decode", "vlmprep_rest")
+
+
+def _main(args: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        rc = main(["bench", *args])
+    except SystemExit as e:  # argparse's usage errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_make_clip_is_what_the_probe_reads():
+    from vlmprep.io.video import Video, decode_frames, probe_video
+    clip = bench_video.make_clip(96, 64, 8.0, 1.0)
+    meta = probe_video(Video(clip))
+    assert (meta.width, meta.height, meta.total_num_frames, meta.fps) == (96, 64, 8, 8.0)
+    assert meta.container == "mp4"
+    frames = decode_frames(Video(clip), [0, 7])
+    assert frames.shape == (2, 64, 96, 3) and not (frames[0] == frames[1]).all()  # it moves
+    assert bench_video.make_clip(96, 64, 8.0, 1.0) == clip  # deterministic
+    with pytest.raises(ValueError, match="fourcc 'XXXX'"):
+        bench_video.make_clip(96, 64, 8.0, 1.0, fourcc="XXXX")
+
+
+@pytest.mark.hf
+def test_video_json_schema_and_same_output_as_transformers(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "video.json"
+    rc, stdout, _ = _main([*TINY, "--compare", "hf", "--json", str(out)], capsys)
+    assert rc == 0, stdout
+    r = json.loads(out.read_text())
+    assert r["tool"] == "vlmprep bench --video" and r["preset"]["name"] == "qwen2-vl"
+    assert r["hf_class"] == "Qwen2VLVideoProcessor"
+    c = r["clip"]
+    assert (c["width"], c["height"], c["total_num_frames"], c["sampled_frames"]) == (96, 64, 8, 4)
+    assert c["frame_indices"] == [0, 2, 4, 6] and c["fourcc"] == "mp4v"
+    (row,) = r["results"]
+    for part in (*PARTS, "transformers"):
+        x = row[part]
+        assert x["clips_per_s"] > 0 and x["p50_ms"] > 0
+        assert x["frames_per_s"] == pytest.approx(x["clips_per_s"] * 4, rel=1e-3)
+    # like for like: the transformers processor on the same frames gives vlmprep's pixels
+    assert row["same_grid_thw"] and row["max_abs_diff_vs_transformers"] == 0.0
+    assert row["rest_equals_end_to_end"]
+    assert row["output_shape"] == row["transformers_output_shape"]
+    assert set(r["definitions"]) >= {"clips_per_s", "frames_per_s", "speedup_rest",
+                                      "speedup_end_to_end"}
+    assert "Qwen2VLVideoProcessor" in stdout and "speedup vs transformers" in stdout
+
+
+def test_video_without_compare_and_json_on_stdout(capsys):
+    rc, stdout, _ = _main([*TINY, "--json"], capsys)
+    assert rc == 0
+    r = json.loads(stdout)
+    (row,) = r["results"]
+    assert set(PARTS) <= set(row) and "transformers" not in row and r["hf_class"] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--preset", "internvl"], "--video: expected --preset one of"),
+    (["--images", "."], "--video: expected no --images"),
+    (["--synthetic", "720p"], "--video: expected no --synthetic"),
+    (["--batch-size", "2"], "--video: expected --device cpu, --backend auto, --batch-size 1"),
+    (["--video-size", "big"], "--video-size"),
+    (["--fourcc", "XXXX"], "fourcc 'XXXX'"),
+])
+def test_video_flag_errors(args, message, capsys):
+    rc, _, err = _main([*TINY, *args], capsys)
+    assert rc == 2 and message in err, err
+
+
+def test_video_number_flags_are_checked(capsys):
+    rc, _, err = _main(["--video", "--video-fps", "0"], capsys)
+    assert rc == 2 and "expected a positive number, got '0'" in err
