@@ -20,34 +20,41 @@ class ImageError(ValueError):
             raised outside a batch, e.g. by ``vlmprep.probe`` on one input).
         source: a short description of the input (``"bytes[1234]"``, a path, ...).
         reason: the message without the index/source prefix.
+        item: what ``index`` counts: ``"image"`` (the ``images`` list) or ``"video"`` (the
+            ``videos`` list); the message says "video 2: ..." for the third video.
     """
 
-    def __init__(self, reason: str, *, index: int | None = None, source: str | None = None):
+    def __init__(self, reason: str, *, index: int | None = None, source: str | None = None,
+                 item: str = "image"):
         self.reason = reason
         self.index = index
         self.source = source
+        self.item = item
         super().__init__(self._render())
 
     def _render(self) -> str:
         where = []
         if self.index is not None:
-            where.append(f"image {self.index}")
+            where.append(f"{self.item} {self.index}")
         if self.source:
             where.append(self.source)
         return f"{' '.join(where)}: {self.reason}" if where else self.reason
 
-    def at(self, index: int | None = None, source: str | None = None) -> "ImageError":
-        """Return this error with its position filled in (keeps values already set)."""
+    def at(self, index: int | None = None, source: str | None = None,
+           item: str | None = None) -> "ImageError":
+        """Return this error with its position filled in (keeps values already set; ``item``
+        names the list ``index`` counts in when given)."""
         err = ImageError(
             self.reason,
             index=self.index if self.index is not None else index,
             source=self.source if self.source is not None else source,
+            item=item or self.item,
         )
         err.__cause__ = self.__cause__
         return err
 
     def __reduce__(self):  # picklable across worker processes (Ray, multiprocessing)
-        return (_rebuild, (self.reason, self.index, self.source))
+        return (_rebuild, (self.reason, self.index, self.source, self.item))
 
 
 class ConfigNotFoundError(FileNotFoundError, ValueError):
@@ -56,8 +63,8 @@ class ConfigNotFoundError(FileNotFoundError, ValueError):
     (as transformers raises OSError) and a ValueError; its message says expected / got / fix."""
 
 
-def _rebuild(reason, index, source):
-    return ImageError(reason, index=index, source=source)
+def _rebuild(reason, index, source, item="image"):
+    return ImageError(reason, index=index, source=source, item=item)
 
 
 def describe_source(x: object) -> str:

@@ -313,7 +313,7 @@ def _batch_feature() -> Any:
 
 def _reindex(err: ImageError, index: int) -> ImageError:
     """The same error placed at ``index`` (its position in the batch that now holds it)."""
-    out = ImageError(err.reason, index=index, source=err.source)
+    out = ImageError(err.reason, index=index, source=err.source, item=err.item)
     out.__cause__ = err.__cause__
     return out
 

@@ -236,11 +236,12 @@ class Processor:
                 meta = probe_video(v, self.video_limits, decoder=self.video_decoder)
             except ImageError as e:
                 videos.append(None)
-                plans.append(VideoPlan(index=i, error=e.at(index=i, source=describe_source(src))))
+                plans.append(VideoPlan(index=i, error=e.at(index=i, source=describe_source(src),
+                                                           item="video")))
                 continue
             p = plan_video(self.pipeline, meta, opts, per_item=v, index=i, limits=self.video_limits)
             if p.error is not None:
-                p.error = p.error.at(index=i, source=describe_source(src))
+                p.error = p.error.at(index=i, source=describe_source(src), item="video")
             videos.append(v)
             plans.append(p)
         return videos, plans
@@ -269,12 +270,7 @@ class Processor:
         vplans: list = self.prepare_videos(_video_list(videos))[1] if videos is not None else []
         self._first_error(plans)
         self._first_error(vplans)
-        from dataclasses import fields
-        if any(f.name == "videos" for f in fields(Plan)):
-            return Plan(list(plans), self.pipeline, videos=vplans)  # type: ignore[call-arg]
-        out = Plan(list(plans), self.pipeline)
-        object.__setattr__(out, "videos", vplans)  # until plan.py's Plan has the field
-        return out
+        return Plan(list(plans), self.pipeline, videos=vplans)
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None):
@@ -310,7 +306,7 @@ class Processor:
                                          self.video_limits, self.video_decoder))
             except ImageError as e:
                 src = videos[p.index].source if videos[p.index] is not None else None
-                err = e.at(index=p.index, source=e.source or describe_source(src))
+                err = e.at(index=p.index, source=e.source or describe_source(src), item="video")
                 if self.errors == "raise":
                     raise err from (e.__cause__ or e)
                 late[p.index] = err

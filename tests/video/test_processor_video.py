@@ -9,6 +9,7 @@ transformers' video processors are torchvision-based, and vlmprep runs the same 
 from __future__ import annotations
 
 import json
+import pickle
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -203,6 +204,8 @@ def test_bad_videos_isolated(kind, videos, bad_videos):
     for i, b in enumerate(bad, 1):
         assert isinstance(v.errors[i], ImageError) and v.errors[i].index == i
         assert b in str(v.errors[i]), str(v.errors[i])  # names the item
+        assert str(v.errors[i]).startswith(f"video {i} "), str(v.errors[i])  # not "image i"
+        assert str(pickle.loads(pickle.dumps(v.errors[i]))) == str(v.errors[i])  # worker processes
         assert v.num_tokens[i] == 0
     alone = [proc(videos=[items[0]]).videos, proc(videos=[items[-1]]).videos]
     assert torch.equal(v.pixel_values, torch.cat([a.pixel_values for a in alone]))
@@ -210,15 +213,18 @@ def test_bad_videos_isolated(kind, videos, bad_videos):
     assert v.image_index.unique().tolist() == [0, 5]
     parts = list(v.split())
     assert len(parts) == 6 and parts[1].errors and parts[5].num_tokens == alone[1].num_tokens
+    assert str(parts[1].errors[0]).startswith("video 0 ")  # re-indexed within the part
     # plan: the header-level failures are known before decoding (truncated.avi fails at decode)
     planned = vlmprep.Processor(kind, errors="skip").plan(videos=items).videos
     assert [p.error is not None for p in planned] == [False, True, True, False, True, False]
+    assert str(planned[1].error).startswith("video 1 ")
     with pytest.raises(ImageError) as e:
         vlmprep.Processor(kind)(videos=items)
     assert e.value.index == 1 and "garbage.mp4" in str(e.value)
     with pytest.raises(ImageError) as e:  # a decode-time failure raises too, naming the item
         vlmprep.Processor(kind)(videos=[items[0], bad_videos["truncated.avi"].path])
     assert e.value.index == 1 and "truncated.avi" in str(e.value)
+    assert str(e.value).startswith("video 1 ") and e.value.item == "video"
 
 
 def test_frame_sequences_and_concat(videos):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..io.probe import ProbeResult
+    from .video import VideoPlan
 
 __all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SizingRule", "SIZING_RULES", "sizing_rule",
            "check_sizing", "one_canvas", "plan_image", "plan_images", "count_embeddings"]
@@ -318,10 +319,13 @@ def plan_images(pipeline: Pipeline, sizes: Sequence[tuple[int, int] | ImageError
 
 @dataclass(frozen=True)
 class Plan:
-    """The plan of a batch: ``images[i]`` for input ``i``, plus batch-level shortcuts."""
+    """The plan of a batch: ``images[i]`` for input ``i``, plus batch-level shortcuts (over the
+    images); ``videos[j]`` the ``VideoPlan`` of video ``j`` (``proc.plan(videos=...)``; empty
+    without videos). ``len()`` and iteration are over the images."""
 
     images: list[ImagePlan]
     pipeline: Pipeline = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    videos: list["VideoPlan"] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> list[int]:

@@ -435,4 +435,4 @@ def plan_video(pipeline_or_family: "Pipeline | str", video_meta: VideoMetaLike,
                                    getattr(per_item, "end", None)), limits=lim)
         return rule(pipeline, video_meta, opts, clip, index)
     except ImageError as e:
-        return VideoPlan(index=index, meta=video_meta, error=e.at(index=index))
+        return VideoPlan(index=index, meta=video_meta, error=e.at(index=index, item="video"))
