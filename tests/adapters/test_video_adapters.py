@@ -115,6 +115,32 @@ def test_model_inputs_image_and_videos_equal_qwen2vl_processor(seed):
         assert torch.equal(torch.as_tensor(got1[k]), torch.as_tensor(ref1[k])), k
 
 
+def test_model_inputs_qwen3vl_video_with_timestamps_equals_processor(seed):
+    """Qwen3-VL samples itself (checkpoint: 2 fps) and writes '<t seconds>' per temporal group:
+    the real Qwen3VLProcessor given every frame and its metadata == model_inputs on vlmprep's
+    batch (which decoded only the sampled frames)."""
+    from transformers.video_utils import VideoMetadata
+
+    from tests.hfref import hf_processor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proc = transformers.Qwen3VLProcessor(image_processor=hf_processor("qwen3-vl", "pil"),
+                                             tokenizer=_tokenizer(),
+                                             video_processor=hf_video_processor("qwen3-vl"))
+        f = _frames(12, 64, 96, seed)
+        md = VideoMetadata(total_num_frames=12, fps=4.0, frames_indices=list(range(12)),
+                           height=64, width=96)
+        texts = [f"describe {VIDEO}"]
+        ref = proc(text=texts, videos=[_tchw(f)], video_metadata=[md], return_tensors="pt")
+    b = _qwen_batch([f], preset="qwen3-vl", fps=4.0)
+    got = tfa.model_inputs(proc, texts, b)
+    assert sorted(got) == sorted(ref)
+    for k in ref:
+        assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(ref[k])), k
+    # frames 0 and 2 of a 4 fps clip: mean 0.25 s, written "<0.2 seconds>" (f"{0.25:.1f}")
+    assert b.videos.placeholders[0].startswith("<0.2 seconds><|vision_start|>")
+
+
 def test_expand_video_prompts_counts_and_plans(seed):
     vids = [_frames(4, 56, 56, seed), _frames(4, 56, 84, seed + 1)]
     batch = _qwen_batch(vids)
