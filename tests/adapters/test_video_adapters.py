@@ -155,33 +155,72 @@ def test_expand_video_prompts_counts_and_plans(seed):
         tfa.model_inputs(_tokenizer(), [VIDEO, VIDEO], batch.videos)
 
 
-def test_internvl_pixel_values_merge_in_prompt_order(seed):
-    """InternVLProcessor.__call__'s merge: image tiles and video frames in one pixel_values, in
-    the order of their tokens (the Processor's own to_hf pieces as the oracle)."""
+def _word_tokenizer(special: list[str], **kw):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
-    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "a": 2}, unk_token="[UNK]"))
+    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "describe": 2, "a": 3},
+                                    unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
-    tok.add_tokens(["<IMG_CONTEXT>", "<img>", "</img>", "<video>"], special_tokens=True)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", **kw)
+    if special:
+        tok.add_tokens(special, special_tokens=True)
+    return tok
 
-    class InternVLProcessor:  # what model_inputs reads of transformers' InternVLProcessor
-        image_token, video_token, tokenizer = "<IMG_CONTEXT>", "<video>", tok
 
-    img = _frames(1, 448, 448, seed)[0]
+def _video_processor(module: str, cls: str, configs: dict, family: str):
+    import importlib
+    vp = getattr(importlib.import_module(f"transformers.models.{module}"), cls)
+    return vp(**{k: v for k, v in configs[family].items()
+                 if k not in ("video_processor_type", "processor_class")})
+
+
+def _internvl_processor():
+    from tests.hfref import hf_processor
+    from vlmprep.presets import internvl
+    tok = _word_tokenizer([], extra_special_tokens={
+        "start_image_token": "<img>", "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
+    vp = _video_processor("internvl.video_processing_internvl", "InternVLVideoProcessor",
+                          internvl.video_configs(), "internvl")
+    return transformers.InternVLProcessor(image_processor=hf_processor("internvl", "pil"),
+                                          tokenizer=tok, video_processor=vp, image_seq_length=256)
+
+
+def _onevision_processor():
+    from tests.hfref import hf_processor
+    from vlmprep.presets import llava_next
+    vp = _video_processor("llava_onevision.video_processing_llava_onevision",
+                          "LlavaOnevisionVideoProcessor", llava_next.video_configs(),
+                          "llava-onevision")
+    return transformers.LlavaOnevisionProcessor(
+        image_processor=hf_processor("llava-onevision", "pil"),
+        tokenizer=_word_tokenizer(["<image>", "<video>"]), video_processor=vp,
+        num_image_tokens=729, vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9")
+
+
+@pytest.mark.parametrize("preset, image_token, hw", [
+    ("internvl", "<IMG_CONTEXT>", (448, 448)), ("llava-onevision", "<image>", (384, 384))])
+def test_model_inputs_tile_families_image_and_video_equal_processor(preset, image_token, hw,
+                                                                     seed):
+    """The real InternVLProcessor / LlavaOnevisionProcessor (checkpoint video configs, every frame:
+    the checkpoints' do_sample_frames is off) on an image and a video, in both prompt orders:
+    InternVL merges tiles and frames into one pixel_values in prompt order (model_inputs too)."""
+    from PIL import Image
+    proc = _internvl_processor() if preset == "internvl" else _onevision_processor()
+    img = _frames(1, *hw, seed)[0]
     vid = _frames(3, 64, 96, seed + 1)
-    batch = vlmprep.Processor("internvl", backend="reference")(
+    batch = vlmprep.Processor(preset, backend="reference")(
         [img], videos=[Video(vid, source_fps=1.0)])
-    hf = batch.to_hf()
-    frames, tiles = hf["pixel_values_videos"][0], hf["pixel_values"]
-    assert len(frames) == 3 and len(tiles) == 1
-    for text, want in (("<video> a <IMG_CONTEXT>", [frames, tiles]),
-                       ("<IMG_CONTEXT> a <video>", [tiles, frames])):
-        out = tfa.model_inputs(InternVLProcessor(), [text], batch)
-        assert "pixel_values_videos" not in out and "num_patches" not in out
-        assert torch.equal(out["pixel_values"], torch.cat(want))
-        n_ctx = int((out["input_ids"] == tok.convert_tokens_to_ids("<IMG_CONTEXT>")).sum())
-        assert n_ctx == batch.num_embeddings[0] + batch.videos.num_embeddings[0]
+    for text in (f"<video> a {image_token}", f"{image_token} a <video>"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = proc(text=[text], images=[Image.fromarray(img)], videos=[_tchw(vid)],
+                       return_tensors="pt")
+        got = tfa.model_inputs(proc, [text], batch)
+        assert sorted(got) == sorted(ref), (sorted(got), sorted(ref))
+        for k in ref:
+            assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(ref[k])), (text, k)
 
 
 # -- vit.encode -----------------------------------------------------------------------------------
