@@ -223,6 +223,45 @@ def test_model_inputs_tile_families_image_and_video_equal_processor(preset, imag
             assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(ref[k])), (text, k)
 
 
+def test_model_inputs_smolvlm_video_equals_processor(seed, tmp_path):
+    """SmolVLM2 (a checkpoint folder: its image config + video config): the real SmolVLMProcessor
+    sampling the video itself (fps 1 x duration) == model_inputs (intro text with the frame
+    timestamps, pixel_values + pixel_attention_mask)."""
+    pytest.importorskip("num2words")  # SmolVLMProcessor requires it
+    import json
+    from pathlib import Path
+
+    from transformers.video_utils import VideoMetadata
+
+    from tests.hfref import hf_processor
+    from vlmprep.presets import idefics3
+    ckpt = Path(vlmprep.__file__).parent / "presets" / "checkpoints" / "smolvlm.json"
+    (tmp_path / "preprocessor_config.json").write_text(ckpt.read_text())
+    (tmp_path / "video_preprocessor_config.json").write_text(
+        json.dumps(idefics3.video_configs()["idefics3"]))
+    tok = _word_tokenizer(["<fake_token_around_image>", "<image>", "<global-img>",
+                           "<end_of_utterance>", "<video>"]
+                          + [f"<row_{i}_col_{j}>" for i in range(1, 5) for j in range(1, 5)])
+    vp = _video_processor("smolvlm.video_processing_smolvlm", "SmolVLMVideoProcessor",
+                          idefics3.video_configs(), "idefics3")
+    proc = transformers.SmolVLMProcessor(image_processor=hf_processor("smolvlm", "pil"),
+                                         tokenizer=tok, video_processor=vp, image_seq_len=64)
+    f = _frames(8, 64, 96, seed)
+    md = VideoMetadata(total_num_frames=8, fps=2.0, duration=4.0, frames_indices=list(range(8)),
+                       height=64, width=96)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = proc(text=["describe <video>"], videos=[_tchw(f)], video_metadata=[md],
+                   return_tensors="pt")
+    batch = vlmprep.Processor.from_pretrained(tmp_path, backend="reference")(
+        [], videos=[Video(f, source_fps=2.0)])
+    got = tfa.model_inputs(proc, ["describe <video>"], batch)
+    assert sorted(got) == sorted(ref)
+    for k in ref:
+        assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(ref[k])), k
+    assert ref["pixel_values"].shape[:2] == (1, 4)  # 4 s at 1 fps
+
+
 # -- vit.encode -----------------------------------------------------------------------------------
 def _qwen_tower(name):
     torch.manual_seed(0)
