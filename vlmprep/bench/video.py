@@ -21,9 +21,11 @@ Measured per thread count (torch, OpenCV and vlmprep's own threads, ``harness.th
   uint8 tensor, its fastest input form), ``return_tensors="pt"``; its outputs are checked equal in
   shape (and reported max abs difference) to vlmprep's.
 
-Speedups: ``rest`` (transformers processor / vlmprep rest) and ``end to end`` ((decode +
-transformers processor) / vlmprep end to end): a transformers user decodes too, and the decode
-here is the same for both. Nothing is asserted: it only measures.
+The parts are timed in rounds (one call of each per round, ``repeat`` rounds after ``warmup``),
+so a load change on a shared machine hits every part alike. Speedups: ``rest`` (transformers
+processor / vlmprep rest) and ``end to end`` ((decode + transformers processor) / vlmprep end to
+end): a transformers user decodes too, and the decode here is the same for both. Nothing is
+asserted: it only measures.
 """
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ DEFINITIONS = {
     "clips_per_s": "clips / sum of timed latencies (one clip per call; warm-up excluded)",
     "frames_per_s": "sampled frames (the plan's frame_indices, temporal padding included) per "
                     "second: clips_per_s * frames per clip",
-    "p50_ms": "median latency of one clip (p99: 99th percentile)",
+    "p50_ms": "median latency of one clip (p99: 99th percentile); the parts are timed in rounds "
+              "(one call of each per round), so load changes hit them alike",
     "vlmprep": "Processor(preset)([], videos=[Video(clip bytes, fps=...)]): probe, plan, decode "
                "of the sampled frames, resize, normalize, patchify, pack",
     "decode": "vlmprep.io.video.decode_frames of the planned frames only (OpenCV/FFmpeg seeks)",
@@ -171,22 +174,34 @@ def hf_video_processor(preset: str) -> Any:
 
 
 # -- timing -------------------------------------------------------------------------------------
-def _time(call: Callable[[], Any], repeat: int, warmup: int) -> tuple[dict, Any]:
-    out = None
-    for _ in range(warmup):
-        out = call()
-    gc.collect()
-    lat = []
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = call()
-        lat.append(time.perf_counter() - t0)
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+def _stats(lat: list[float], cpu: float) -> dict:
+    wall = sum(lat)
     return {"p50_ms": _ms(_pct(lat, 50)), "p99_ms": _ms(_pct(lat, 99)),
-            "mean_ms": _ms(sum(lat) / len(lat)), "min_ms": _ms(min(lat)),
-            "clips_per_s": round(len(lat) / sum(lat), 3),
-            "cpu_cores_used": round(cpu / wall, 2) if wall > 0 else None}, out
+            "mean_ms": _ms(wall / len(lat)), "min_ms": _ms(min(lat)),
+            "clips_per_s": round(len(lat) / wall, 3),
+            "cpu_cores_used": round(cpu / wall, 2) if wall > 0 else None}
+
+
+def _time_rounds(calls: dict[str, Callable[[], Any]], repeat: int, warmup: int
+                 ) -> tuple[dict[str, dict], dict[str, Any]]:
+    """Time every call ``repeat`` times in rounds (one call of each part per round, in order),
+    after ``warmup`` untimed rounds: on a shared machine a load change then hits every part
+    alike instead of one part's whole series. -> (stats per name, last output per name)."""
+    out: dict[str, Any] = {}
+    for _ in range(warmup):
+        for name, call in calls.items():
+            out[name] = call()
+    gc.collect()
+    lat: dict[str, list[float]] = {k: [] for k in calls}
+    cpu: dict[str, float] = dict.fromkeys(calls, 0.0)
+    for _ in range(repeat):
+        for name, call in calls.items():
+            out[name] = None  # the previous output is freed first, as in a user's loop
+            c0, t0 = time.process_time(), time.perf_counter()
+            out[name] = call()
+            lat[name].append(time.perf_counter() - t0)
+            cpu[name] += time.process_time() - c0
+    return {k: _stats(v, cpu[k]) for k, v in lat.items()}, out
 
 
 def _with_frames(row: dict, frames: int) -> dict:
@@ -211,7 +226,7 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
         f"{cfg.fourcc}, {len(clip) / 1e6:.1f} MB, written in {time.perf_counter() - t0:.1f} s")
     item = Video(clip, fps=cfg.fps)
     proc = Processor(pipe, dtype=cfg.dtype)
-    plan = proc.plan(videos=[item]).videos[0]  # type: ignore[attr-defined]
+    plan = proc.plan(videos=[item]).videos[0]
     if plan.error is not None:
         raise plan.error
     meta = probe_video(item, proc.video_limits, decoder=proc.video_decoder)
@@ -250,46 +265,46 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
         log(f"[{step}/{steps}] {what}: {row['clips_per_s']:.3f} clips/s, {row['p50_ms']:.0f} ms "
             f"per clip")
 
+    # the decoded frames both "rest" measurements start from (decoded once, outside the timing)
+    ordered = _ordered(decode_frames(item, wanted, proc.video_limits, decoder=proc.video_decoder),
+                       wanted, plan.frame_indices)
+    thwc = torch.from_numpy(ordered)
+    tchw = thwc.permute(0, 3, 1, 2)  # transformers' own input form: (T, C, H, W) uint8, as decoded
+    calls: dict[str, Callable[[], Any]] = {
+        "vlmprep": lambda: proc([], videos=[item]),
+        "decode": lambda: decode_frames(item, wanted, proc.video_limits,
+                                        decoder=proc.video_decoder),
+        "vlmprep_rest": lambda: vx.frames_to_rows(thwc, plan, pipe, cfg.dtype),
+    }
+    if hf_proc is not None:
+        calls["transformers"] = lambda: hf_proc(videos=[tchw], return_tensors="pt")
+    labels = {"vlmprep": "vlmprep end to end", "decode": "decode",
+              "vlmprep_rest": "vlmprep rest (after decode)",
+              "transformers": f"transformers {type(hf_proc).__name__}"}
     for n in cfg.threads:
         with thread_count(n) as eff:
             r: dict[str, Any] = {"threads": n if n is not None else "default", **eff}
-            e2e, batch = _time(lambda: proc([], videos=[item]), cfg.repeat, cfg.warmup)
-            r["vlmprep"] = _with_frames(e2e, n_frames)
-            progress(f"threads={r['threads']} vlmprep end to end", e2e)
-            dec, frames = _time(lambda: decode_frames(item, wanted, proc.video_limits,
-                                                      decoder=proc.video_decoder),
-                                cfg.repeat, cfg.warmup)
-            r["decode"] = _with_frames(dec, n_frames)
-            progress(f"threads={r['threads']} decode", dec)
-            ordered = _ordered(frames, wanted, plan.frame_indices)
-            tensor = torch.from_numpy(ordered)
-            def rest_call(t: Any = tensor) -> Any:
-                return vx.frames_to_rows(t, plan, pipe, cfg.dtype)
-            rest, rows = _time(rest_call, cfg.repeat, cfg.warmup)
-            r["vlmprep_rest"] = _with_frames(rest, n_frames)
-            progress(f"threads={r['threads']} vlmprep rest (after decode)", rest)
-            mine = batch.videos.pixel_values
+            stats, last = _time_rounds(calls, cfg.repeat, cfg.warmup)
+            for name, row in stats.items():
+                r[name] = _with_frames(row, n_frames)
+                progress(f"threads={r['threads']} {labels[name]}", row)
+            mine = last["vlmprep"].videos.pixel_values
             r["output_shape"] = list(mine.shape)
-            r["rest_equals_end_to_end"] = bool(torch.equal(rows, mine))
+            r["rest_equals_end_to_end"] = bool(torch.equal(last["vlmprep_rest"], mine))
             if hf_proc is not None:
-                # the processor's own input form: (T, C, H, W) uint8, the decoded frames as given
-                tchw = torch.from_numpy(ordered).permute(0, 3, 1, 2)
-                def hf_call(v: Any = tchw) -> Any:
-                    return hf_proc(videos=[v], return_tensors="pt")
-                hf_row, out = _time(hf_call, cfg.repeat, cfg.warmup)
-                r["transformers"] = _with_frames(hf_row, n_frames)
-                progress(f"threads={r['threads']} transformers {type(hf_proc).__name__}", hf_row)
-                theirs = out["pixel_values_videos"]
+                theirs = last["transformers"]["pixel_values_videos"]
                 r["transformers_output_shape"] = list(theirs.shape)
-                r["same_grid_thw"] = out["video_grid_thw"].tolist() == batch.videos.grid_thw.tolist()
+                r["same_grid_thw"] = (last["transformers"]["video_grid_thw"].tolist()
+                                      == last["vlmprep"].videos.grid_thw.tolist())
                 if theirs.shape == mine.shape and cfg.dtype == "float32":
                     r["max_abs_diff_vs_transformers"] = float((theirs - mine).abs().max())
-                r["speedup_rest"] = round(hf_row["p50_ms"] / rest["p50_ms"], 2)
-                r["speedup_end_to_end"] = round((dec["p50_ms"] + hf_row["p50_ms"])
-                                                / e2e["p50_ms"], 2)
-            r["decode_share_of_vlmprep"] = round(dec["p50_ms"] / e2e["p50_ms"], 3)
+                hf_ms, rest_ms = r["transformers"]["p50_ms"], r["vlmprep_rest"]["p50_ms"]
+                r["speedup_rest"] = round(hf_ms / rest_ms, 2)
+                r["speedup_end_to_end"] = round((r["decode"]["p50_ms"] + hf_ms)
+                                                / r["vlmprep"]["p50_ms"], 2)
+            r["decode_share_of_vlmprep"] = round(r["decode"]["p50_ms"] / r["vlmprep"]["p50_ms"], 3)
             result["results"].append(r)
-            del batch, rows
+            del last, mine
             gc.collect()
     return result
 
