@@ -60,7 +60,9 @@ class Processor:
         video_limits: ``vlmprep.io.video.VideoLimits`` bounding each video's probe and decode
             (bytes, frames, seconds, pixels, time); None: the defaults with the decode op's
             per-frame pixel limit.
-        video_decoder: ``"auto"`` | ``"torchcodec"`` | ``"opencv"`` (``decode_frames``).
+        video_decoder: ``"auto"`` | ``"torchcodec"`` | ``"opencv"`` | ``"dali"`` (also
+            ``"dali:cpu"``, ``"dali:cuda[:N]"``; ``decode_frames``). ``"auto"`` on backend
+            ``"dali"`` with a CUDA device is DALI's NVDEC decoder on that GPU (``"dali:cuda:N"``).
         **overrides: any field of the pipeline's ops, e.g. ``max_pixels=1_003_520``.
 
     Videos (``proc(images, videos=[...])``) are sampled, resized, normalized and patchified as the
@@ -120,6 +122,8 @@ class Processor:
         self.fetch = fetch
         self.fetch_timeout_s = float(fetch_timeout_s)
         self._backend = cls(pipe, device, dtype)
+        if video_decoder == "auto" and name == "dali" and device.startswith("cuda"):
+            video_decoder = f"dali:cuda:{device.partition(':')[2] or 0}"  # NVDEC on the same GPU
         self.video_options, self.video_limits, self.video_decoder = _video_settings(
             pipe, video_options, video_limits, video_decoder)
 

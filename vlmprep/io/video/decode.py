@@ -2,10 +2,12 @@
 
 Dispatch, in one place: a frame sequence (array, tensor, list of images) is indexed; an animated
 GIF or WebP goes through Pillow (``animated``); every other file through the ``decoder``:
-torchcodec (``tcodec``: transformers' default, used by "auto" when importable) or OpenCV's FFmpeg
-(``opencv``: "auto" otherwise). Each call checks the declared metadata against ``VideoLimits`` before anything is
-decoded, allocates exactly ``len(indices) x H x W x 3`` bytes for the output (checked against
-``max_total_pixels`` first), and raises ImageError naming the item for every bad input.
+torchcodec (``tcodec``: transformers' default, used by "auto" when importable), OpenCV's FFmpeg
+(``opencv``: "auto" otherwise) or NVIDIA DALI (``dali``: "dali", "dali:cpu", "dali:cuda[:N]";
+metadata from OpenCV, frames from DALI's CPU or mixed/NVDEC decoder). Each call checks the
+declared metadata against ``VideoLimits`` before anything is decoded, allocates exactly
+``len(indices) x H x W x 3`` bytes for the output (checked against ``max_total_pixels`` first),
+and raises ImageError naming the item for every bad input.
 """
 from __future__ import annotations
 
@@ -15,18 +17,23 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError, describe_source
-from . import animated, frames, mp4, opencv, tcodec
+from . import animated, dali, frames, mp4, opencv, tcodec
 from .sources import kind_of, open_stream, sniff_container, timed_out
 from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
 
 __all__ = ["probe_video", "decode_frames", "DECODERS", "resolve_decoder"]
 
-#: Decoder names: "auto" (torchcodec when importable, else OpenCV), "torchcodec", "opencv".
-DECODERS = ("auto", "torchcodec", "opencv")
+#: Decoder names: "auto" (torchcodec when importable, else OpenCV), "torchcodec", "opencv",
+#: "dali" (DALI's mixed/NVDEC decoder on GPU 0 when DALI sees a GPU, else its CPU one; also
+#: "dali:cpu", "dali:cuda", "dali:cuda:N").
+DECODERS = ("auto", "torchcodec", "opencv", "dali")
 
 
 def resolve_decoder(decoder: str) -> str:
-    """"auto" -> "torchcodec" when importable, else "opencv"; a name as given (checked)."""
+    """"auto" -> "torchcodec" when importable, else "opencv"; a DALI name -> "dali:cpu" or
+    "dali:cuda:N" (``dali.resolve``); a name as given (checked)."""
+    if isinstance(decoder, str) and decoder.startswith("dali"):
+        return dali.resolve(decoder)
     if decoder not in DECODERS:
         raise ValueError(f"decoder: expected one of {DECODERS}, got {decoder!r}; pass decoder='auto'")
     if decoder == "auto":
@@ -103,6 +110,8 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             out = _alloc(meta, indices, lim)
             animated.read_animation(data, meta, indices, out, deadline, lim.timeout_s)
             return meta, out
+        if decoder.startswith("dali"):
+            return _run_dali(stream, container, size, lim, indices, decoder, deadline)
         if decoder == "torchcodec":
             dec = tcodec.open_decoder(stream, container, lim.timeout_s)
             meta = tcodec.decoder_meta(dec, container)
@@ -134,6 +143,35 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             cap.release()
     finally:
         stream.close()
+
+
+def _run_dali(stream: Any, container: str, size: int, lim: VideoLimits, indices: Sequence[int] | None,
+              decoder: str, deadline: float) -> tuple[VideoMeta, np.ndarray | None]:
+    """DALI: the metadata and limits from OpenCV's FFmpeg first (DALI has no metadata-only read),
+    then the file's bytes to DALI's decoder (``dali.read_frames``)."""
+    try:
+        cap = opencv.open_capture(stream, container)
+    except ImageError:
+        if stream.expired:
+            raise timed_out("open", lim.timeout_s) from None
+        raise
+    try:
+        if stream.expired:
+            raise timed_out("open", lim.timeout_s)
+        meta = opencv.capture_meta(cap, container)
+        _check_meta(meta, lim, size)
+        if indices is None:
+            return meta, None
+        out = _alloc(meta, indices, lim)
+        dali.check_packets(cap, stream, meta, max(int(i) for i in indices), lim.timeout_s)
+    finally:
+        cap.release()
+    stream.seek(0)
+    data = stream.read()
+    if stream.expired:
+        raise timed_out("be read", lim.timeout_s)
+    dali.read_frames(data, decoder, meta, indices, out, deadline, lim.timeout_s)
+    return meta, out
 
 
 def _alloc(meta: VideoMeta, indices: Sequence[int], lim: VideoLimits) -> np.ndarray:
@@ -172,9 +210,10 @@ def probe_video(video: Video | Any, limits: VideoLimits | Any = None, *, decoder
     """Container metadata of one video -> ``VideoMeta``; no frame is decoded (FFmpeg's stream probe
     reads the headers and may parse a few packets). ``video``: a ``Video`` or a bare item;
     ``limits``: ``VideoLimits``, an ``ops.decode`` (its pixel limit) or None (defaults).
-    ``decoder``: "auto" (torchcodec when importable, as transformers; else OpenCV), "torchcodec"
-    or "opencv"; probe and decode a video with the same one (their metadata may differ slightly:
-    docs/how-to/video.md). Animated GIF/WebP and frame sequences do not depend on it.
+    ``decoder``: "auto" (torchcodec when importable, as transformers; else OpenCV), "torchcodec",
+    "opencv" or "dali" ("dali:cpu", "dali:cuda[:N]": OpenCV's metadata, DALI's frames); probe
+    and decode a video with the same one (their metadata may differ slightly: docs/how-to/video.md).
+    Animated GIF/WebP and frame sequences do not depend on it.
 
     Raises ImageError (naming the item: expected / got / fix) for an unreadable or hostile file:
     not a video, truncated before its index, zero frames, more frames than bytes, a declared frame
