@@ -122,8 +122,9 @@ class Processor:
         self.fetch = fetch
         self.fetch_timeout_s = float(fetch_timeout_s)
         self._backend = cls(pipe, device, dtype)
-        if video_decoder == "auto" and name == "dali" and device.startswith("cuda"):
-            video_decoder = f"dali:cuda:{device.partition(':')[2] or 0}"  # NVDEC on the same GPU
+        if video_decoder == "auto" and name == "dali":
+            from .io.video.dali import nvdec_for
+            video_decoder = nvdec_for(device) or "auto"  # NVDEC on the same GPU, where DALI sees it
         self.video_options, self.video_limits, self.video_decoder = _video_settings(
             pipe, video_options, video_limits, video_decoder)
 

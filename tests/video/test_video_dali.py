@@ -62,6 +62,9 @@ def test_decoder_names():
             vlmprep.Processor("qwen2-vl", video_decoder="dali:cuda:0")
     assert vlmprep.Processor("qwen2-vl", video_decoder="dali").video_decoder == "dali"
     assert vlmprep.Processor("qwen2-vl").video_decoder == "auto"  # cpu: auto as before
+    assert vlmprep.Processor("qwen2-vl", backend="dali").video_decoder == "auto"  # dali on the CPU too
+    assert dali.nvdec_for("cpu") is None
+    assert dali.nvdec_for("cuda:0") == (None if cpu_only else "dali:cuda:0")
 
 
 @pytest.mark.parametrize("name", CPU_CASES)

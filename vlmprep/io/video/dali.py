@@ -36,8 +36,8 @@ from ...errors import ImageError
 from .sources import DeadlineStream, timed_out
 from .types import VideoMeta
 
-__all__ = ["available", "gpu_count", "resolve", "codec_family", "check_packets", "read_frames", "CHUNK",
-           "CPU_CODECS", "MIXED_CODECS"]
+__all__ = ["available", "gpu_count", "resolve", "nvdec_for", "codec_family", "check_packets", "read_frames",
+           "CHUNK", "CPU_CODECS", "MIXED_CODECS"]
 
 #: Frames decoded per DALI run (the deadline is checked between runs; DALI's own output buffer
 #: holds at most this many frames besides the result).
@@ -105,6 +105,15 @@ def resolve(name: str) -> str:
                          f"decoder, DALI sees {have} GPU(s); pass decoder='dali:cpu' (VP8, VP9, MJPEG) "
                          f"or decoder='opencv'")
     return f"dali:cuda:{n}"
+
+
+def nvdec_for(device: str) -> str | None:
+    """``"dali:cuda:N"`` for a torch device ``"cuda"`` / ``"cuda:N"`` when DALI imports and sees
+    that GPU, else None (the Processor's ``video_decoder="auto"`` on backend "dali")."""
+    kind, _, n = device.partition(":")
+    if kind != "cuda" or not available() or int(n or 0) >= gpu_count():
+        return None
+    return f"dali:cuda:{int(n or 0)}"
 
 
 def codec_family(tag: str) -> str:
@@ -175,7 +184,8 @@ def _pipeline(name: str) -> Any:
     @define(batch_size=1, num_threads=1, device_id=device_id, prefetch_queue_depth=1,
                   exec_dynamic=True)
     def video() -> Any:
-        enc = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
+        # no_copy: the run is synchronous, so the file's bytes are not copied a second time
+        enc = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1, no_copy=True)
         idx = fn.external_source(name="frames", dtype=types.INT32, ndim=1)
         return fn.decoders.video(enc, device="mixed" if gpu else "cpu", frames=idx, pad_mode="none")
 
