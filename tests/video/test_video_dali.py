@@ -146,6 +146,12 @@ def test_bad_input_isolated(videos, bad_videos):
     junk = np.random.default_rng(19).integers(0, 256, 4096, dtype=np.uint8).tobytes()
     with pytest.raises(ImageError, match="decoder='opencv'"):
         dali.read_frames(junk, "dali:cpu", meta, [0], out, time.monotonic() + 30, 30.0)
+    # a packet FFmpeg rejects mid-stream (frame 10's JPEG data wiped): DALI's failure, named
+    avi = bytearray(videos.get("mjpg_avi").data)
+    soi = [i for i in range(len(avi) - 1) if avi[i] == 0xFF and avi[i + 1] == 0xD8]
+    avi[soi[10]:soi[10] + 2000] = bytes(2000)
+    with pytest.raises(ImageError, match="an MJPEG stream that DALI's CPU decoder reads, it failed"):
+        decode_frames(bytes(avi), [9, 10, 11], decoder="dali:cpu")
     for bad in ("garbage.mp4", "zero_frames.avi", "absurd_count.avi"):  # refused before DALI runs
         with pytest.raises(ImageError):
             decode_frames(bad_videos[bad].path, [0], decoder="dali:cpu")

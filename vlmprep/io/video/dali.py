@@ -11,8 +11,9 @@ pad_mode="none")``, batch 1. The metadata (and every limit) comes from ``probe_v
 (OpenCV's FFmpeg): DALI has no metadata-only read. DALI does not report a frame it fails to
 read (its output keeps whatever bytes the buffer held; zeros in our tests), so the stream's
 packets are counted up to the last wanted frame before DALI runs (``check_packets``: a
-truncated file is an ImageError); a packet that is present but corrupt mid-stream is not
-detected: use ``decoder="opencv"`` for untrusted files that must fail loudly. DALI indexes the frames by presentation
+truncated file is an ImageError). A packet FFmpeg rejects raises (an ImageError); a frame that
+fails later inside the decoder without an error is not detected: use ``decoder="opencv"`` for
+untrusted files that must fail loudly. DALI indexes the frames by presentation
 order, so frame n is the n-th displayed frame for constant and variable rate streams alike.
 DALI does not apply the container's display rotation: it is applied here (``VideoMeta.rotation``).
 The mixed backend's frames are copied to host memory: ``decode_frames`` returns numpy and the
@@ -269,7 +270,9 @@ def _failed(e: BaseException, part: list[int], meta: VideoMeta, name: str) -> Im
         return ImageError(f"expected frame {max(part)} of the {meta.total_num_frames} frames the "
                           f"container declares, DALI found {m.group(1)} frames in the stream; the file "
                           f"is truncated or its header lies: re-encode or re-download it")
-    return ImageError(f"expected a {_NAMES.get(codec_family(meta.codec), 'video')} stream DALI's "
-                      f"{'CPU' if name == 'dali:cpu' else 'mixed (NVDEC)'} decoder can read, it failed "
+    what = _NAMES.get(codec_family(meta.codec), "video")
+    a = "an" if what[0] in "AEFHILMNORSX" else "a"  # an MJPEG, an H.264, a VP9, a video
+    return ImageError(f"expected {a} {what} stream that DALI's "
+                      f"{'CPU' if name == 'dali:cpu' else 'mixed (NVDEC)'} decoder reads, it failed "
                       f"({why}); the file is truncated or corrupt: re-encode or re-download it, or pass "
                       f"decoder='opencv'")
