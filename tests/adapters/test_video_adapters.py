@@ -361,6 +361,8 @@ def test_vllm_video_embeds_qwen2(seed):
         vl.prompt_inputs(IMAGE, _qwen_batch([], [img]), embeds=[img_e], video_embeds=per)
     with pytest.raises(ValueError, match="videos: expected a batch of images only"):
         vl.prompt_inputs_per_image(IMAGE, b, [img_e])
+    with pytest.raises(ValueError, match="batch: expected the Processor's batch"):
+        vl.prompt_inputs(f"{VIDEO} {VIDEO}", bv.videos, video_embeds=per)
 
 
 def test_vllm_video_qwen3_timestamps(seed):

@@ -185,6 +185,9 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
     no ``embeds`` without ``processed_pixels=True``; images of different ``num_embeddings``
     for a ``"stacked"`` family (use ``prompt_inputs_per_image``).
     """
+    if getattr(batch, "modality", "image") == "video":
+        raise _fail("batch", "the Processor's batch (videos in batch.videos)", "its .videos part",
+                    "pass the batch proc(images, videos=...) returned")
     _check_prompt(prompt, batch, image_token)
     vids = getattr(batch, "videos", None)
     vids = vids if vids is not None and vids.num_images else None
