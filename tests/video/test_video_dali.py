@@ -79,7 +79,7 @@ def test_frames_equal_opencv_levels(name, videos):
     _assert_levels(got, ref)
     _assert_same_frames(got, ref)
     assert np.array_equal(got[2], got[3])  # a repeated index is the same frame
-    assert np.array_equal(decode_frames(clip.data, idx, decoder="dali"), got)  # bytes == path
+    assert np.array_equal(decode_frames(clip.data, idx, decoder="dali:cpu"), got)  # bytes == path
 
 
 def test_runs_of_chunk_frames_and_pipeline_reuse(videos, monkeypatch):
@@ -165,22 +165,25 @@ def test_processor_same_batch_as_opencv(videos):
     clip = videos.get("vp80_webm")
     item = Video(clip.path, fps=2.0)
     by = {d: vlmprep.Processor("qwen2-vl", video_decoder=d)(videos=[item]).videos
-          for d in ("dali", "opencv")}
-    a, b = by["dali"], by["opencv"]
+          for d in ("dali:cpu", "opencv")}
+    a, b = by["dali:cpu"], by["opencv"]
     assert a.grid_thw.tolist() == b.grid_thw.tolist() and a.num_tokens == b.num_tokens
     assert a.cu_seqlens.tolist() == b.cu_seqlens.tolist() and a.pixel_values.shape == b.pixel_values.shape
     meta = probe_video(clip.path)
     every = decode_frames(clip.path, range(meta.total_num_frames), decoder="dali:cpu")
     seq = vlmprep.Processor("qwen2-vl")(videos=[Video(every, fps=2.0, source_fps=meta.fps)]).videos
     assert torch.equal(a.pixel_values, seq.pixel_values)
+    if dali.gpu_count() == 0:  # plain "dali" is the CPU backend here
+        plain = vlmprep.Processor("qwen2-vl", video_decoder="dali")(videos=[item]).videos
+        assert torch.equal(plain.pixel_values, a.pixel_values)
     u8 = {d: vlmprep.Processor("qwen2-vl", dtype="uint8", video_decoder=d)(videos=[item]).videos.pixel_values
-          for d in ("dali", "opencv")}
-    _assert_levels(u8["dali"].numpy(), u8["opencv"].numpy())
+          for d in ("dali:cpu", "opencv")}
+    _assert_levels(u8["dali:cpu"].numpy(), u8["opencv"].numpy())
 
 
 def test_processor_isolates_refused_codec(videos):
     good, h263 = videos.get("vp90_webm"), videos.get("mp4v_mp4")
-    proc = vlmprep.Processor("qwen2-vl", errors="skip", video_decoder="dali")
+    proc = vlmprep.Processor("qwen2-vl", errors="skip", video_decoder="dali:cpu")
     v = proc(videos=[Video(good.path, fps=2.0), h263.path]).videos
     assert list(v.errors) == [1] and "mixed backend" in str(v.errors[1])
     assert str(v.errors[1]).startswith("video 1 ")

@@ -181,9 +181,8 @@ def _pipeline(name: str) -> Any:
     gpu = name != "dali:cpu"
     device_id = int(name.rsplit(":", 1)[1]) if gpu else None
 
-    # prefetch depth 1 + the dynamic executor: the pipeline stays usable after a failed run
-    @define(batch_size=1, num_threads=1, device_id=device_id, prefetch_queue_depth=1,
-                  exec_dynamic=True)
+    # prefetch depth 1: one run at a time, fed and read synchronously (docs/reference: DALI.md)
+    @define(batch_size=1, num_threads=1, device_id=device_id, prefetch_queue_depth=1, exec_dynamic=True)
     def video() -> Any:
         # no_copy: the run is synchronous, so the file's bytes are not copied a second time
         enc = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1, no_copy=True)
