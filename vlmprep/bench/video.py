@@ -18,8 +18,9 @@ Measured per thread count (torch, OpenCV and vlmprep's own threads, ``harness.th
   normalize, patchify), what the transformers processor is compared with;
 - ``transformers``: the family's real video processor (``AutoVideoProcessor.from_pretrained`` on a
   folder holding the checkpoint's config) called on the SAME decoded frames (a ``(T, C, H, W)``
-  uint8 tensor, its fastest input form), ``return_tensors="pt"``; its outputs are checked equal in
-  shape (and reported max abs difference) to vlmprep's.
+  uint8 tensor, its fastest input form), ``do_sample_frames=False`` (they are sampled already),
+  ``return_tensors="pt"``; its outputs are checked equal in shape (and reported max abs
+  difference) to vlmprep's.
 
 The parts are timed in rounds (one call of each per round, ``repeat`` rounds after ``warmup``),
 so a load change on a shared machine hits every part alike. Speedups: ``rest`` (transformers
@@ -77,7 +78,8 @@ class VideoBenchConfig:
     """What ``run_video`` measures.
 
     Fields:
-        preset: a Qwen preset name ("qwen2-vl" by default) whose checkpoint config both sides use.
+        preset: "qwen2-vl" (default), "qwen2.5-vl" or "qwen3-vl": the checkpoint config both
+            sides use.
         width, height, source_fps, seconds: the clip written; fps: the sampling rate asked
             (``Video(clip, fps=fps)``; 20 frames for 10 s at 2 fps).
         fourcc: the OpenCV VideoWriter codec (``FOURCC_DEFAULT``).
@@ -219,13 +221,15 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
     from ..io.video.decode import resolve_decoder
     from ..processor import Processor
     log = log or (lambda msg: None)
-    pipe: "Pipeline" = presets.get(cfg.preset)
+    from ..plan.video import video_defaults
+    # qwen2.5-vl is the qwen2-vl pipeline with Qwen2.5-VL's video options (second_per_grid_ts)
+    pipe: "Pipeline" = presets.get("qwen2-vl" if cfg.preset == "qwen2.5-vl" else cfg.preset)
     t0 = time.perf_counter()
     clip = make_clip(cfg.width, cfg.height, cfg.source_fps, cfg.seconds, cfg.fourcc)
     log(f"clip: {cfg.width}x{cfg.height} {cfg.seconds:g} s at {cfg.source_fps:g} fps, "
         f"{cfg.fourcc}, {len(clip) / 1e6:.1f} MB, written in {time.perf_counter() - t0:.1f} s")
     item = Video(clip, fps=cfg.fps)
-    proc = Processor(pipe, dtype=cfg.dtype)
+    proc = Processor(pipe, dtype=cfg.dtype, video_options=video_defaults(cfg.preset))
     plan = proc.plan(videos=[item]).videos[0]
     if plan.error is not None:
         raise plan.error
@@ -277,7 +281,9 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
         "vlmprep_rest": lambda: vx.frames_to_rows(thwc, plan, pipe, cfg.dtype),
     }
     if hf_proc is not None:
-        calls["transformers"] = lambda: hf_proc(videos=[tchw], return_tensors="pt")
+        # the frames are the sampled ones already: the processor must not sample again
+        calls["transformers"] = lambda: hf_proc(videos=[tchw], do_sample_frames=False,
+                                                return_tensors="pt")
     labels = {"vlmprep": "vlmprep end to end", "decode": "decode",
               "vlmprep_rest": "vlmprep rest (after decode)",
               "transformers": f"transformers {type(hf_proc).__name__}"}
