@@ -65,6 +65,21 @@ def test_video_json_schema_and_same_output_as_transformers(capsys, tmp_path):
     assert "Qwen2VLVideoProcessor" in stdout and "speedup vs transformers" in stdout
 
 
+@pytest.mark.hf
+@pytest.mark.parametrize("preset, cls", [("qwen3-vl", "Qwen3VLVideoProcessor"),
+                                         ("qwen2.5-vl", "Qwen2VLVideoProcessor")])
+def test_video_other_qwen_presets_same_output(preset, cls, capsys):
+    """Qwen3-VL samples by itself: the processor gets the sampled frames with
+    do_sample_frames=False, so both sides do the same work (equal output)."""
+    pytest.importorskip("transformers")
+    rc, stdout, _ = _main([*TINY, "--preset", preset, "--compare", "hf", "--json"], capsys)
+    assert rc == 0
+    r = json.loads(stdout)
+    (row,) = r["results"]
+    assert r["hf_class"] == cls and r["clip"]["sampled_frames"] == 4
+    assert row["same_grid_thw"] and row["max_abs_diff_vs_transformers"] == 0.0
+
+
 def test_video_without_compare_and_json_on_stdout(capsys):
     rc, stdout, _ = _main([*TINY, "--json"], capsys)
     assert rc == 0
