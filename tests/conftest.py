@@ -81,11 +81,6 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"[{name}] {reasons[name]}"))
 
 
-def devices() -> list:
-    """``device`` parameters: cpu always, cuda marked gpu (skipped centrally without one)."""
-    return ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
-
-
 @pytest.fixture(scope="session")
 def kernels():
     """``vlmprep.kernels`` when the compiled ops load; skips (with the reason) when they are not

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from conftest import devices
+from _support.devices import devices
 from PIL import Image
 
 import vlmprep

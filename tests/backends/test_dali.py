@@ -20,9 +20,9 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from _support.devices import devices
 from _support.figures import record
 from _support.imgdata import FORMATS, crop, encode, tiled, with_exif_orientation
-from conftest import devices
 
 import vlmprep
 

@@ -426,7 +426,7 @@ def test_lanczos_without_torchvision_support_raises(monkeypatch):
 
 def _devices():
     try:
-        from conftest import devices  # tests/conftest.py: cuda marked gpu, skipped centrally
+        from _support.devices import devices  # cuda marked gpu, skipped centrally
     except ImportError:  # e.g. --import-mode=importlib
         has_cuda = torch.cuda.is_available()
         return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not has_cuda, reason="no CUDA GPU"))]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _support.devices import devices
 from _support.seed import SEED
 
-from tests.conftest import devices
 from tests.kernels.oracle import rows
 
 ORDERS = {  # order -> (patch_size, merge_size, temporal_patch_size) as the families use them

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import mp4_rotated, pan_zoom
+from _support.videos import mp4_rotated, pan_zoom
 
 import vlmprep
 from vlmprep.errors import ImageError

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _support.figures import record
 from _support.guarded import describe, run_isolated
-from conftest import VIDEO_SPECS, VideoCase
+from _support.videos import VIDEO_SPECS, VideoCase
 from PIL import Image
 
 from vlmprep.errors import ImageError
