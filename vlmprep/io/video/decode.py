@@ -123,17 +123,8 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             return meta, out
         if indices is not None and seek and container in ("mp4", "mov") and mp4.video_track_is_vfr(stream, size):
             seek = False  # OpenCV seeks by the average rate: the wrong frames in a VFR track
+        cap, meta = _open_checked(stream, container, size, lim)
         try:
-            cap = opencv.open_capture(stream, container)
-        except ImageError:
-            if stream.expired:
-                raise timed_out("open", lim.timeout_s) from None  # EOF at the deadline
-            raise
-        try:
-            if stream.expired:
-                raise timed_out("open", lim.timeout_s)
-            meta = opencv.capture_meta(cap, container)
-            _check_meta(meta, lim, size)
             if indices is None:
                 return meta, None
             out = _alloc(meta, indices, lim)
@@ -145,21 +136,32 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
         stream.close()
 
 
-def _run_dali(stream: Any, container: str, size: int, lim: VideoLimits, indices: Sequence[int] | None,
-              decoder: str, deadline: float) -> tuple[VideoMeta, np.ndarray | None]:
-    """DALI: the metadata and limits from OpenCV's FFmpeg first (DALI has no metadata-only read),
-    then the file's bytes to DALI's decoder (``dali.read_frames``)."""
+def _open_checked(stream: Any, container: str, size: int, lim: VideoLimits) -> tuple[Any, VideoMeta]:
+    """OpenCV's capture and the container's metadata, checked against the limits before any frame
+    is decoded (the caller releases the capture). A deadline hit while opening is a timeout."""
     try:
         cap = opencv.open_capture(stream, container)
     except ImageError:
         if stream.expired:
-            raise timed_out("open", lim.timeout_s) from None
+            raise timed_out("open", lim.timeout_s) from None  # EOF at the deadline
         raise
     try:
         if stream.expired:
             raise timed_out("open", lim.timeout_s)
         meta = opencv.capture_meta(cap, container)
         _check_meta(meta, lim, size)
+    except BaseException:
+        cap.release()
+        raise
+    return cap, meta
+
+
+def _run_dali(stream: Any, container: str, size: int, lim: VideoLimits, indices: Sequence[int] | None,
+              decoder: str, deadline: float) -> tuple[VideoMeta, np.ndarray | None]:
+    """DALI: the metadata and limits from OpenCV's FFmpeg first (DALI has no metadata-only read),
+    then the file's bytes to DALI's decoder (``dali.read_frames``)."""
+    cap, meta = _open_checked(stream, container, size, lim)
+    try:
         if indices is None:
             return meta, None
         out = _alloc(meta, indices, lim)
