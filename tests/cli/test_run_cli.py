@@ -114,7 +114,9 @@ def test_usage_errors_exit_2(tmp_path, capsys, photo_dir):
 
 
 def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, VLMPREP_PROGRESS="0")
+    # workers wait 0.5 s after each shard: the job (7 shards) is still running when the test
+    # sees its first shard and interrupts it (without it a fast machine finished first: rc 0)
+    env = dict(os.environ, VLMPREP_PROGRESS="0", VLMPREP_RUN_TEST_PAUSE_S="0.5")
     return subprocess.Popen(
         [sys.executable, "-m", "vlmprep", "run", "--preset", "qwen2-vl", "--input", str(src),
          "--output", str(out), "--shard-size", "2", "--workers", "2", *extra],

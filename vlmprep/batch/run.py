@@ -179,6 +179,16 @@ def _worker(config: JobConfig, output: str, workers: int, tasks: Any, results: A
             results.put(("failed", f"{unit.name} part {part}", traceback.format_exc()))
             return
         results.put(("done", info))
+        if _TEST_PAUSE_S:
+            time.sleep(_TEST_PAUSE_S)
+
+
+# Tests only: seconds a worker waits after each shard, so a test that interrupts a job (Ctrl-C,
+# SIGKILL) reliably catches it mid-run instead of racing a fast machine to the end.
+try:
+    _TEST_PAUSE_S = min(max(float(os.environ.get("VLMPREP_RUN_TEST_PAUSE_S", "0")), 0.0), 10.0)
+except ValueError:
+    _TEST_PAUSE_S = 0.0
 
 
 class JobFailed(RuntimeError):
