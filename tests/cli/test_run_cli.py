@@ -121,7 +121,14 @@ def _start(src: Path, out: Path, *extra: str) -> subprocess.Popen:
         [sys.executable, "-m", "vlmprep", "run", "--preset", "qwen2-vl", "--input", str(src),
          "--output", str(out), "--shard-size", "2", "--workers", "2", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    # A test run launched as a background job of a shell without job control inherits SIGINT
+    # ignored (POSIX), and Python then installs no KeyboardInterrupt handler: the job would not
+    # see the test's Ctrl-C at all. The test wants a terminal's Ctrl-C, so default it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_first_shard(p: subprocess.Popen, out: Path, timeout: float = 240) -> None:
