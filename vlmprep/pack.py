@@ -333,13 +333,10 @@ def _assemble(pixel_values, seqlens: list[int], grid_thw, image_index, num_token
         pipeline=pipeline, placeholders=list(placeholders), image_plans=list(image_plans))
 
 
-def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: dict[int, ImageError],
-          pipeline: "Pipeline") -> PackedBatch:
-    """Pack the rows of the good images of ``plans`` (in input order) into a PackedBatch.
-
-    ``pixel_values`` holds exactly the rows (patches or tiles) of the images not in ``errors``.
-    """
-    import torch
+def _sequences(plans: Sequence[Any], errors: dict[int, ImageError]
+               ) -> tuple[list[int], list[Any], list[int]]:
+    """(seqlens, grids, item index) of every sequence of the good plans (images or videos), in
+    input order."""
     seqlens, grids, index = [], [], []
     for p in plans:
         if p.index in errors:
@@ -348,6 +345,17 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
             seqlens.append(g[0] * g[1] * g[2])
             grids.append(g)
             index.append(p.index)
+    return seqlens, grids, index
+
+
+def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: dict[int, ImageError],
+          pipeline: "Pipeline") -> PackedBatch:
+    """Pack the rows of the good images of ``plans`` (in input order) into a PackedBatch.
+
+    ``pixel_values`` holds exactly the rows (patches or tiles) of the images not in ``errors``.
+    """
+    import torch
+    seqlens, grids, index = _sequences(plans, errors)
     rows = sum(seqlens) if pipeline.patchify.order != "tiles" else len(seqlens)
     assert rows == pixel_values.shape[0], "packed rows disagree with the plan"
     return _assemble(
@@ -369,14 +377,7 @@ def build_videos(pixel_values: "torch.Tensor", plans: Sequence["VideoPlan"],
     ``errors``.
     """
     import torch
-    seqlens, grids, index = [], [], []
-    for p in plans:
-        if p.index in errors:
-            continue
-        for g in p.grid_thw:
-            seqlens.append(g[0] * g[1] * g[2])
-            grids.append(g)
-            index.append(p.index)
+    seqlens, grids, index = _sequences(plans, errors)
     rows = sum(seqlens) if layout == "patches" else len(seqlens)
     assert rows == pixel_values.shape[0], "packed video rows disagree with the plan"
     out = _assemble(
