@@ -2,9 +2,9 @@
 
 A key hashes what the image *is* (its encoded bytes, a file's bytes, an array's raw bytes with
 shape and dtype, a PIL image's pixels with mode and size) together with everything that decides
-the output (the resolved pipeline, backend, device, dtype and match), so a hit is bit-exact to
-processing the image again. Used by ``vlmprep.loader.DataLoader(cache=...)`` and the async
-Batcher, both through ``key_for`` / ``get`` / ``put`` only::
+the output (the resolved pipeline, backend, device, dtype, match and row_form), so a hit is
+bit-exact to processing the image again. Used by ``vlmprep.loader.DataLoader(cache=...)`` and
+the async Batcher, both through ``key_for`` / ``get`` / ``put`` only::
 
     cache = OutputCache(max_bytes=2 << 30)
     key = cache.key_for(item, proc)          # str, or None when the item cannot be hashed
@@ -45,7 +45,7 @@ def _batch_nbytes(b: "PackedBatch") -> int:
 def _config_fingerprint(proc: "Processor") -> bytes:
     return json.dumps({"pipeline": proc.pipeline.to_dict(), "backend": proc.backend_name,
                        "device": str(proc.device), "dtype": str(proc.dtype),
-                       "match": proc.match},
+                       "match": proc.match, "row_form": proc.row_form},
                       sort_keys=True).encode()
 
 

@@ -28,12 +28,19 @@ if TYPE_CHECKING:
     from .plan import ImagePlan
     from .plan.video import VideoPlan
 
-__all__ = ["PackedBatch", "build", "build_videos", "concat", "RETURN_TENSORS", "MODALITIES"]
+__all__ = ["PackedBatch", "build", "build_videos", "concat", "expand_rows", "execution_pipeline",
+           "RETURN_TENSORS", "MODALITIES", "ROW_FORMS"]
 
 #: ``to_hf(return_tensors=...)`` values, as transformers' processors take them.
 RETURN_TENSORS = ("pt", "np")
 #: ``PackedBatch.modality``: what the batch's items are.
 MODALITIES = ("image", "video")
+#: ``PackedBatch.row_form`` / ``Processor(row_form=...)``: how image rows that repeat over time
+#: are held. "full": as the model's processor gives them (Qwen ``[c, t, py, px]``, the still image
+#: repeated ``temporal_patch_size`` times); "compact": one copy, ``[c, py, px]`` (the t=0 slice),
+#: for pipelines whose rows repeat (``execution_pipeline``); ``expand_rows`` gives the full form
+#: back. docs/concepts.md "Row forms".
+ROW_FORMS = ("full", "compact")
 
 
 @dataclass
@@ -66,6 +73,11 @@ class PackedBatch:
         videos: the call's videos as a ``"video"`` PackedBatch (``proc(images, videos=[...])``),
             or None when the call had no videos. ``to_hf()`` adds its keys
             (``pixel_values_videos``, ``video_grid_thw``, ...) to the images'.
+        row_form: ``"full"`` (the default: rows as the model's processor gives them) or
+            ``"compact"`` (``Processor(row_form="compact")``, Qwen-style image rows: one copy per
+            patch, ``pixel_values (total_patches, C*P*P)``, the t=0 slice of the full ``[c, t,
+            py, px]`` row; ``full_rows()`` / ``to_hf()`` give the full rows). Video batches are
+            always ``"full"`` (their frames differ). ``ROW_FORMS``.
 
     Videos, a tiny example (qwen2-vl): ``proc([img], videos=[clip])`` with a 20-frame clip of
     720x1280 -> ``batch.videos.grid_thw [[10, 52, 92]]``, ``seqlens [47840]``, ``cu_seqlens
@@ -87,6 +99,12 @@ class PackedBatch:
     modality: str = "image"
     video_plans: list["VideoPlan"] = field(default_factory=list, repr=False)
     videos: "PackedBatch | None" = field(default=None, repr=False)
+    row_form: str = "full"
+
+    def __post_init__(self) -> None:
+        if self.row_form not in ROW_FORMS:
+            raise ValueError(f"PackedBatch: row_form expected one of {ROW_FORMS}, got "
+                             f"{self.row_form!r}")
 
     # -- basic facts ----------------------------------------------------------------------------
     @property
@@ -148,6 +166,7 @@ class PackedBatch:
 
     def __repr__(self) -> str:
         head = "modality='video', " if self.modality == "video" else ""
+        head += f"row_form={self.row_form!r}, " if self.row_form != "full" else ""
         tail = f", videos={self.videos!r}" if self.videos is not None else ""
         return (f"PackedBatch({head}layout={self.layout!r}, "
                 f"pixel_values={tuple(self.pixel_values.shape)} "
@@ -156,6 +175,24 @@ class PackedBatch:
                 f"num_tokens={self.num_tokens}, errors={sorted(self.errors)}{tail})")
 
     # -- conversions ----------------------------------------------------------------------------
+    def full_rows(self, device: "str | torch.device | None" = None) -> "torch.Tensor":
+        """The full-form ``pixel_values`` on ``device`` (default: the batch's device).
+
+        A ``"compact"`` batch: ``(total_patches, C*P*P)`` -> ``(total_patches, C*T*P*P)``, the
+        compact rows moved to ``device`` first and expanded there (``expand_rows``: one copy on
+        the consumer's device, never a full-size host copy for a GPU), bit-equal to what
+        ``row_form="full"`` gives. A ``"full"`` batch: ``pixel_values`` (moved to ``device`` when
+        given, else itself).
+        """
+        rows = self.pixel_values if device is None else self.pixel_values.to(device)
+        if self.row_form == "full":
+            return rows
+        if self.pipeline is None:
+            raise ValueError("PackedBatch.full_rows: expected a compact batch with its pipeline "
+                             "(temporal_patch_size), got pipeline=None; make the batch with "
+                             "vlmprep.Processor (or pack.build / concat / split)")
+        return expand_rows(rows, self.pipeline.patchify.temporal_patch_size)
+
     def to(self, device: "str | torch.device", non_blocking: bool = False) -> "PackedBatch":
         """The same batch with its device tensors on ``device`` (host fields shared; ``videos``
         too)."""
@@ -196,7 +233,7 @@ class PackedBatch:
             part = _assemble(self.pixel_values[row:row + n], lens, self.grid_thw[s0:seq],
                              torch.zeros(seq - s0, dtype=torch.int64), [self.num_tokens[i]], err,
                              self.layout, self.pipeline, self.placeholders[i:i + 1],
-                             _plans_from(self.image_plans[i:i + 1], 0))
+                             _plans_from(self.image_plans[i:i + 1], 0), self.row_form)
             if self.modality == "video":
                 part = replace(part, modality="video",
                                video_plans=_plans_from(self.video_plans[i:i + 1], 0))
@@ -223,10 +260,12 @@ class PackedBatch:
             (num_images, 2) int64}`` (zero-padded);
           - ``siglip2``: ``{"pixel_values": (num_images, max_num_patches, P*P*C),
             "pixel_attention_mask": int32, "spatial_shapes": (num_images, 2) int64}``.
-        Each form lives in ``vlmprep.hf_forms``. Processors that flatten multi-image samples
-        only check the count of ``images_per_sample``; forms in ``HF_NESTING_FORMS`` (idefics3:
-        ``pixel_values (B, max_tiles, C, M, M)`` + ``pixel_attention_mask``; mllama;
-        llava-onevision) nest the images into samples by it. Skipped images are absent.
+        Each form lives in ``vlmprep.hf_forms``. A ``"compact"`` batch gives the full rows
+        (``full_rows()``, expanded on the batch's device): transformers' layout is never compact.
+        Processors that flatten multi-image samples only check the count of
+        ``images_per_sample``; forms in ``HF_NESTING_FORMS`` (idefics3: ``pixel_values (B,
+        max_tiles, C, M, M)`` + ``pixel_attention_mask``; mllama; llava-onevision) nest the images
+        into samples by it. Skipped images are absent.
 
         Videos (``batch.videos``): their keys are added, as the family's transformers video
         processor returns them for the same videos (``hf_forms.VIDEO_HF_FORMS``): Qwen
@@ -249,6 +288,9 @@ class PackedBatch:
                              f"{return_tensors!r}; use 'pt' for torch tensors, 'np' for numpy")
         if self.modality == "video":
             return _finish(self._video_hf(), return_tensors)
+        if self.row_form != "full":  # transformers' layout: the full rows, on this device
+            return replace(self, pixel_values=self.full_rows(), row_form="full").to_hf(
+                images_per_sample, return_tensors)
         from .hf_forms import HF_FORMS, HF_NESTING_FORMS, hf_output
         form = hf_output(self.pipeline)
         out: dict[str, Any] = {}
@@ -320,7 +362,7 @@ def _reindex(err: ImageError, index: int) -> ImageError:
 
 def _assemble(pixel_values, seqlens: list[int], grid_thw, image_index, num_tokens: list[int],
               errors: dict, layout: str, pipeline, placeholders: list[str],
-              image_plans: Sequence["ImagePlan"] = ()) -> PackedBatch:
+              image_plans: Sequence["ImagePlan"] = (), row_form: str = "full") -> PackedBatch:
     import torch
     cu = [0]
     for n in seqlens:
@@ -330,7 +372,8 @@ def _assemble(pixel_values, seqlens: list[int], grid_thw, image_index, num_token
         cu_seqlens=torch.tensor(cu, dtype=torch.int32).to(pixel_values.device),
         seqlens=list(seqlens), max_seqlen=max(seqlens, default=0), grid_thw=grid_thw,
         image_index=image_index, num_tokens=list(num_tokens), errors=dict(errors), layout=layout,
-        pipeline=pipeline, placeholders=list(placeholders), image_plans=list(image_plans))
+        pipeline=pipeline, placeholders=list(placeholders), image_plans=list(image_plans),
+        row_form=row_form)
 
 
 def _sequences(plans: Sequence[Any], errors: dict[int, ImageError]
@@ -349,10 +392,11 @@ def _sequences(plans: Sequence[Any], errors: dict[int, ImageError]
 
 
 def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: dict[int, ImageError],
-          pipeline: "Pipeline") -> PackedBatch:
+          pipeline: "Pipeline", row_form: str = "full") -> PackedBatch:
     """Pack the rows of the good images of ``plans`` (in input order) into a PackedBatch.
 
-    ``pixel_values`` holds exactly the rows (patches or tiles) of the images not in ``errors``.
+    ``pixel_values`` holds exactly the rows (patches or tiles) of the images not in ``errors``,
+    in ``row_form`` (``ROW_FORMS``).
     """
     import torch
     seqlens, grids, index = _sequences(plans, errors)
@@ -364,7 +408,8 @@ def build(pixel_values: "torch.Tensor", plans: Sequence["ImagePlan"], errors: di
                                                  for p in plans],
         dict(sorted(errors.items())),  # by index, whatever order they were found in
         "tiles" if pipeline.patchify.order == "tiles" else "patches", pipeline,
-        ["" if p.index in errors else p.placeholder for p in plans], _plans_from(plans, 0))
+        ["" if p.index in errors else p.placeholder for p in plans], _plans_from(plans, 0),
+        row_form)
 
 
 def build_videos(pixel_values: "torch.Tensor", plans: Sequence["VideoPlan"],
@@ -401,6 +446,11 @@ def concat(batches: Sequence[PackedBatch]) -> PackedBatch:
     if len(modalities) != 1:
         raise ValueError(f"concat: expected batches of one modality, got {sorted(modalities)}; "
                          f"concat image batches (their .videos are joined too) or video batches")
+    forms = {b.row_form for b in batches}
+    if len(forms) != 1:
+        raise ValueError(f"concat: expected batches of one row_form, got {sorted(forms)}; make "
+                         f"them with one Processor row_form, or join full rows: "
+                         f"replace(b, pixel_values=b.full_rows(), row_form='full')")
     offset = 0
     index, errors = [], {}
     for b in batches:
@@ -412,7 +462,7 @@ def concat(batches: Sequence[PackedBatch]) -> PackedBatch:
         torch.cat([b.grid_thw for b in batches]), torch.cat(index),
         [n for b in batches for n in b.num_tokens], errors, batches[0].layout,
         batches[0].pipeline, [s for b in batches for s in b.placeholders],
-        _concat_plans(batches))
+        _concat_plans(batches), batches[0].row_form)
     if batches[0].modality == "video":
         return replace(out, modality="video",
                        video_plans=_plans_from([p for b in batches for p in b.video_plans], 0))
@@ -431,3 +481,57 @@ def _concat_plans(batches: Sequence[PackedBatch]) -> list["ImagePlan"]:
     if any(len(b.image_plans) != b.num_images for b in batches):
         return []
     return _plans_from([p for b in batches for p in b.image_plans], 0)
+
+
+def expand_rows(rows: "torch.Tensor", temporal_patch_size: int, channels: int = 3
+                ) -> "torch.Tensor":
+    """Compact rows -> full rows: ``(N, C*P*P)`` ``[c, py, px]`` -> ``(N, C*T*P*P)`` ``[c, t, py,
+    px]`` with the T copies of each channel's patch, on ``rows``' device and dtype (a new tensor;
+    ``rows`` itself when T is 1). Bit-equal to the full form by construction (a copy, no
+    arithmetic). The one expansion: ``PackedBatch.full_rows``, ``to_hf`` and the adapters call it.
+
+        Given  rows (2, 588) (C=3, P=14), temporal_patch_size 2
+        Output (2, 1176): out[n].view(3, 2, 196)[c, t] == rows[n].view(3, 196)[c] for t in 0, 1
+    """
+    import torch
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2:
+        got = f"shape {tuple(rows.shape)}" if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(f"expand_rows: expected rows as a 2-d tensor (N, C*P*P), got {got}; pass "
+                         f"a compact batch's pixel_values")
+    for name, v in (("temporal_patch_size", temporal_patch_size), ("channels", channels)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"expand_rows: {name} expected an int >= 1, got {v!r}")
+    n, width = rows.shape
+    if width % channels:
+        raise ValueError(f"expand_rows: expected a row width that is a multiple of channels="
+                         f"{channels} (C*P*P), got {width}; pass the compact rows and their "
+                         f"channel count")
+    if temporal_patch_size == 1:
+        return rows
+    per = width // channels
+    return rows.reshape(n, channels, 1, per).expand(n, channels, temporal_patch_size, per) \
+        .reshape(n, channels * temporal_patch_size * per)
+
+
+def execution_pipeline(pipeline: "Pipeline", row_form: str) -> "Pipeline":
+    """The pipeline a backend executes to write rows of ``row_form`` for ``pipeline``'s images
+    (plans, grids and tokens always come from ``pipeline`` itself): ``pipeline`` for "full";
+    for "compact" the same pipeline with ``patchify.temporal_patch_size=1`` (same order, same
+    merge), whose rows are the full rows' t=0 slice. The one check of a row form against a
+    pipeline: ValueError (expected / got / fix) for an unknown form, or "compact" where the rows
+    do not repeat over time (``patchify.order`` other than "merge_grouped", or
+    ``temporal_patch_size`` 1).
+    """
+    if not isinstance(row_form, str) or row_form not in ROW_FORMS:
+        raise ValueError(f"row_form: expected one of {ROW_FORMS}, got {row_form!r}")
+    if row_form == "full":
+        return pipeline
+    pf = pipeline.patchify
+    if pf.order != "merge_grouped" or pf.temporal_patch_size <= 1:
+        why = (f"patchify order {pf.order!r}" if pf.order != "merge_grouped"
+               else "temporal_patch_size 1: its rows are already one copy")
+        raise ValueError(f"row_form='compact': expected a pipeline whose image rows repeat over "
+                         f"time (patchify order 'merge_grouped' with temporal_patch_size > 1: "
+                         f"qwen2-vl, qwen3-vl, Qwen-style), got {pipeline.name!r} with {why}; use "
+                         f"row_form='full'")
+    return pipeline.replace(patchify__temporal_patch_size=1)

@@ -63,6 +63,13 @@ class Processor:
         video_decoder: ``"auto"`` | ``"torchcodec"`` | ``"opencv"`` | ``"dali"`` (also
             ``"dali:cpu"``, ``"dali:cuda[:N]"``; ``decode_frames``). ``"auto"`` on backend
             ``"dali"`` with a CUDA device is DALI's NVDEC decoder on that GPU (``"dali:cuda:N"``).
+        row_form: ``"full"`` (the default: image rows as the model's processor gives them) or
+            ``"compact"`` (``vlmprep.pack.ROW_FORMS``): for pipelines whose image rows repeat over
+            time (patchify order ``"merge_grouped"`` with ``temporal_patch_size`` > 1: qwen2-vl,
+            qwen3-vl), one copy per patch, ``pixel_values (total_patches, C*P*P)`` (1/T of the
+            bytes); geometry (grid_thw, seqlens, tokens) unchanged; ``batch.full_rows()`` /
+            ``to_hf()`` give the full rows back, bit for bit. Any other pipeline: ValueError.
+            Videos stay full. docs/concepts.md "Row forms".
         **overrides: any field of the pipeline's ops, e.g. ``max_pixels=1_003_520``.
 
     Videos (``proc(images, videos=[...])``) are sampled, resized, normalized and patchified as the
@@ -77,8 +84,9 @@ class Processor:
                  fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S, match: str = "pil",
                  video_options: "VideoOptions | None" = None,
                  video_limits: "VideoLimits | None" = None, video_decoder: str = "auto",
-                 **overrides: Any):
+                 row_form: str = "full", **overrides: Any):
         from . import backends
+        from .pack import execution_pipeline
         if isinstance(pipeline, Pipeline):
             pipe = pipeline.replace(**overrides)
         elif isinstance(pipeline, str):
@@ -95,6 +103,9 @@ class Processor:
             raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
         if match not in MATCHES:
             raise ValueError(f"match: expected one of {MATCHES}, got {match!r}")
+        # What the backend executes: the pipeline, or its one-copy rows for "compact" (plans and
+        # geometry always come from ``pipe``).
+        rows_pipe = execution_pipeline(pipe, row_form)
         if fetch is not None and not callable(fetch):
             raise TypeError(f"fetch: expected None or a callable fetch(url) -> bytes or a binary file "
                             f"object, got "
@@ -119,9 +130,10 @@ class Processor:
         self.dtype = dtype
         self.errors = errors
         self.match = match
+        self.row_form = row_form
         self.fetch = fetch
         self.fetch_timeout_s = float(fetch_timeout_s)
-        self._backend = cls(pipe, device, dtype)
+        self._backend = cls(rows_pipe, device, dtype)
         if video_decoder == "auto" and name == "dali":
             from .io.video.dali import nvdec_for
             video_decoder = nvdec_for(device) or "auto"  # NVDEC on the same GPU, where DALI sees it
@@ -140,8 +152,8 @@ class Processor:
         its local cache first when ``HF_HUB_OFFLINE=1`` or ``local_files_only=True`` (then
         nothing is downloaded), else the hub (``revision``, ``cache_dir``, ``token`` as in
         ``huggingface_hub.hf_hub_download``). Reads transformers 4.x and 5.x spellings.
-        ``kwargs`` go to ``Processor(...)`` (backend, device, dtype, errors, fetch and field
-        overrides). A config not found is a ``vlmprep.errors.ConfigNotFoundError`` (a
+        ``kwargs`` go to ``Processor(...)`` (backend, device, dtype, errors, fetch, row_form and
+        field overrides). A config not found is a ``vlmprep.errors.ConfigNotFoundError`` (a
         FileNotFoundError and a ValueError) saying expected / got / fix.
 
         Video options come from ``video_preprocessor_config.json`` beside it (transformers 5.x),
@@ -163,7 +175,8 @@ class Processor:
 
     def clone(self, **changes: Any) -> "Processor":
         """A new Processor with this one's settings (pipeline, backend, device, dtype, errors,
-        match, fetch, fetch_timeout_s, video_options, video_limits, video_decoder), changed by
+        match, fetch, fetch_timeout_s, video_options, video_limits, video_decoder, row_form),
+        changed by
         ``changes`` (those names, or pipeline fields): e.g. the serving batcher's
         ``proc.clone(errors="skip")``. Shares no backend state. A new ``pipeline=`` takes its own
         family's video defaults unless ``video_options=`` is given too."""
@@ -171,7 +184,8 @@ class Processor:
                                   errors=self.errors, match=self.match, fetch=self.fetch,
                                   fetch_timeout_s=self.fetch_timeout_s,
                                   video_options=self.video_options,
-                                  video_limits=self.video_limits, video_decoder=self.video_decoder)
+                                  video_limits=self.video_limits, video_decoder=self.video_decoder,
+                                  row_form=self.row_form)
         pipeline = changes.pop("pipeline", self.pipeline)
         if pipeline is not self.pipeline:
             kw["video_options"] = None  # the new pipeline's family decides
@@ -182,6 +196,8 @@ class Processor:
         """``Processor('<preset>', backend=..., ..., <field>=<value>)``: the fields that differ
         from the named preset (a checkpoint config or overrides changed them) are shown."""
         extra = "".join(f", {k}={v!r}" for k, v in _overrides(self.pipeline))
+        if self.row_form != "full":
+            extra = f", row_form={self.row_form!r}" + extra
         if self.match != "pil":
             extra = f", match={self.match!r}" + extra
         return (f"Processor({self.pipeline.name!r}, backend={self.backend_name!r}, "
@@ -336,7 +352,7 @@ class Processor:
         if order == "tiles":
             shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]
         else:
-            shape = (total, row_length(self.pipeline.patchify))
+            shape = (total, row_length(self._backend.pipeline.patchify))  # its row form's width
         from . import kernels  # on the CPU a cached buffer: a fresh one costs more to fault in
         out = kernels.empty(shape, getattr(torch, self.dtype), self.device)
         late = self._backend.run(sources, plans, out)
@@ -346,7 +362,7 @@ class Processor:
             out = _drop_rows(out, plans, late, order)
         errors = {p.index: p.error for p in plans if p.error is not None}
         errors.update(late)
-        return pack.build(out, plans, errors, self.pipeline)
+        return pack.build(out, plans, errors, self.pipeline, self.row_form)
 
 
 def _video_list(videos: Any) -> list:

@@ -390,14 +390,16 @@ class DataLoader:
     def _error_part(self, err: ImageError) -> "PackedBatch":
         import torch
 
-        from ..pack import build
+        from ..pack import build, execution_pipeline
         from ..plan import ImagePlan
         from ..plan.grid import row_length
         proc = self.proc
-        pv = torch.empty((0, row_length(proc.pipeline.patchify)),
+        # the width of proc's row form, so that concat joins it with the processed parts
+        rows_pipe = execution_pipeline(proc.pipeline, proc.row_form)
+        pv = torch.empty((0, row_length(rows_pipe.patchify)),
                          dtype=getattr(torch, proc.dtype), device=proc.device)
         return build(pv, [ImagePlan(index=0, source_hw=(0, 0), error=err)], {0: err},
-                     proc.pipeline)
+                     proc.pipeline, proc.row_form)
 
     def _run(self, samples: list[Sample]) -> "PackedBatch":
         """One batch of samples -> its PackedBatch (errors renamed to name the sample ids)."""
