@@ -305,6 +305,11 @@ def test_vit_encode_videos_equal_get_video_features(name, seed):
         assert g.shape == r.shape and torch.equal(g, r)
     with pytest.raises(ValueError, match="call encode\\(vision_tower, batch.videos\\)"):
         vit.encode(tower, batch)  # an image batch with 0 images and 2 videos
+    # A compact Processor's videos keep full rows (their frames differ): the same embeddings.
+    comp = _qwen_batch(vids, row_form="compact")
+    assert comp.videos.row_form == "full" and torch.equal(comp.videos.pixel_values, v.pixel_values)
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(vit.encode(tower, comp.videos), got))
 
 
 def test_vit_encode_video_frames_on_a_tile_tower(seed):

@@ -128,6 +128,118 @@ def test_qwen_matches_transformers(name):
                 assert g.shape == (w.shape[0], 96) and torch.equal(g, w)
 
 
+# -- compact rows: the folded temporal kernel ---------------------------------------------------
+# Bounds (float rounding only: Conv3d over T identical frames == the conv with the T weight slices
+# summed, exactly, in real arithmetic):
+# - patch embedding, a priori: each output is a dot product of K = C*T*P*P terms (full) or
+#   C*P*P terms after one rounding of each summed weight (compact); by the standard dot-product
+#   bound both lie within gamma(K + 1) * S of the exact value (gamma(n) = n*u / (1 - n*u), u =
+#   2^-24, S = |W| . |x| + |b| in float64), so |compact - full| <= (2 * gamma(K + 1) + u) * S.
+# - the tower's output in float64: the identity holds to float64 rounding: <= 1e-12 relative to
+#   max |embedding| (measured <= 1e-16, 0 for Qwen2.5-VL).
+# - the tower's output in float32: compact's error against that float64 oracle is at most 2x the
+#   full path's own float32 error (both are float32 rounding; compact sums half the terms).
+#   Measured on CPU, three images: max |compact - full| 7.5e-8 / 8.1e-8 / 8.6e-8 (Qwen2-VL /
+#   2.5-VL / 3-VL) on embeddings of max magnitude ~0.1 (relative ~8e-7), while the full path is
+#   itself 6.8e-8 / 7.3e-8 / 8.2e-8 from float64, compact 4.1e-8 / 6.9e-8 / 6.6e-8.
+U32 = 2.0 ** -24
+
+
+def _gamma(n):
+    return n * U32 / (1 - n * U32)
+
+
+def _compact(preset, images, **kw):
+    return _batch(preset, images, row_form="compact", **kw)
+
+
+def _patch_area(batch):
+    return batch.pipeline.patchify.patch_size ** 2
+
+
+def _as64(batch):
+    return dataclasses.replace(batch, pixel_values=batch.pixel_values.double())
+
+
+COMPACT_IMAGES = ((56, 84), (84, 56), (112, 140))
+
+
+@pytest.mark.parametrize("name", sorted(QWEN))
+def test_qwen_compact_patch_embedding_within_the_dot_product_bound(name):
+    from vlmprep.adapters._fold import FoldedPatchEmbed
+    preset, make = QWEN[name]
+    tower = make()
+    batch = _batch(preset, _images(COMPACT_IMAGES))
+    compact = _compact(preset, _images(COMPACT_IMAGES))
+    pe = tower.patch_embed
+    with torch.no_grad():
+        full = pe(batch.pixel_values).double()
+        got = FoldedPatchEmbed(pe)(compact.pixel_values).double()
+        w = pe.proj.weight.double().flatten(1)                        # (E, C*T*P*P)
+        s = batch.pixel_values.double().abs() @ w.abs().T
+        if pe.proj.bias is not None:
+            s += pe.proj.bias.double().abs()
+    k = w.shape[1]
+    bound = (2 * _gamma(k + 1) + U32) * s
+    assert got.shape == full.shape
+    assert bool(((got - full).abs() <= bound).all()), float(((got - full).abs() / bound).max())
+
+
+@pytest.mark.parametrize("name", sorted(QWEN))
+def test_qwen_compact_rows_equal_full_rows_up_to_rounding(name):
+    preset, make = QWEN[name]
+    tower = make()
+    images = _images(COMPACT_IMAGES)
+    batch = _batch(preset, images)
+    compact = _compact(preset, images)
+    assert compact.row_form == "compact" and compact.pixel_values.shape[1] == 3 * _patch_area(batch)
+    weight = tower.patch_embed.proj.weight.detach().clone()
+    with torch.no_grad():
+        full = vit.encode(tower, batch)
+        got = vit.encode(tower, compact)
+        t64 = _tower(type(tower), tower.config).double()
+        t64.load_state_dict({k: v.double() for k, v in tower.state_dict().items()})
+        ref = vit.encode(t64, _as64(batch))
+        got64 = vit.encode(t64, _as64(compact))
+    mag = max(float(r.abs().max()) for r in ref)
+    for g, f, r, g64 in zip(got, full, ref, got64):
+        assert g.shape == f.shape and g.dtype == torch.float32
+        assert _maxdiff(g64, r) <= 1e-12 * mag                       # the identity, float64
+        assert _maxdiff(g, r) <= 2 * max(_maxdiff(f, r), U32 * mag)  # as accurate as full
+    # The user's tower is untouched (a view ran the folded embedding, not a swap).
+    assert type(tower.patch_embed.proj) is torch.nn.Conv3d
+    assert torch.equal(tower.patch_embed.proj.weight, weight)
+    # uint8 compact rows: normalized on the device, then the same embeddings bit for bit.
+    u8 = _compact(preset, images, dtype="uint8")
+    assert u8.pixel_values.shape == compact.pixel_values.shape
+    with torch.no_grad():
+        for a, b in zip(vit.encode(tower, u8), got):
+            assert torch.equal(a, b)
+
+
+def test_qwen_compact_and_full_calls_from_two_threads():
+    """Concurrent full and compact calls on one tower give each its own result (no swap)."""
+    from concurrent.futures import ThreadPoolExecutor
+    tower = _qwen2_tower()
+    batch = _batch("qwen2-vl", _images(COMPACT_IMAGES))
+    compact = _compact("qwen2-vl", _images(COMPACT_IMAGES))
+    with torch.no_grad():
+        want = {"full": vit.encode(tower, batch), "compact": vit.encode(tower, compact)}
+        jobs = ["full", "compact"] * 4
+        with ThreadPoolExecutor(2) as pool:
+            outs = list(pool.map(lambda j: vit.encode(tower, batch if j == "full" else compact),
+                                 jobs))
+    for j, out in zip(jobs, outs):
+        assert all(torch.equal(a, b) for a, b in zip(out, want[j])), j
+
+
+def test_qwen_compact_row_length_checked():
+    tower = _qwen2_tower()
+    batch = _batch("qwen2-vl", _images())
+    with pytest.raises(ValueError, match=r"patch row length \(compact rows\): expected 588"):
+        vit.encode(tower, dataclasses.replace(batch, row_form="compact"))
+
+
 def test_qwen_full_model_uses_visual():
     cfg = transformers.Qwen2VLConfig(
         vision_config=dict(depth=1, embed_dim=32, hidden_size=48, num_heads=2, mlp_ratio=2),

@@ -11,7 +11,8 @@ to ``batch.device``; nothing calls ``.item()`` / ``.tolist()`` on a device tenso
     naflex_inputs(batch)        -> Siglip2VisionModel's pixel_values, pixel_attention_mask,
                                    spatial_shapes
     normalize_on_device(batch)  -> the uint8 batch rescaled + normalized on its device (bit-equal)
-    encode(vision_tower, batch) -> list[Tensor], one per input image (transformers towers)
+    encode(vision_tower, batch) -> list[Tensor], one per input image (transformers towers;
+                                   Qwen towers take compact rows too: the temporal kernel folded)
     encode_packed(vit, batch)   -> list[Tensor], a plain ViT on packed sequences (block mask)
 
 N = total ViT tokens (``sum(batch.seqlens)``), S = ``batch.num_seqs``. Positions, a tiny example::
@@ -305,20 +306,41 @@ def _encode_qwen(model: Any, batch: "PackedBatch", deepstack: bool) -> list["tor
     _expect(kind, "patch_size", op.patch_size, cfg.patch_size, fix)
     _expect(kind, "temporal_patch_size", op.temporal_patch_size, cfg.temporal_patch_size, fix)
     _expect(kind, "spatial_merge_size", op.merge_size, cfg.spatial_merge_size, fix)
-    row = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
-    _expect(kind, "patch row length", batch.pixel_values.shape[1], row, fix)
+    compact = batch.row_form == "compact"
+    frames = 1 if compact else cfg.temporal_patch_size   # compact row: [c, py, px], one frame
+    row = cfg.in_channels * frames * cfg.patch_size ** 2
+    _expect(kind, f"patch row length ({batch.row_form} rows)", batch.pixel_values.shape[1], row,
+            fix)
     if batch.num_seqs == 0:
         return [torch.empty(0) for _ in range(batch.num_images)]
     kw = qwen_vision_kwargs(batch, tower)
     # grid_thw only feeds what kw already holds, but the signature requires it: on the device.
     grid = batch.grid_thw.to(batch.device, non_blocking=True)
     pv = batch.pixel_values.to(_param_dtype(tower))
-    out = tower(pv, grid_thw=grid, return_dict=True, **kw)
+    run = _folded_tower(tower, kind) if compact else tower
+    out = run(pv, grid_thw=grid, return_dict=True, **kw)
     emb = out.pooler_output                                     # (N / merge^2, out_hidden)
     if deepstack and getattr(out, "deepstack_features", None):
         # vLLM's Qwen3-VL image_embeds layout: main then each deepstack level, on the last dim.
         emb = torch.cat([emb] + list(out.deepstack_features), dim=-1)
     return split_images(emb, batch)
+
+
+def _folded_tower(tower: Any, kind: str) -> Any:
+    """The tower with its patch embedding folded over time, for compact rows (``_fold``): a
+    shallow view sharing every weight, so the user's tower is never modified (thread-safe)."""
+    import torch
+
+    from ._fold import FoldedPatchEmbed, with_patch_embed
+    pe = getattr(tower, "patch_embed", None)
+    proj = getattr(pe, "proj", None)
+    if not isinstance(proj, torch.nn.Conv3d) or proj.kernel_size != proj.stride:
+        raise NotImplementedError(
+            f"encode ({kind}): compact rows: expected patch_embed.proj to be a Conv3d with stride "
+            f"== kernel (the one fold_weight folds), got {type(proj).__name__}; expand the rows: "
+            f"dataclasses.replace(batch, pixel_values=batch.full_rows(), row_form='full'), or "
+            f"process with row_form='full'")
+    return with_patch_embed(tower, FoldedPatchEmbed(pe))
 
 
 def _check_tiles(kind: str, batch: "PackedBatch", image_size: Any, patch_size: Any) -> None:
@@ -406,6 +428,13 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
       and its ``visual`` used): called as ``visual(pixel_values, grid_thw, **qwen_vision_kwargs)``
       (positions, cu_seqlens, windows computed on the host). Returns the merger output,
       ``(t*h*w / merge^2, out_hidden_size)`` per image, what ``get_image_features`` splits.
+      Compact rows (``row_form="compact"``, ``(N, C*P*P)``): the tower runs with its patch
+      embedding's temporal kernel folded (``Conv3d`` over T identical frames == the convolution
+      with the T weight slices summed, bias unchanged; ``adapters._fold``), through a shallow view
+      of the tower that shares its weights: the tower itself is never modified, so concurrent
+      calls are safe. Same embeddings up to float rounding (float32, measured: max difference
+      ~1e-7 on O(0.1) embeddings, as large as the full path's own float32 error against float64;
+      docs/how-to/transformers.md "Compact rows"); no full-size copy of the rows is made.
       Qwen3-VL also returns deepstack features (one ``(tokens, out_hidden)`` per
       ``deepstack_visual_indexes`` layer): left out by default; ``deepstack=True`` concatenates
       them on the last dim, ``(tokens, out_hidden * (1 + levels))`` (vLLM's image_embeds layout).
