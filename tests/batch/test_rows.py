@@ -218,3 +218,10 @@ def test_batch_from_rows_refuses(photos):
         batch_from_rows(rows[:1], vlmprep.presets.get("internvl"))
     with pytest.raises(ValueError, match="row_shape"):
         batch_from_rows(rows[:1], vlmprep.presets.get("qwen3-vl"))
+
+
+def test_compact_processor_refused(photos):
+    # shards record no row form: compact rows would read back labelled as full rows
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", row_form="compact")
+    with pytest.raises(ValueError, match="row_form='full'"):
+        process_samples(proc, _samples(photos, n=1))

@@ -24,7 +24,7 @@ TINY = ["--synthetic", "64x48,80x60", *FAST]
 
 # Numeric fields of a result row that are neither a time (_ms) nor a rate (_per_s).
 UNITLESS = {"images", "batch_size", "threads", "vlmprep_threads", "torch_threads",
-            "cpu_cores_used", "peak_rss_mib", "ratio_vs_decode_floor", "speedup_vs_hf_pil",
+            "cpu_cores_used", "ratio_vs_lower_bound", "peak_rss_mib", "ratio_vs_decode_floor", "speedup_vs_hf_pil",
             "speedup_vs_hf_torchvision"}
 
 

@@ -125,6 +125,11 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"]) -> list[dict
     Given 3 samples, the second with data b"not an image" -> rows[1]["status"] == "error",
     rows[1]["error"] starts "expected ..." and rows 0 and 2 hold pixels.
     """
+    if getattr(proc, "row_form", "full") != "full":
+        # Shards record no row form: compact rows would read back as full ones (read_shards).
+        raise ValueError(f"process_samples: expected a Processor with row_form='full' (shards "
+                         f"hold full rows), got row_form={proc.row_form!r}; clone it with "
+                         f"row_form='full' (proc.clone(row_form='full'))")
     p = _skipping(proc)
     pipe = p.pipeline
     dtype, layout, shape = p.dtype, row_layout(pipe), row_shape_of(pipe)
