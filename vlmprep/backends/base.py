@@ -1,11 +1,15 @@
 """What every backend shares: one lowering per op, the executor of each image chosen by
-``fusion.choose`` and run by ``Backend.run_image``, errors per image."""
+``fusion.choose`` and run by ``Backend.run_image``, errors per image.
+
+A batch runs image by image (``Backend.run_jobs``: side by side on the CPU's image threads), except
+where a backend runs it stage by stage: the torch backend on CUDA (``backends/torch/gpu.py``,
+whose ``plan_batch`` decides each image's decoder and executor there)."""
 from __future__ import annotations
 
 import logging
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
 from ..errors import ImageError
 from ..kernels import get_num_threads, local_threads
@@ -25,7 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("vlmprep.backends")
 
 __all__ = ["Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings",
-           "register_sizing"]
+           "register_sizing", "image_pool"]
+
+T = TypeVar("T")
 
 
 class Backend:
@@ -82,13 +88,19 @@ class Backend:
             n = p.rows(order)
             jobs.append(Context(src, p, out[row:row + n], self.dtype, self.device))
             row += n
-        for ctx, err in zip(jobs, self._map(jobs)):
+        for ctx, err in zip(jobs, self.run_jobs(jobs, out)):
             if err is not None:
                 errors[ctx.plan.index] = err.at(index=ctx.plan.index, source=ctx.source.desc)
         return errors
 
-    def _one(self, ctx: Context) -> ImageError | None:
-        """Run one image; any failure of it is that image's ImageError.
+    def run_jobs(self, jobs: list[Context], out: "torch.Tensor") -> list[ImageError | None]:
+        """Run every job (each ``ctx.dest`` a slice of ``out``); per job its ImageError or None.
+        Here image by image (``_map``); a backend that runs a batch stage by stage overrides it."""
+        return self._map(jobs)
+
+    def guarded(self, ctx: Context, fn: Callable[[], T]) -> tuple[T | None, ImageError | None]:
+        """``(fn(), None)``, or ``(None, the ImageError)`` when it fails: any failure of a step of
+        one image is that image's ImageError.
 
         Only ImageError leaves for a per-image cause: a decoder's or kernel's unexpected
         exception (a closed PIL file, a tensor a lowering cannot read, a library bug) becomes
@@ -98,15 +110,15 @@ class Backend:
         BaseExceptions that are not Exceptions propagate: they stop the call, not an image.
         """
         try:
-            self.run_image(ctx)
+            return fn(), None
         except ImageError as e:
-            return e
+            return None, e
         except MemoryError as e:
             err = ImageError("expected an image that fits in memory, got MemoryError while "
                              "processing it; lower max_source_pixels / max_pixels or process "
                              "fewer images at once")
             err.__cause__ = e
-            return err
+            return None, err
         except Exception as e:  # noqa: BLE001 (one image's failure must not fail the batch)
             log.warning("vlmprep: image %s failed with an unexpected %s", ctx.plan.index,
                         type(e).__name__, exc_info=True)
@@ -114,8 +126,11 @@ class Backend:
                              f"{type(e).__name__} while processing it ({_short(e)}); pass it "
                              f"as encoded bytes or a contiguous uint8 array, or report this")
             err.__cause__ = e
-            return err
-        return None
+            return None, err
+
+    def _one(self, ctx: Context) -> ImageError | None:
+        """Run one image (``guarded``)."""
+        return self.guarded(ctx, lambda: self.run_image(ctx))[1]
 
     def _map(self, jobs: list[Context]) -> list[ImageError | None]:
         """Run every image; on the CPU with several threads allowed, images run side by side
@@ -127,7 +142,7 @@ class Backend:
         def one(c: Context) -> ImageError | None:
             with local_threads(1):
                 return self._one(c)
-        return list(_pool(get_num_threads()).map(one, jobs))
+        return list(image_pool(get_num_threads()).map(one, jobs))
 
     def run_image(self, ctx: Context) -> None:
         """Run one image by the executor ``fusion.choose`` names (see fusion's table)."""
@@ -183,7 +198,7 @@ _POOLS: dict[int, Any] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _pool(n: int):
+def image_pool(n: int):
     """A process-wide pool of ``n`` image threads, kept: the kernels' per-thread scratch buffers
     (and the OS threads) are reused instead of made again for every batch."""
     from concurrent.futures import ThreadPoolExecutor

@@ -6,13 +6,22 @@ patchify writes the output rows. Resizes run as one-dimensional passes in Pillow
 with the kernels built they are the compiled Pillow-exact resize, which ``fusion`` may run inside
 the kernel that writes the rows (``resize_in_kernel``). ``tv_match.Backend`` is this backend
 with transformers' torchvision-backend resize and normalize (``Processor(match="torchvision")``).
+On cuda a batch runs as a GPU pipeline, stage by stage (``gpu``: the plan and its table;
+``staging``: the pinned upload block); docs/how-to/gpu.md says what runs where.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..base import Backend as _Base
+from . import gpu
 from . import ops as _ops  # (registers the lowerings)
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...errors import ImageError
+    from ..context import Context
 
 
 class Backend(_Base):
@@ -24,3 +33,10 @@ class Backend(_Base):
     def hwc(tile: Any) -> Any:
         """uint8 ``(C, h, w)`` -> ``(h, w, C)`` (a view)."""
         return tile.permute(1, 2, 0)
+
+    def run_jobs(self, jobs: list["Context"], out: "torch.Tensor") -> list["ImageError | None"]:
+        """On cuda a batch runs stage by stage (``gpu.run_batch``: batched decode, one staged
+        upload, grouped resizes, one rows kernel call); on the CPU image by image."""
+        if gpu.batched(self.device):
+            return gpu.run_batch(self, jobs, out)
+        return super().run_jobs(jobs, out)

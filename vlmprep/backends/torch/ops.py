@@ -25,13 +25,26 @@ def decode(op: ops.decode, src, ctx: Context) -> torch.Tensor:
     return hwc.to(ctx.device, non_blocking=True).permute(2, 0, 1)
 
 
+_FILLS: dict[tuple, torch.Tensor] = {}
+
+
+def fill_tensor(fill: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``fill`` as a ``(C,)`` tensor on ``device``, made once per (fill, dtype, device) and kept
+    (read only): a padded canvas on CUDA costs no host-to-device upload of its fill value."""
+    key = (tuple(fill), dtype, str(device))
+    t = _FILLS.get(key)
+    if t is None:
+        t = _FILLS[key] = torch.tensor(fill, dtype=dtype, device=device)
+    return t
+
+
 def cut(img: torch.Tensor, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> torch.Tensor:
     """``(C, H, W)`` -> ``(C, h, w)``: the box, ``fill`` where it leaves the image."""
     top, left, h, w = box
     win = box_overlap(box, (img.shape[-2], img.shape[-1]))
     if win is not None and win[1] == (0, h, 0, w):
         return img[:, top:top + h, left:left + w]  # wholly inside: a view
-    out = torch.tensor(fill, dtype=img.dtype, device=img.device)[:, None, None].repeat(1, h, w)
+    out = fill_tensor(fill, img.dtype, img.device)[:, None, None].repeat(1, h, w)
     if win is not None:
         (sy0, sy1, sx0, sx1), (dy0, dy1, dx0, dx1) = win
         out[:, dy0:dy1, dx0:dx1] = img[:, sy0:sy1, sx0:sx1]
@@ -61,9 +74,25 @@ def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
     into mean/std, like transformers' torchvision backend (~1 float ulp from the PIL order; not
     its bits either, which multiply by ``1 / rescale``: ``tv_match.normalize_tensor``)."""
     shape = (-1,) + (1,) * (x.dim() - 1)
-    mean = (torch.tensor(op.mean, dtype=torch.float32, device=x.device) / op.rescale).view(shape)
-    std = (torch.tensor(op.std, dtype=torch.float32, device=x.device) / op.rescale).view(shape)
-    return (x.to(torch.float32) - mean) / std
+    mean, std = _mean_std(op, x.device)
+    return (x.to(torch.float32) - mean.view(shape)) / std.view(shape)
+
+
+_MEAN_STD: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _mean_std(op: ops.normalize, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``(C,)`` mean / rescale and std / rescale on ``device``, made once per (op,
+    device) and kept (read only), so a tile's normalize uploads nothing. Divided on ``device``
+    as before (CUDA may divide by a scalar as a multiply by its reciprocal: the same bits as
+    computed per tile there)."""
+    key = (op, str(device))
+    got = _MEAN_STD.get(key)
+    if got is None:
+        got = _MEAN_STD[key] = (
+            torch.tensor(op.mean, dtype=torch.float32, device=device) / op.rescale,
+            torch.tensor(op.std, dtype=torch.float32, device=device) / op.rescale)
+    return got
 
 
 def normalize_levels(op: ops.normalize, levels: np.ndarray) -> torch.Tensor:
