@@ -1,4 +1,5 @@
-"""``pil_pass_order`` against Pillow 13, and ``resize_like_pil`` against ``PIL.Image.resize``.
+"""``pil_pass_order`` against the installed Pillow (and older Pillows' rules), and
+``resize_like_pil`` against ``PIL.Image.resize``.
 
 Randomised tests take the run's ``seed`` fixture (tests/conftest.py: one per run, printed in the
 header); it is in the failure message and ``VLMPREP_TEST_SEED=<seed>`` replays it.
@@ -13,7 +14,8 @@ crops, random pairs, the 3000x4000 mosaic; 15 of 34 go vertical first):
   including slivers a few pixels wide, the worst per-image mean was 0.033, on noise
   0.024. The 2s come from torchvision's uint8 kernel itself: one pass is already up to
   1 level off (its coefficient precision differs from Pillow's) and two passes add up.
-* float32 path (what CUDA runs), on CPU: max 1-2, pooled mean <= 0.0007.
+* float32 path (the CPU without AVX2, bilinear), on CPU: max 1-2, pooled mean <= 0.0007.
+* CUDA (and ``EXACT_ON_CPU``) runs ``pil_resample``: 0 levels (tests/backends/test_pil_resample.py).
 * naive one-shot torchvision (always horizontal first): max 1 / 15 / 28, pooled mean
   0.065 / 0.075 / 0.095, per-image means up to 0.19-0.24 on vertical-first pairs.
 
@@ -43,7 +45,7 @@ from vlmprep.ops import PIL_RESAMPLE  # noqa: E402
 SECTION = "torch resize vs Pillow (uint8 levels)"
 MAX_LEVELS = 2
 MEAN_LEVELS = 0.05
-# The float path (what CUDA runs) on uniform noise with bilinear: at scale factors such as 1.5 the
+# The float path (bilinear on a CPU without AVX2) on uniform noise with bilinear: at scale factors such as 1.5 the
 # filter weights put many outputs exactly on a half level, which float rounding and Pillow's
 # 22-bit fixed point resolve differently (max stays 1). Measured over 300 random pairs: worst
 # per-image mean 0.0625, above MEAN_LEVELS in 0.7% of pairs (so the 8 random pairs per run flaked);
@@ -179,7 +181,44 @@ def _check_bounds(results, label: str, mean_bound: float = MEAN_LEVELS) -> None:
 )
 def test_pass_order_examples(src, dst, order):
     for interp in ("nearest",) + INTERPOLATIONS:  # the order never depends on the filter
-        assert pil_pass_order(src, dst, interp) == order
+        assert pil_pass_order(src, dst, interp, pillow=(13, 0)) == order
+
+
+@pytest.mark.parametrize(
+    "src, dst, pillow, order",
+    [
+        ((100, 100), (50, 80), (12, 1), ("h", "v")),  # before 12.2: always horizontal first
+        ((3000, 4000), (2996, 4004), (11, 3), ("h", "v")),
+        ((10000, 50), (9999, 10), (12, 1), ("h", "v")),
+        ((100, 100), (50, 100), (12, 1), ("v",)),  # one axis: one pass, in any version
+        ((100, 100), (50, 80), (12, 2), ("h", "v")),  # 12.2-12.3: only H1 > 100 * W1 ...
+        ((10000, 50), (9999, 10), (12, 3), ("v", "h")),  # ... and H2 < H1 goes vertical first
+        ((10000, 50), (9999, 50), (12, 2), ("v",)),
+        ((10000, 50), (10001, 10), (12, 2), ("h", "v")),  # height grows
+        ((5000, 50), (4000, 10), (12, 2), ("h", "v")),  # H1 == 100 * W1 is not > 100 * W1
+        ((5001, 50), (4000, 60), (12, 2), ("v", "h")),
+        ((10000, 50), (9999, 10), (13, 0), ("h", "v")),  # 13: 1 > 2 * 40 is false
+        ((5001, 50), (4000, 60), (13, 1), ("v", "h")),
+    ],
+)
+def test_pass_order_older_pillow(src, dst, pillow, order):
+    assert pil_pass_order(src, dst, "bicubic", pillow=pillow) == order
+
+
+def test_pass_order_rule_names_the_installed_pillow():
+    import PIL
+
+    from vlmprep.backends import resample_order as ro
+
+    major, minor = (int(v) for v in PIL.__version__.split(".")[:2])
+    assert ro.pillow_version() == (major, minor)
+    assert ro.pass_order_rule() == ro.pass_order_rule((major, minor))
+    assert [ro.pass_order_rule(v) for v in ((9, 5), (12, 1), (12, 2), (12, 3), (13, 0), (14, 2))] == [
+        "pillow<12.2", "pillow<12.2", "pillow 12.2-12.x", "pillow 12.2-12.x", "pillow>=13", "pillow>=13"]
+    assert ro.describe_rule((13, 0)).startswith("pillow>=13: vertical first iff")
+    # the default is the installed Pillow's rule
+    assert pil_pass_order((10000, 50), (9999, 10), "bilinear") == pil_pass_order(
+        (10000, 50), (9999, 10), "bilinear", pillow=(major, minor))
 
 
 def test_pass_order_rejects_bad_input():
@@ -314,7 +353,7 @@ def test_matches_pil_on_photos(interp, seed):
 
 @pytest.mark.parametrize("interp", INTERPOLATIONS)
 def test_float_path_matches_pil_on_photos(interp, seed):
-    """The float32 + round-between-passes path (what CUDA runs), exercised on CPU."""
+    """The float32 + round-between-passes path (bilinear on a CPU without AVX2)."""
     res = _compare(_photo_cases(seed)[:9], interp, force_float=True)
     _check_bounds(res, f"photos {interp} float-path seed={seed}")
 
@@ -413,15 +452,17 @@ def test_bad_inputs():
         resize_like_pil(np.zeros((3, 4, 4), np.uint8), (2, 2), "bicubic")
 
 
-def test_lanczos_without_torchvision_support_raises(monkeypatch):
+def test_lanczos_without_torchvision_support_uses_the_exact_path(monkeypatch):
+    """A torchvision without InterpolationMode.LANCZOS: the CPU resizes lanczos with the
+    Pillow-exact path (pil_resample) instead of failing; PIL's bits."""
     class NoLanczos:
         BILINEAR = resize_mod.InterpolationMode.BILINEAR
         BICUBIC = resize_mod.InterpolationMode.BICUBIC
 
     monkeypatch.setattr(resize_mod, "InterpolationMode", NoLanczos)
-    t = _chw(_photos()[0][:20, :30])
-    with pytest.raises(NotImplementedError, match="reference backend"):
-        resize_like_pil(t, (10, 13), "lanczos")
+    a = _photos()[0][:20, :30]
+    got = resize_like_pil(_chw(a), (10, 13), "lanczos")
+    assert np.array_equal(_hwc(got), _pil(a, (10, 13), "lanczos"))
 
 
 def _devices():
@@ -436,6 +477,9 @@ def _devices():
 @pytest.mark.parametrize("device", _devices())
 @pytest.mark.parametrize("interp", INTERPOLATIONS)
 def test_device_matches_pil(device, interp, seed):
-    """On CUDA this runs the float32 path on the GPU kernel; same bounds as on CPU."""
+    """CPU: the torchvision uint8 path, within the bounds. CUDA: the Pillow-exact path
+    (pil_resample), so 0 levels from PIL: bit for bit, lanczos included."""
     res = _compare(_photo_cases(seed)[:8], interp, device=device)
+    if device == "cuda":
+        assert all(r[1] == 0 for r in res), [r for r in res if r[1]][:5]
     _check_bounds(res, f"{device} {interp} seed={seed}")

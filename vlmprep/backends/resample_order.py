@@ -43,20 +43,76 @@ Caveats (transformers' PIL backend never hits them):
   (it is a single point-sampling step, so pass order does not change the
   pixels). This function still returns the order the rule gives, so a
   separable nearest implementation may use it harmlessly.
-* Pillow < 13 always ran horizontal first; this module describes 13.x.
+
+Older Pillow (``pil_pass_order(..., pillow=(major, minor))``; default: the installed Pillow,
+``pillow_version()``), read from python-pillow/Pillow's history:
+
+* Pillow < 12.2: ``ImagingResampleInner`` always runs horizontal first (the same C code, "two-pass
+  resize, horizontal pass", back to Pillow 4; ``Image.resize`` calls it once).
+* Pillow 12.2 and 12.3: still horizontal first in C, but ``Image.resize`` (PR #9524, in Python)
+  first resizes the height alone when ``H1 > 100 * W1`` and ``H2 < H1``, then the width:
+  vertical first iff ``H1 > 100 * W1 and H2 < H1``.
+* Pillow 13: the C rule above; PR #9549 removed the Python rule.
+
+The weights and the rounding are the same in all of them (``pil_resample``), so the order is
+the only version-dependent part of the pixels. ``pass_order_rule()`` names the rule in use.
 """
 from __future__ import annotations
 
-__all__ = ["pil_pass_order", "INTERPOLATIONS"]
+import functools
+
+__all__ = ["pil_pass_order", "pillow_version", "pass_order_rule", "describe_rule", "INTERPOLATIONS"]
 
 #: Interpolation names this function accepts (our op-level names).
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")
 
+_RULES = {
+    "pillow>=13": "vertical first iff H1 - H2 > 0 and H1 - H2 > 2 * (W1 - W2) (Resample.c, PR #9549)",
+    "pillow 12.2-12.x": "vertical first iff H1 > 100 * W1 and H2 < H1 (Image.resize, PR #9524)",
+    "pillow<12.2": "always horizontal first",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def pillow_version() -> tuple[int, int]:
+    """The installed Pillow's ``(major, minor)`` (``PIL.__version__``), the default of
+    ``pil_pass_order``'s ``pillow``."""
+    import PIL
+
+    return _parse(PIL.__version__)
+
+
+def _parse(version: str) -> tuple[int, int]:
+    parts = (version.split(".") + ["0"])[:2]
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except ValueError:
+        raise ValueError(f"expected a Pillow version like '13.0.0', got {version!r}") from None
+
+
+def pass_order_rule(pillow: tuple[int, int] | None = None) -> str:
+    """The pass-order rule ``pil_pass_order`` applies for ``pillow`` (default: the installed
+    one): ``"pillow>=13"``, ``"pillow 12.2-12.x"`` or ``"pillow<12.2"`` (the keys of a report;
+    ``describe_rule`` gives the rule itself)."""
+    v = pillow_version() if pillow is None else tuple(pillow)
+    if v >= (13, 0):
+        return "pillow>=13"
+    if v >= (12, 2):
+        return "pillow 12.2-12.x"
+    return "pillow<12.2"
+
+
+def describe_rule(pillow: tuple[int, int] | None = None) -> str:
+    """``pass_order_rule`` with the rule spelled out, e.g. for a GPU check's header."""
+    name = pass_order_rule(pillow)
+    return f"{name}: {_RULES[name]}"
+
 
 def pil_pass_order(
-    src_hw: tuple[int, int], dst_hw: tuple[int, int], interpolation: str
+    src_hw: tuple[int, int], dst_hw: tuple[int, int], interpolation: str,
+    *, pillow: tuple[int, int] | None = None,
 ) -> tuple[str, ...]:
-    """Return the passes Pillow 13's ``Image.resize`` runs, in order.
+    """Return the passes ``Image.resize`` runs, in order, in Pillow ``pillow``.
 
     Args:
         src_hw: ``(H1, W1)`` size of the input image.
@@ -65,6 +121,8 @@ def pil_pass_order(
             ``"lanczos"``. The order does not depend on the filter; for
             ``"nearest"`` Pillow runs no separable passes (see module doc)
             and the rule's order is returned anyway.
+        pillow: ``(major, minor)`` of the Pillow to describe; default the installed one
+            (``pillow_version()``). The examples below are Pillow 13's.
 
     Returns:
         ``("h", "v")`` (horizontal then vertical), ``("v", "h")``, ``("h",)``,
@@ -87,9 +145,12 @@ def pil_pass_order(
         raise ValueError(f"sizes must be positive, got {src_hw} -> {dst_hw}")
     need_h = w2 != w1
     need_v = h2 != h1
+    rule = pass_order_rule(pillow)
+    if rule == "pillow 12.2-12.x" and h1 > 100 * w1 and h2 < h1:
+        return ("v", "h") if need_h else ("v",)  # Image.resize's two calls; the second copies
     if need_h and need_v:
         shrink_h = h1 - h2
-        vertical_first = shrink_h > 0 and shrink_h > 2 * (w1 - w2)
+        vertical_first = rule == "pillow>=13" and shrink_h > 0 and shrink_h > 2 * (w1 - w2)
         return ("v", "h") if vertical_first else ("h", "v")
     if need_h:
         return ("h",)

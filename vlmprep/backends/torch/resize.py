@@ -5,39 +5,45 @@ Shapes: ``img`` is ``(C, H, W)`` (or ``(N, C, H, W)``) uint8 on CPU or CUDA;
 ``(N, C, H2, W2)``) on the same device.
 
 Pillow resamples separably, rounding and clipping to uint8 between the
-horizontal and the vertical pass, and since Pillow 13 it picks the pass order
-per shape (``vlmprep.backends.resample_order.pil_pass_order``). torchvision's
-antialiased resize always goes horizontal first, which lands up to 15
-(bicubic) / 28 (lanczos) levels away from PIL on photos whenever Pillow went
-vertical first (bilinear: 1 level, but on many pixels). Here each pass is
-a separate one-dimensional ``torchvision.transforms.v2.functional.resize``
-(antialias=True) run in Pillow's order:
+horizontal and the vertical pass, in an order that depends on the shapes (and,
+for some shapes, on the Pillow version: ``resample_order.pil_pass_order``).
+The path of an image is decided in ``resize_like_pil``, by device:
 
-* CPU, where torchvision uses its native uint8 kernel (bicubic and lanczos
-  always; bilinear on AVX2/AVX512/arm): the uint8 kernel per pass. It is a
-  port of Pillow's fixed-point resampler with different coefficient precision,
-  so a single pass is within 1 level of Pillow. A resize that changes only one
-  side runs a single pass that touches only that axis (checked bit-exactly in
-  the tests: each output row depends on its own input row only).
-* CUDA, and CPU where torchvision would go through float (bilinear without
-  AVX2): the pass runs in float32 and is rounded half-up and clamped to uint8
-  before the next pass, exactly where Pillow rounds.
+* Any device that is not the CPU (CUDA), and the CPU where torchvision has no
+  antialiased Lanczos or where ``EXACT_ON_CPU`` is set: ``pil_resample.resample``,
+  Pillow's integer coefficients applied as banded float64 products, bit for bit
+  Pillow's output (0 levels, Pillow's pass order) for every filter and every
+  ratio. torchvision's resize is never called on such a device: its CUDA
+  antialiased kernels have no Lanczos (``aten::_upsample_lanczos2d_aa`` is CPU
+  only) and run out of shared memory for one-axis downscales beyond ~94x
+  (bicubic) / ~184x (bilinear).
+* CPU (what the torch backend runs when the compiled kernels are not built; with
+  them, ``ops.resize`` calls the compiled Pillow-exact resize instead): each pass
+  is a separate one-dimensional ``torchvision.transforms.v2.functional.resize``
+  (antialias=True) run in Pillow's order, on torchvision's native uint8 kernel
+  (bicubic and lanczos always; bilinear on AVX2/AVX512/arm). It is a port of
+  Pillow's fixed-point resampler with different coefficient precision, so a
+  single pass is within 1 level of Pillow and the result within 2 (mean well
+  below 0.05 levels on photos; see ``tests/backends/test_torch_resize.py``). A
+  resize that changes only one side runs a single pass that touches only that
+  axis. Where torchvision would go through float (bilinear without AVX2) the pass
+  runs in float32 and is rounded half-up and clamped to uint8 before the next
+  pass, exactly where Pillow rounds.
 
-The result stays within 2 levels of PIL (mean well below 0.05 levels on
-photos; see ``tests/backends/test_torch_resize.py`` for what is measured).
-
-Two torch 2.14 kernel quirks are worked around (both only with a size-1 side):
-a vertical pass on a width-1 image runs as a horizontal pass on the transpose
-(the float kernel returns a constant column there, the uint8 kernel asserts on
-a 1x1 output), and every pass gets canonical C-contiguous strides (the uint8
-kernel misreads tensors whose size-1 dims carry odd strides).
+Two torch 2.14 kernel quirks of the torchvision path are worked around (both
+only with a size-1 side): a vertical pass on a width-1 image runs as a
+horizontal pass on the transpose (the float kernel returns a constant column
+there, the uint8 kernel asserts on a 1x1 output), and every pass gets canonical
+C-contiguous strides (the uint8 kernel misreads tensors whose size-1 dims carry
+odd strides).
 
 ``nearest`` is not separable-with-rounding in Pillow: it is one
 point-sampling step (``ImagingScaleAffine``) whose source index for output
 pixel ``i`` is ``int(s/2 + i*s)`` accumulated in double, ``s = in/out``.
 That index table is rebuilt here in Python floats and applied with
-``index_select``, which is bit-exact; torchvision's ``NEAREST_EXACT`` differs
-by one source pixel where ``(i + 0.5) * s`` is an integer.
+``index_select`` on every device, which is bit-exact; torchvision's
+``NEAREST_EXACT`` differs by one source pixel where ``(i + 0.5) * s`` is an
+integer.
 """
 from __future__ import annotations
 
@@ -46,8 +52,12 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from ..resample_order import pil_pass_order
+from . import pil_resample
 
-__all__ = ["resize_like_pil"]
+__all__ = ["resize_like_pil", "uses_exact_path", "EXACT_ON_CPU"]
+
+#: Run the Pillow-exact device path (``pil_resample``) on the CPU too (tests, benchmarks).
+EXACT_ON_CPU = False
 
 _INTERPOLATIONS = ("bilinear", "bicubic", "lanczos")
 _MODES = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "lanczos": "LANCZOS"}
@@ -64,12 +74,12 @@ def resize_like_pil(img: "torch.Tensor", out_hw: tuple[int, int], interpolation:
 
     Returns:
         uint8 ``(C, H2, W2)`` on ``img``'s device; a copy when the size does not change.
+        Bit-exact with PIL where ``uses_exact_path(img.device)`` (and for ``nearest``),
+        else within 2 levels (module docstring).
 
     Raises:
         TypeError / ValueError: not a uint8 tensor of rank 3 or 4, a bad size, an
             unknown interpolation.
-        NotImplementedError: ``"lanczos"`` where this torch/torchvision has no
-            antialiased Lanczos kernel (use the PIL reference backend for it).
     """
     return _resize_like_pil(img, out_hw, interpolation, force_float=False)
 
@@ -96,11 +106,12 @@ def _resize_like_pil(img, out_hw, interpolation: str, *, force_float: bool):
         raise ValueError(
             f"interpolation must be one of ('nearest',) + {_INTERPOLATIONS}, got {interpolation!r}"
         )
-    mode = _mode(interpolation)
-
     order = pil_pass_order((h1, w1), (h2, w2), interpolation)
     if not order:
         return _copy(img)
+    mode = _mode(interpolation)
+    if mode is None or uses_exact_path(img.device):
+        return pil_resample.resample(img, (h2, w2), interpolation, order=order)
     use_uint8 = not force_float and _native_uint8_kernel(img.device, mode)
     out = img
     for axis in order:
@@ -109,15 +120,16 @@ def _resize_like_pil(img, out_hw, interpolation: str, *, force_float: bool):
     return _standard(out)
 
 
-def _mode(interpolation: str) -> InterpolationMode:
-    mode = getattr(InterpolationMode, _MODES[interpolation], None)
-    if mode is None:
-        raise NotImplementedError(
-            f"interpolation={interpolation!r}: this torchvision has no InterpolationMode."
-            f"{_MODES[interpolation]} (antialiased Lanczos needs torchvision >= 0.27); "
-            "use the PIL reference backend for lanczos rather than a different filter"
-        )
-    return mode
+def uses_exact_path(device: "torch.device | str") -> bool:
+    """Whether ``resize_like_pil`` runs ``pil_resample`` (bit-exact) on ``device``: every
+    device but the CPU, and the CPU when ``EXACT_ON_CPU`` is set."""
+    return torch.device(device).type != "cpu" or EXACT_ON_CPU
+
+
+def _mode(interpolation: str) -> "InterpolationMode | None":
+    """torchvision's mode, or None where this torchvision has none (Lanczos before 0.27):
+    then the exact path serves it."""
+    return getattr(InterpolationMode, _MODES[interpolation], None)
 
 
 def _native_uint8_kernel(device: torch.device, mode: InterpolationMode) -> bool:
@@ -143,7 +155,9 @@ def _native_uint8_kernel(device: torch.device, mode: InterpolationMode) -> bool:
 
 
 def _pass(img: torch.Tensor, size: list[int], mode: InterpolationMode, name: str, use_uint8: bool):
-    """One one-dimensional pass (``size`` differs from ``img`` on one axis only)."""
+    """One one-dimensional pass (``size`` differs from ``img`` on one axis only), CPU only."""
+    if img.device.type != "cpu":  # never on CUDA: no lanczos, shared-memory limits (docstring)
+        raise AssertionError(f"the torchvision resize path runs on the CPU only, got {img.device}")
     if img.shape[-1] == 1 and size[0] != img.shape[-2]:
         # A vertical pass on a width-1 image runs as a horizontal pass on the
         # transpose (the same 1-D filter; bit-identical on the CPU uint8 kernel).
@@ -152,17 +166,9 @@ def _pass(img: torch.Tensor, size: list[int], mode: InterpolationMode, name: str
         t = _standard(img.transpose(-1, -2))
         return _standard(_pass(t, [1, size[0]], mode, name, use_uint8).transpose(-1, -2))
     img = _standard(img)
-    try:
-        if use_uint8:
-            return F.resize(img, size, interpolation=mode, antialias=True)
-        out = F.resize(img.to(torch.float32), size, interpolation=mode, antialias=True)
-    except (RuntimeError, NotImplementedError) as e:
-        if name == "lanczos":
-            raise NotImplementedError(
-                f"antialiased lanczos is not available for {img.device.type} tensors in this "
-                f"torch/torchvision ({e}); use the PIL reference backend for lanczos"
-            ) from e
-        raise
+    if use_uint8:
+        return F.resize(img, size, interpolation=mode, antialias=True)
+    out = F.resize(img.to(torch.float32), size, interpolation=mode, antialias=True)
     # Pillow's clip8: round half up, then clip to [0, 255].
     return out.add_(0.5).floor_().clamp_(0, 255).to(torch.uint8)
 
