@@ -89,6 +89,14 @@ def test_batched_equals_image_by_image(preset, dtype, seen):
     assert sorted(seen["device_decoded"]) == sorted([JPEG_444, JPEG_GRAY])
 
 
+def test_one_thread_decodes_in_the_calling_thread(seen):
+    want = vlmprep.Processor("llava-next", errors="skip")(IMAGES)
+    with gpu.forced(), vk.local_threads(1):
+        got = vlmprep.Processor("llava-next", errors="skip")(IMAGES)
+    _same(got, want, "llava-next, 1 thread")
+    assert sorted(seen["device_decoded"]) == sorted([JPEG_444, JPEG_GRAY])
+
+
 def test_errors_raise_is_the_first_error():
     with pytest.raises(vlmprep.ImageError) as want:
         vlmprep.Processor("qwen2-vl")([JPEG_420, TRUNCATED, JPEG_444])
