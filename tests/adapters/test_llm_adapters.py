@@ -281,3 +281,67 @@ def test_sglang_dicts_schema_and_mismatch():
         sg.precomputed_embedding([emb], b, ids, architecture=arch)
     with pytest.raises(ValueError, match="embeds dtype"):
         sg.precomputed_embedding(emb.long(), b, ids, architecture=arch)
+
+
+# -- compact rows: engines and models get the full rows, expanded on the consumer's device ------
+def _spy_expand(monkeypatch):
+    """Record the device of every rows tensor pack.expand_rows expands."""
+    import vlmprep.pack as pack
+    seen = []
+    real = pack.expand_rows
+
+    def spy(rows, *a, **kw):
+        seen.append(rows.device.type)
+        return real(rows, *a, **kw)
+    monkeypatch.setattr(pack, "expand_rows", spy)
+    return seen
+
+
+def _same(a: dict, b: dict):
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if torch.is_tensor(a[k]):
+            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_compact_batches_give_engines_the_full_batch_rows(dtype, monkeypatch):
+    images = _images()
+    full = vlmprep.Processor("qwen2-vl", backend="reference", dtype=dtype)(images)
+    comp = vlmprep.Processor("qwen2-vl", backend="reference", dtype=dtype,
+                             row_form="compact")(images)
+    assert comp.row_form == "compact" and comp.pixel_values.shape[1] == 588
+    seen = _spy_expand(monkeypatch)
+    dn = dtype == "uint8"
+    # vLLM (processed pixels, PR #50160)
+    mm = [vl.prompt_inputs(PROMPT, b, processed_pixels=True, device_normalize=dn)
+          ["multi_modal_data"]["image"] for b in (full, comp)]
+    _same(mm[1], mm[0])
+    assert mm[0]["pixel_values"].shape[1] == 1176 and seen == ["cpu"]
+    # SGLang processor_output
+    proc, _, _, _ = _qwen("qwen2-vl")
+    ids = tfa.model_inputs(proc, [PROMPT], full)["input_ids"]
+    _same(sg.processor_output(comp, ids), sg.processor_output(full, ids))
+    # transformers model_inputs: every key, two texts
+    texts = ["describe <|vision_start|><|image_pad|><|vision_end|> a",
+             "<|vision_start|><|image_pad|><|vision_end|> b c"]
+    _same(tfa.model_inputs(proc, texts, comp), tfa.model_inputs(proc, texts, full))
+    # device=: the rows are moved to the consumer's device, then expanded there ("meta" stands
+    # in for a GPU here: no data, but every tensor's device is real)
+    seen.clear()
+    m = vl.prompt_inputs(PROMPT, comp, processed_pixels=True, device_normalize=dn,
+                         device="meta")["multi_modal_data"]["image"]
+    s = sg.processor_output(comp, ids, device="meta")
+    t = tfa.model_inputs(proc, texts, comp, device="meta")
+    assert seen == ["meta"] * 3
+    for out in (m, s, t):
+        assert out["pixel_values"].device.type == "meta"
+        assert out["pixel_values"].shape == full.pixel_values.shape
+        assert out["image_grid_thw"].device.type == "cpu"
+    assert t["input_ids"].device.type == "cpu"
+    # a full batch with device=: moved, nothing expanded
+    f = vl.prompt_inputs(PROMPT, full, processed_pixels=True, device_normalize=dn,
+                         device="meta")["multi_modal_data"]["image"]
+    assert f["pixel_values"].device.type == "meta" and seen == ["meta"] * 3

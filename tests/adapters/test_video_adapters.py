@@ -104,6 +104,11 @@ def test_model_inputs_image_and_videos_equal_qwen2vl_processor(seed):
         assert torch.equal(torch.as_tensor(got[k]), torch.as_tensor(ref[k])), k
     assert int((got["input_ids"] == proc.video_token_id).sum()) == sum(batch.videos.num_tokens)
     assert (torch.as_tensor(got["mm_token_type_ids"]) == 2).sum() == sum(batch.videos.num_tokens)
+    # compact image rows (videos stay full): the same inputs, the images' rows expanded
+    compact = tfa.model_inputs(proc, texts, _qwen_batch(vids, [img], row_form="compact"))
+    assert sorted(compact) == sorted(got)
+    for k in got:
+        assert torch.equal(torch.as_tensor(compact[k]), torch.as_tensor(got[k])), k
     # videos only, one text
     only = _qwen_batch(vids[:1])
     with warnings.catch_warnings():

@@ -9,7 +9,8 @@ by the image token id)::
     llm.generate(input_ids=ids, image_data=[processor_output(batch, ids)])
 
 - ``processor_output``: ``{"format": "processor_output", <batch.to_hf() keys>}``, e.g. Qwen:
-  ``pixel_values (sum t*h*w, 1176)`` float, ``image_grid_thw (N, 3)`` int64.
+  ``pixel_values (sum t*h*w, 1176)`` float, ``image_grid_thw (N, 3)`` int64. Full rows always:
+  a compact batch is expanded on ``device=`` (default: the batch's device).
 - ``precomputed_embedding``: ``{"format": "precomputed_embedding", "feature": (sum
   num_embeddings, hidden), "input_ids"}`` (+ ``image_grid_thw`` for Qwen's M-RoPE). SGLang
   0.5.23 hands ``feature`` to the model's ``get_image_feature``, which for most models runs the
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ._embeds import concat_embeds
+from ._rows import full_form
 
 if TYPE_CHECKING:
     import torch
@@ -91,8 +93,8 @@ def _check_ids(ids: list[int], batch: "PackedBatch", image_token_id: int | None)
 
 
 def processor_output(batch: "PackedBatch", input_ids: Any, *,
-                     image_token_id: int | None = None, video_token_id: int | None = None
-                     ) -> dict:
+                     image_token_id: int | None = None, video_token_id: int | None = None,
+                     device: "str | torch.device | None" = None) -> dict:
     """SGLang's ``{"format": "processor_output", ...}`` item for ``image_data=[item]``.
 
     Args:
@@ -101,9 +103,13 @@ def processor_output(batch: "PackedBatch", input_ids: Any, *,
         image_token_id: if given, the count of this id in ``input_ids`` must equal the batch's
             expanded image tokens (e.g. Qwen ``<|image_pad|>`` = 151655: sum of num_tokens).
         video_token_id: the same for the videos (Qwen ``<|video_pad|>`` = 151656).
+        device: where the pixel tensors are made (default: the batch's device). SGLang takes the
+            full rows: a compact batch (``row_form="compact"``) is moved there and expanded
+            there (``batch.full_rows(device)``: no full-size host copy for a GPU device); video
+            rows are moved.
 
     Returns ``{"format": "processor_output", "input_ids": list[int], **batch.to_hf()}`` (video
-    keys included when the batch has videos).
+    keys included when the batch has videos; full rows whatever the batch's row form).
     """
     if getattr(batch, "modality", "image") == "video":
         raise _fail("batch", "the Processor's batch (videos in batch.videos)", "its .videos part",
@@ -111,7 +117,7 @@ def processor_output(batch: "PackedBatch", input_ids: Any, *,
     ids = _ids_list(input_ids)
     _check_ids(ids, batch, image_token_id)
     _check_video_ids(ids, batch, video_token_id)
-    return {"format": "processor_output", "input_ids": ids, **batch.to_hf()}
+    return {"format": "processor_output", "input_ids": ids, **full_form(batch, device).to_hf()}
 
 
 def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch: "PackedBatch",

@@ -26,8 +26,11 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from ..presets import gemma3
+from ._rows import full_form
 
 if TYPE_CHECKING:
+    import torch
+
     from ..pack import PackedBatch
     from ..plan import Plan
 
@@ -200,7 +203,8 @@ def _text_kwargs(processor: Any, tokenizer: Any, kwargs: dict) -> dict:
 
 def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch", *,
                  image_token: str | None = None, video_token: str | None = None,
-                 return_mm_token_type_ids: bool | None = None, **text_kwargs: Any) -> dict:
+                 return_mm_token_type_ids: bool | None = None,
+                 device: "str | torch.device | None" = None, **text_kwargs: Any) -> dict:
     """What ``model(**inputs)`` / ``model.generate(**inputs)`` take, built on a PackedBatch.
 
     Args:
@@ -214,6 +218,11 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
             ``prompt_video_token``); used when the batch has videos (``batch.videos``).
         return_mm_token_type_ids: default: as the processor (``return_mm_token_type_ids``
             class attribute: True for Qwen2-VL, Qwen3-VL, Gemma 3).
+        device: where the pixel tensors are made (default: the batch's device; the token tensors
+            stay on the host, as the tokenizer returns them). Models take full rows: a compact
+            batch (``row_form="compact"``) is moved there and expanded there
+            (``batch.full_rows(device)``: no full-size host copy for a GPU device); video rows
+            are moved.
         **text_kwargs: passed to the tokenizer (default ``return_tensors="pt"``,
             ``padding=True`` when there is more than one text).
 
@@ -258,7 +267,8 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
     if want_types:
         out["mm_token_type_ids"] = _mm_token_type_ids(processor, enc, expanded, batch, token)
 
-    hf = batch.to_hf(images_per_sample=counts) if len(counts) > 1 else batch.to_hf()
+    full = full_form(batch, device)  # the model's layout: full rows, made on ``device``
+    hf = full.to_hf(images_per_sample=counts) if len(counts) > 1 else full.to_hf()
     if has_videos and type(processor).__name__.startswith("InternVL"):
         hf = _internvl_merge(dict(hf), originals, batch, token, vtoken)
     hf = _consume(processor, hf)

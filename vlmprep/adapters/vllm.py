@@ -30,6 +30,9 @@ pre-computed processor output parser (PR #50160) and is built only with ``proces
 
       {"image": {"pixel_values": (sum_i t*h*w, 3*T*P*P), "image_grid_thw": (num_images, 3) int64}}
 
+  Full rows always (the engine's layout): a compact batch (``row_form="compact"``) is expanded
+  on ``device=`` (default: the batch's device), once, there: ``batch.full_rows(device)``.
+
   ``pixel_values`` dtype follows the engine's ``mm_device_do_normalize`` (PR #50411): on ->
   uint8 (``vlmprep.Processor(..., dtype="uint8")``, ``device_normalize=True``); off ->
   normalized float. The dtype is checked against ``device_normalize``.
@@ -157,7 +160,8 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
                   *, video_embeds: "torch.Tensor | Sequence[torch.Tensor] | None" = None,
                   image_token: str | None = None, video_token: str | None = None,
                   hidden_size: int | None = None, processed_pixels: bool = False,
-                  device_normalize: bool = False) -> dict:
+                  device_normalize: bool = False, device: "str | torch.device | None" = None
+                  ) -> dict:
     """The vLLM prompt dict for ``LLM.generate(...)`` (one request).
 
     Args:
@@ -173,6 +177,10 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
             accepted by vLLM 0.33: only by a vLLM with PR #50160 (pre-computed processor outputs).
         device_normalize: with ``processed_pixels``, the engine's ``mm_device_do_normalize``:
             True -> pixels must be uint8 (``dtype="uint8"`` batch), False -> normalized float.
+        device: with ``processed_pixels``, where the ``pixel_values`` handed to vLLM are made
+            (default: the batch's device). The engine takes full rows: a compact batch
+            (``row_form="compact"``) is moved there and expanded there (``batch.full_rows(
+            device)``: no full-size host copy for a GPU device); video rows are moved.
         video_embeds: the videos' embeddings (``batch.videos``; ``vit.encode(tower,
             batch.videos)``): one ``(num_embeddings_v, hidden)`` tensor per video or all
             concatenated (``batch.videos.num_embeddings``). Qwen families only (module doc).
@@ -198,15 +206,16 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
     out = {"prompt": prompt, "multi_modal_data": mm}
     if vids is not None:
         mm["video"] = _video_item(prompt, vids, video_embeds, video_token, hidden_size,
-                                  processed_pixels, device_normalize)
+                                  processed_pixels, device_normalize, device)
         if batch.num_images == len(batch.errors) and embeds is None:
             return out  # videos only
-    mm["image"] = _image_item(batch, embeds, hidden_size, processed_pixels, device_normalize)
+    mm["image"] = _image_item(batch, embeds, hidden_size, processed_pixels, device_normalize,
+                              device)
     return out
 
 
 def _image_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None,
-                processed_pixels: bool, device_normalize: bool) -> Any:
+                processed_pixels: bool, device_normalize: bool, device: Any) -> Any:
     """``multi_modal_data["image"]`` of ``prompt_inputs``."""
     if embeds is None:
         if not processed_pixels:
@@ -217,7 +226,7 @@ def _image_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None,
                         "is rejected by vLLM 0.33 ('The data should contain the fields: "
                         "{'image_grid_thw', 'image_embeds'}') and needs a vLLM with PR #50160: "
                         "ask for it with processed_pixels=True")
-        return _pixels(batch, device_normalize)
+        return _pixels(batch, device_normalize, device)
     if processed_pixels:
         raise _fail("processed_pixels", "False with embeds= (one form per request)", "True",
                     "drop embeds= for the pixel dict, or processed_pixels for embeddings")
@@ -225,7 +234,8 @@ def _image_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None,
 
 
 def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token: str | None,
-                hidden_size: int | None, processed_pixels: bool, device_normalize: bool) -> dict:
+                hidden_size: int | None, processed_pixels: bool, device_normalize: bool,
+                device: Any) -> dict:
     """``multi_modal_data["video"]`` for the good videos of ``vids`` (a ``"video"`` batch)."""
     where = "vllm.prompt_inputs (videos)"
     form = _form(vids)
@@ -255,7 +265,7 @@ def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token
             raise _fail("video_embeds", "the videos' embeddings (vit.encode(tower, batch.videos); "
                         "LLM(..., enable_mm_embeds=True))", "None", "pass video_embeds=, or "
                         "processed_pixels=True for a vLLM with PR #50160", where)
-        pix = _pixels(vids, device_normalize)
+        pix = _pixels(vids, device_normalize, device)
         item: dict[str, Any] = {"pixel_values_videos": pix["pixel_values"],
                                 "video_grid_thw": pix["image_grid_thw"]}
     else:
@@ -339,15 +349,15 @@ def _embeds_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None, whe
     return flat.reshape(len(rows), rows[0] if rows else 0, flat.shape[-1])
 
 
-def _pixels(batch: "PackedBatch", device_normalize: bool) -> dict:
-    """The processed-pixel dict (vLLM with PR #50160 only), dtype checked."""
+def _pixels(batch: "PackedBatch", device_normalize: bool, device: Any = None) -> dict:
+    """The processed-pixel dict (vLLM with PR #50160 only), dtype checked; full rows made on
+    ``device`` (a compact batch expanded there)."""
     form = _form(batch)
     if form != "qwen2_vl":
         raise _fail("pixel form", "a Qwen2-VL-style batch (layout 'patches', to_hf form "
                     "'qwen2_vl')", f"form {form!r}", "pass embeds= (vLLM takes precomputed "
                     "embeddings), or give vLLM the images themselves")
-    pv = batch.pixel_values
-    dt = str(pv.dtype).replace("torch.", "")
+    dt = str(batch.pixel_values.dtype).replace("torch.", "")
     if device_normalize and dt != "uint8":
         raise _fail("pixel_values dtype", "uint8 (mm_device_do_normalize on: the engine "
                     "normalizes on the GPU)", dt, "process with vlmprep.Processor(..., "
@@ -359,10 +369,12 @@ def _pixels(batch: "PackedBatch", device_normalize: bool) -> dict:
     grid = _good_grid(batch)
     tokens = _good(batch.num_tokens, batch)
     rows = int(grid.prod(-1).sum())
+    pv = batch.pixel_values
     if pv.ndim != 2 or pv.shape[0] != rows:
         raise _fail("pixel_values shape", f"(sum t*h*w = {rows}, patch_dim)",
                     f"{tuple(pv.shape)}", "pass the PackedBatch unchanged")
     if grid.shape[0] != len(tokens):
         raise _fail("image_grid_thw", f"{len(tokens)} rows (one per image)",
                     f"{grid.shape[0]}", "use a Qwen-style batch (one sequence per image)")
-    return {"pixel_values": pv, "image_grid_thw": grid}
+    # The engine's layout is the full rows: a compact batch is expanded on ``device``.
+    return {"pixel_values": batch.full_rows(device=device), "image_grid_thw": grid}
