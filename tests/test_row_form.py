@@ -201,6 +201,8 @@ def test_to_hf_gives_the_full_rows(preset):
             assert torch.equal(a[k], b[k]), k
         np_a, np_b = full.to_hf(return_tensors="np"), compact.to_hf(return_tensors="np")
         assert all(np.array_equal(np_a[k], np_b[k]) for k in np_a)
+        on = compact.to_hf(device="cpu")  # the consumer's device: here the same one
+        assert sorted(on) == sorted(a) and all(torch.equal(a[k], on[k]) for k in a)
     # the collate helper is to_hf's: full rows too
     from vlmprep.loader import collate_hf
     assert torch.equal(collate_hf(compact)["pixel_values"], full.pixel_values)
@@ -239,6 +241,9 @@ def test_pin_memory_and_full_rows_on_the_gpu_keep_the_form():
     on = compact.full_rows(device="cuda")
     assert on.device.type == "cuda" and torch.equal(on.cpu(), full.pixel_values)
     assert compact.to("cuda").row_form == "compact"
+    hf = compact.to_hf(device="cuda")  # expanded on the GPU, grid on the host as without device
+    assert hf["pixel_values"].device.type == "cuda" and hf["image_grid_thw"].device.type == "cpu"
+    assert torch.equal(hf["pixel_values"].cpu(), full.pixel_values)
 
 
 def test_expand_rows_checks_its_input():

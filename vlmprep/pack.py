@@ -241,7 +241,8 @@ class PackedBatch:
             row += n
 
     def to_hf(self, images_per_sample: Sequence[int] | None = None,
-              return_tensors: str = "pt") -> MutableMapping[str, Any]:
+              return_tensors: str = "pt", device: "str | torch.device | None" = None
+              ) -> MutableMapping[str, Any]:
         """What the family's transformers image processor returns for the same images.
 
         Returns transformers' ``BatchFeature`` when transformers is installed (``.to(device)``,
@@ -261,7 +262,10 @@ class PackedBatch:
           - ``siglip2``: ``{"pixel_values": (num_images, max_num_patches, P*P*C),
             "pixel_attention_mask": int32, "spatial_shapes": (num_images, 2) int64}``.
         Each form lives in ``vlmprep.hf_forms``. A ``"compact"`` batch gives the full rows
-        (``full_rows()``, expanded on the batch's device): transformers' layout is never compact.
+        (``full_rows(device)``): transformers' layout is never compact. ``device``: the pixel
+        tensors (``pixel_values``, ``pixel_values_videos``, masks made beside them) are made there, compact rows moved
+        first and expanded there (no full-size host copy for a GPU); other keys as without it;
+        None: the batch's device.
         Processors that flatten multi-image samples only check the count of
         ``images_per_sample``; forms in ``HF_NESTING_FORMS`` (idefics3: ``pixel_values (B,
         max_tiles, C, M, M)`` + ``pixel_attention_mask``; mllama; llava-onevision) nest the images
@@ -286,11 +290,15 @@ class PackedBatch:
         if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
             raise ValueError(f"to_hf: return_tensors expected one of {RETURN_TENSORS}, got "
                              f"{return_tensors!r}; use 'pt' for torch tensors, 'np' for numpy")
+        if device is not None or self.row_form != "full":
+            # transformers' layout: the full rows, made on the consumer's device
+            vids = self.videos
+            if device is not None and vids is not None:
+                vids = replace(vids, pixel_values=vids.pixel_values.to(device))
+            return replace(self, pixel_values=self.full_rows(device), row_form="full",
+                           videos=vids).to_hf(images_per_sample, return_tensors)
         if self.modality == "video":
             return _finish(self._video_hf(), return_tensors)
-        if self.row_form != "full":  # transformers' layout: the full rows, on this device
-            return replace(self, pixel_values=self.full_rows(), row_form="full").to_hf(
-                images_per_sample, return_tensors)
         from .hf_forms import HF_FORMS, HF_NESTING_FORMS, hf_output
         form = hf_output(self.pipeline)
         out: dict[str, Any] = {}
