@@ -41,13 +41,15 @@ _FLAGS = {
     "num_images": ("--num-images", str),
     "repeat": ("--repeat", str),
     "warmup": ("--warmup", str),
+    "row_forms": ("--row-form", lambda v: ",".join(v)),
+    "formats": ("--format", lambda v: ",".join(v)),
 }
 _SHARED = ("machine", "versions", "kernels", "definitions")
 
 
 def scenario_argv(sc: dict, where: str) -> list[str]:
     """A scenario dict -> `vlmprep bench` arguments (unknown keys are an error)."""
-    known = set(_FLAGS) | {"description", "compare", "stages", "decode_floor"}
+    known = set(_FLAGS) | {"description", "compare", "stages", "decode_floor", "lower_bound"}
     unknown = sorted(set(sc) - known)
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; expected keys from {sorted(known)}")
@@ -61,6 +63,8 @@ def scenario_argv(sc: dict, where: str) -> list[str]:
         argv.append("--no-stages")
     if sc.get("decode_floor") is False:
         argv.append("--no-decode-floor")
+    if sc.get("lower_bound") is False:
+        argv.append("--no-lower-bound")
     return argv
 
 

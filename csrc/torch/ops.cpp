@@ -21,6 +21,7 @@
 #include "vlmprep/parse.h"
 #include "vlmprep/resize.h"
 #include "vlmprep/resize_normalize_patchify.h"
+#include "vlmprep/stream_store.h"
 #if defined(VLMPREP_WITH_LIBJPEG)
 #include "vlmprep/jpeg_rows.h"
 #endif
@@ -330,6 +331,16 @@ at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::s
   return out;
 }
 
+// out: any contiguous CPU tensor -> every byte set to `value` with streamed stores, one thread:
+// the output-write floor of `vlmprep bench` (what storing exactly out's bytes costs).
+void stream_store(at::Tensor out, int64_t value) {
+  TORCH_CHECK(out.is_cpu() && out.is_contiguous(), "stream_store: out: expected a contiguous CPU tensor, got ",
+              out.sizes(), " strides ", out.strides(), " on ", out.device(), "; pass a contiguous CPU buffer");
+  const int32_t v = int_arg("stream_store", "value", value, 0, 255);
+  vlmprep::stream_store_cpu(static_cast<uint8_t*>(out.data_ptr()), out.numel() * int64_t(out.element_size()),
+                            uint8_t(v));
+}
+
 }  // namespace
 
 TORCH_LIBRARY(vlmprep, m) {
@@ -343,6 +354,7 @@ TORCH_LIBRARY(vlmprep, m) {
         "str interpolation, Tensor? lut, Tensor(a!) out, int offset, str order, int patch_size, "
         "int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
   m.def("decode_jpeg(Tensor data, int src_h, int src_w) -> Tensor");
+  m.def("stream_store(Tensor(a!) out, int value=0) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
@@ -351,6 +363,7 @@ TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
   m.impl("resize_normalize_patchify", &resize_normalize_patchify);
   m.impl("decode_resize_normalize_patchify", &decode_resize_normalize_patchify);
   m.impl("decode_jpeg", &decode_jpeg);
+  m.impl("stream_store", &stream_store);
 }
 
 #ifdef VLMPREP_WITH_CUDA

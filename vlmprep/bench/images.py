@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
     from ..processor import Processor
 
-__all__ = ["SIZES", "photos", "mosaic", "encode", "parse_size", "ImageSet", "synthetic_set",
+__all__ = ["SIZES", "FORMATS", "photos", "mosaic", "encode", "parse_size", "ImageSet", "synthetic_set",
            "folder_set", "why_unusable"]
 
 #: Named sizes, (H, W).
@@ -149,12 +149,29 @@ class ImageSet:
                 "skipped": [{"name": n, "reason": r} for n, r in self.skipped]}
 
 
-def synthetic_set(size: str, count: int, quality: int = JPEG_QUALITY) -> ImageSet:
-    """``count`` different JPEG mosaics (seeds 0..count-1) at ``size`` (see ``parse_size``)."""
+#: ``--format`` of synthetic sets -> (Pillow format, file suffix, save options): JPEG and lossy
+#: WebP at quality 90, PNG at Pillow's default compression
+FORMATS = {"jpeg": ("JPEG", "jpg", {"quality": JPEG_QUALITY}),
+           "png": ("PNG", "png", {}),
+           "webp": ("WEBP", "webp", {"quality": JPEG_QUALITY})}
+
+
+def synthetic_set(size: str, count: int, quality: int = JPEG_QUALITY,
+                  fmt: str = "jpeg") -> ImageSet:
+    """``count`` different mosaics (seeds 0..count-1) at ``size`` (see ``parse_size``), encoded as
+    ``fmt`` (``FORMATS``; ``quality`` for JPEG and WebP). The label is the size's, with
+    ``-<fmt>`` appended for a format other than JPEG (``1080p``, ``1080p-png``)."""
     label, hw = parse_size(size)
+    if fmt not in FORMATS:
+        raise ValueError(f"--format: expected {', '.join(FORMATS)}, got {fmt!r}")
     _need_photo_packages()
-    items = tuple(encode(mosaic(hw, seed=i), "JPEG", quality=quality) for i in range(count))
-    return ImageSet(label, items, tuple(f"mosaic_{label}_{i}.jpg" for i in range(count)), hw)
+    pil_fmt, suffix, opts = FORMATS[fmt]
+    if "quality" in opts:
+        opts = {**opts, "quality": quality}
+    items = tuple(encode(mosaic(hw, seed=i), pil_fmt, **opts) for i in range(count))
+    if fmt != "jpeg":
+        label = f"{label}-{fmt}"
+    return ImageSet(label, items, tuple(f"mosaic_{label}_{i}.{suffix}" for i in range(count)), hw)
 
 
 def why_unusable(data: bytes, proc: "Processor | None" = None) -> str | None:

@@ -7,6 +7,12 @@ Examples::
         --json out.json --plot out.png
     vlmprep bench --preset internvl --images photos/ --backend all --batch-size 8
     vlmprep bench --video --compare hf --threads 1,2 --json bench/results/video_qwen2-vl.json
+    vlmprep bench --preset qwen2-vl --synthetic 1080p --format jpeg,png,webp --threads 1,2 \
+        --dtype float32,uint8 --row-form full,compact        # issue 20's floors and ratios
+
+Besides the decode floor, every run on the CPU measures the output-write floor (streamed stores
+of exactly the output bytes) and the exact-resize floor (the compiled Pillow-exact resize
+alone); "x lower bound" is the end-to-end time over their sum (vlmprep.bench.harness).
 
 ``--video`` measures one sampled clip instead of images (``vlmprep.bench.video``): clips/s and
 frames/s end to end, the decode alone, the rest alone, and the transformers video processor on
@@ -87,6 +93,24 @@ def _dtypes(s: str) -> list[str]:
     return out
 
 
+def _row_forms(s: str) -> list[str]:
+    from ..bench.harness import ROW_FORMS
+    out = [p.strip() for p in s.split(",")]
+    if not all(out) or any(p not in ROW_FORMS for p in out):
+        raise argparse.ArgumentTypeError(f"expected row forms from {', '.join(ROW_FORMS)}, "
+                                         f"comma-separated, got {s!r}")
+    return out
+
+
+def _formats(s: str) -> list[str]:
+    from ..bench.images import FORMATS
+    out = [p.strip().lower() for p in s.split(",")]
+    if not all(out) or any(p not in FORMATS for p in out):
+        raise argparse.ArgumentTypeError(f"expected formats from {', '.join(FORMATS)}, "
+                                         f"comma-separated, got {s!r}")
+    return out
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench", help="images/s, latency, per-stage time; ratios vs the decode floor and "
@@ -105,6 +129,10 @@ def add_parser(sub) -> None:
     src.add_argument("--synthetic", type=_sizes, default=None, metavar="SIZES",
                      help="JPEG mosaics of real photos at these sizes: 720p, 1080p, 4k or "
                           "WIDTHxHEIGHT, comma-separated (default: 1080p)")
+    p.add_argument("--format", type=_formats, default=None, metavar="FMT[,FMT...]",
+                   help="encoding of the --synthetic mosaics: jpeg (quality 90), png, webp "
+                        "(lossy, quality 90), comma-separated; one input set per size and format, "
+                        "labelled 1080p, 1080p-png, 1080p-webp (default: jpeg)")
     p.add_argument("--num-images", type=_positive_int, default=None, metavar="N",
                    help="images per set (default: 4 synthetic mosaics; every file of --images)")
     p.add_argument("--backend", default="auto",
@@ -114,6 +142,9 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", type=_dtypes, default=["float32"],
                    help="output dtype(s), comma-separated: float32, bfloat16, uint8 "
                         "(default: float32)")
+    p.add_argument("--row-form", type=_row_forms, default=["full"], metavar="FORM[,FORM]",
+                   help="Processor(row_form=...): full (transformers' rows) and/or compact (one "
+                        "copy of each image row, Qwen presets), comma-separated (default: full)")
     p.add_argument("--batch-size", type=_positive_int, default=1, metavar="N",
                    help="images per call (default: 1, per-image latency)")
     p.add_argument("--threads", type=_threads, default=None, metavar="N[,N...]",
@@ -130,7 +161,10 @@ def add_parser(sub) -> None:
                         "output buffers a loop alternates between)")
     p.add_argument("--no-stages", action="store_true", help="skip the per-stage measurement")
     p.add_argument("--no-decode-floor", action="store_true",
-                   help="skip the decode-only floor")
+                   help="skip the decode-only floor (and so the lower bound and its write and "
+                        "resize floors)")
+    p.add_argument("--no-lower-bound", action="store_true",
+                   help="skip the output-write and exact-resize floors (and so the lower bound)")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="FILE",
                    help="write the results as JSON to FILE; without FILE print JSON on stdout "
                         "instead of the tables")
@@ -224,18 +258,36 @@ def config(args: argparse.Namespace):
         _check_out(args.plot, "--plot")
         from ..bench.plot import check_available
         check_available()
+    forms = list(dict.fromkeys(args.row_form))
+    if forms != ["full"]:
+        _check_row_forms(pipe, forms)
     if args.images is not None:
+        if args.format:
+            raise ValueError("--format: expected --synthetic (it encodes the mosaics), got "
+                             "--images; drop --format (a folder's files are measured as they are)")
         sets = [bench_images.folder_set(args.images, args.num_images, pipe)]
     else:
         sizes = args.synthetic or ["1080p"]
         n = args.num_images or 4
-        sets = [bench_images.synthetic_set(s, n) for s in dict.fromkeys(sizes)]
+        sets = [bench_images.synthetic_set(s, n, fmt=f) for s in dict.fromkeys(sizes)
+                for f in dict.fromkeys(args.format or ["jpeg"])]
     return BenchConfig(preset=args.preset, pipeline=pipe, image_sets=sets, backends=backends,
                        dtypes=list(dict.fromkeys(args.dtype)), device=args.device,
                        batch_size=args.batch_size,
                        threads=list(dict.fromkeys(args.threads)) if args.threads else [None],
                        compare_hf=args.compare == "hf", repeat=args.repeat or 3, warmup=args.warmup,
-                       stages=not args.no_stages, decode_floor=not args.no_decode_floor)
+                       stages=not args.no_stages, decode_floor=not args.no_decode_floor,
+                       row_forms=forms, floors=not args.no_lower_bound)
+
+
+def _check_row_forms(pipe, forms: list[str]) -> None:
+    """Every row form must suit the pipeline: fail before measuring (pack's one check)."""
+    from ..pack import execution_pipeline
+    for form in forms:
+        try:
+            execution_pipeline(pipe, form)
+        except ValueError as e:
+            raise ValueError(f"--row-form {form}: {e}") from None
 
 
 def _reporter(args: argparse.Namespace):
@@ -346,6 +398,10 @@ def _thr(r: dict) -> str:
     return str(r["threads"]) if r["threads"] != "default" else f"default ({r['vlmprep_threads']})"
 
 
+def _form(r: dict) -> str:
+    return r.get("row_form", "full")
+
+
 def _f(x, fmt: str = ".1f") -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -369,14 +425,17 @@ def print_report(result: dict) -> None:
     rows = result["results"]
     print("\nend to end: Processor(...)(encoded bytes); ms/img = batch latency / batch size")
     print_table([{
-        "inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"], "threads": _thr(r),
+        "inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"], "rows": _form(r),
+        "threads": _thr(r),
         "images/s": _f(r["images_per_s"], ".2f"), "MP/s": _f(r["megapixels_per_s"]),
         "tokens/s": _f(r["visual_tokens_per_s"], ".0f"),
         "ms/img p50": _f(r["per_image_p50_ms"]), "p99": _f(r["per_image_p99_ms"]),
+        "min": _f(r.get("per_image_min_ms")),
         "batch p50": _f(r["batch_p50_ms"]), "batch p99": _f(r["batch_p99_ms"]),
         "cores": _f(r["cpu_cores_used"], ".2f"), "peak RSS MiB": _f(r["peak_rss_mib"], ".0f"),
-    } for r in rows], ["inputs", "backend", "dtype", "threads", "images/s", "MP/s", "tokens/s",
-                       "ms/img p50", "p99", "batch p50", "batch p99", "cores", "peak RSS MiB"])
+    } for r in rows], ["inputs", "backend", "dtype", "rows", "threads", "images/s", "MP/s", "tokens/s",
+                       "ms/img p50", "p99", "min", "batch p50", "batch p99", "cores",
+                       "peak RSS MiB"])
 
     if any(r.get("stages_ms") or r.get("stages_error") for r in rows):
         print("\nstages, each run separately through the backend's lowerings (p50 ms per image)")
@@ -384,6 +443,7 @@ def print_report(result: dict) -> None:
         for r in rows:
             s = r.get("stages_ms") or {}
             table.append({"inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"],
+                          "rows": _form(r),
                           "threads": _thr(r), "probe": _f(s.get("probe_ms"), ".2f"),
                           "decode": _f(s.get("decode_ms")), "resize": _f(s.get("resize_ms")),
                           "normalize+patchify+pack": _f(s.get("normalize_patchify_pack_ms")),
@@ -391,7 +451,8 @@ def print_report(result: dict) -> None:
                           "sum": _f(r.get("stage_sum_ms")),
                           "end to end": _f(r["per_image_p50_ms"]),
                           "note": r.get("stages_error") or ""})
-        print_table(table, ["inputs", "backend", "dtype", "threads", "probe", "decode", "resize",
+        print_table(table, ["inputs", "backend", "dtype", "rows", "threads", "probe", "decode",
+                            "resize",
                             "normalize+patchify+pack", "transfer", "sum", "end to end", "note"])
 
     if result["decode_floor"]:
@@ -416,22 +477,55 @@ def print_report(result: dict) -> None:
         } for h in result["hf"]], ["inputs", "processor", "threads", "images/s", "ms/img p50", "p99",
                                    "cores", "same shape"])
 
+    if result.get("write_floor") or result.get("resize_floor"):
+        print("\nfloors, one thread (p50 ms per image): decode (fastest decoder) + output write "
+              "(streamed stores of the output bytes) + exact resize (compiled, alone) = lower "
+              "bound")
+        decode = {f["size"]: f.get("decode_floor_ms") for f in result["decode_floor"]}
+        mins = {f["size"]: f.get("decode_floor_min_ms") for f in result["decode_floor"]}
+        resize = {f["size"]: f for f in result.get("resize_floor", [])}
+        table = []
+        for w in result.get("write_floor", []):
+            rz = resize.get(w["size"], {}).get("resize_floor_ms")
+            d = decode.get(w["size"])
+            parts = (d, w["write_floor_ms"], rz)
+            low = (mins.get(w["size"]), w.get("write_floor_min_ms"),
+                   resize.get(w["size"], {}).get("resize_floor_min_ms"))
+            table.append({
+                "inputs": w["size"], "dtype": w["dtype"], "rows": w["row_form"],
+                "decode": _f(d), "output MB": _f(w["write_floor_bytes"] / 1e6),
+                "write": _f(w["write_floor_ms"], ".2f"),
+                "GB/s": _f(w.get("write_floor_GB_per_s")),
+                "resize": _f(rz, ".2f"),
+                "lower bound": _f(sum(parts)) if None not in parts else "-",
+                "min: lower bound": _f(sum(low)) if None not in low else "-",
+                "note": w.get("why") or ""})
+        print_table(table, ["inputs", "dtype", "rows", "decode", "output MB", "write", "GB/s",
+                            "resize", "lower bound", "min: lower bound", "note"])
+
     if any("ratio_vs_decode_floor" in r or "speedup_vs_hf_pil" in r for r in rows):
-        print("\nratios (per-image p50): vlmprep time / decode floor; transformers time / vlmprep "
-              "time")
+        print("\nratios (per-image p50): vlmprep time / decode floor and / lower bound (one "
+              "thread's floors); transformers time / vlmprep time")
         table = []
         for r in rows:
             table.append({
                 "inputs": r["size"], "backend": r["backend"], "dtype": r["dtype"],
-                "threads": _thr(r),
+                "rows": _form(r), "threads": _thr(r),
                 "x decode floor": (f"{r['ratio_vs_decode_floor']:.2f}x"
                                    if "ratio_vs_decode_floor" in r else "-"),
+                "x lower bound": (f"{r['ratio_vs_lower_bound']:.2f}x"
+                                  if "ratio_vs_lower_bound" in r else "-"),
+                "min: x decode floor": (f"{r['min_based']['ratio_vs_decode_floor']:.2f}x"
+                                        if "min_based" in r else "-"),
+                "min: x lower bound": (f"{r['min_based']['ratio_vs_lower_bound']:.2f}x"
+                                       if "min_based" in r else "-"),
                 "speedup vs hf pil": (f"{r['speedup_vs_hf_pil']:.2f}x"
                                       if "speedup_vs_hf_pil" in r else "-"),
                 "speedup vs hf torchvision": (f"{r['speedup_vs_hf_torchvision']:.2f}x"
                                               if "speedup_vs_hf_torchvision" in r else "-"),
             })
-        print_table(table, ["inputs", "backend", "dtype", "threads", "x decode floor",
+        print_table(table, ["inputs", "backend", "dtype", "rows", "threads", "x decode floor",
+                            "x lower bound", "min: x decode floor", "min: x lower bound",
                             "speedup vs hf pil", "speedup vs hf torchvision"])
 
 

@@ -20,6 +20,8 @@ raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` 
         decoding (libjpeg-turbo, Pillow's pixels) just ahead of the bands; returns "" or why
         the fast path declined (then decode with Pillow). ``jpeg_available()`` says if built.
     decode_jpeg(data, src_hw) -> ``(H, W, 3)`` uint8: that decoder alone.
+    stream_store(out, value=0): every byte of a contiguous CPU ``out`` set with streamed
+        (non-temporal) stores on one thread: the output-write floor ``vlmprep bench`` reports.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "dali_plugin_loaded",
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
            "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_available", "JpegDeclined",
+           "stream_store",
            "RESIZE_INTERPOLATIONS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
@@ -206,3 +209,13 @@ def decode_jpeg(data: bytes, src_hw: tuple[int, int]) -> "torch.Tensor":
         if not msg.startswith("decode_jpeg: "):
             raise
         raise JpegDeclined(msg[len("decode_jpeg: "):].split("; decode it with Pillow")[0]) from e
+
+
+def stream_store(out: "torch.Tensor", value: int = 0) -> None:
+    """Set every byte of ``out`` (contiguous, CPU, any dtype) to ``value`` with non-temporal
+    64-byte stores of whole lines, as the rows kernels write a large output, on the calling
+    thread. It computes nothing: its time is the cost of storing exactly ``out``'s bytes (the
+    output-write floor of ``vlmprep bench``)."""
+    import torch
+    _require()
+    torch.ops.vlmprep.stream_store(out, _int("stream_store", "value", value, 0, 255))

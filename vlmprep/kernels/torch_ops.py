@@ -34,3 +34,8 @@ def _decode_resize_normalize_patchify_fake(data, src_h, src_w, height, width, in
 @torch.library.register_fake("vlmprep::decode_jpeg")
 def _decode_jpeg_fake(data, src_h, src_w):
     return data.new_empty((src_h, src_w, 3))
+
+
+@torch.library.register_fake("vlmprep::stream_store")
+def _stream_store_fake(out, value=0):
+    return None  # writes into `out` only
