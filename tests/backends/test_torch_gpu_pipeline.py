@@ -22,6 +22,7 @@ from vlmprep import kernels as vk
 from vlmprep.backends.context import Context
 from vlmprep.backends.torch import gpu
 from vlmprep.backends.torch import ops as torch_ops
+from vlmprep.backends.torch import resize as resize_mod
 from vlmprep.backends.torch.resize import resize_like_pil
 from vlmprep.backends.torch.staging import Staging
 
@@ -121,6 +122,22 @@ def test_grouped_resizes_without_the_kernels(preset, monkeypatch):
         got = vlmprep.Processor(preset, errors="skip")(IMAGES)
     _same(got, want, preset)
     assert 4 in calls, f"{preset}: no grouped resize ran"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("preset", ["llava-next", "idefics3", "qwen2-vl", "gemma3"])
+def test_the_cuda_path_emulated_is_pillows_pixels(preset, dtype, monkeypatch, seen):
+    """The batch as it runs on cuda, on the CPU: no compiled ops (so every resize is
+    ``resize_like_pil``), its Pillow-exact device resample (``resize.EXACT_ON_CPU``) on grouped
+    stacks, the rows by the lowerings; against the CPU's default (compiled Pillow-exact resize
+    and rows kernel): the same bits."""
+    want = vlmprep.Processor(preset, dtype=dtype, errors="skip")(IMAGES)
+    monkeypatch.setattr(vk, "available", lambda: False)
+    monkeypatch.setattr(resize_mod, "EXACT_ON_CPU", True)
+    with gpu.forced():
+        got = vlmprep.Processor(preset, dtype=dtype, errors="skip")(IMAGES)
+    _same(got, want, f"{preset} {dtype}")
+    assert sorted(seen["device_decoded"]) == sorted([JPEG_444, JPEG_GRAY])
 
 
 def test_device_decoder_failing_falls_back_to_the_host(monkeypatch, seen):
@@ -238,29 +255,49 @@ def test_image_by_image_on_the_cpu_by_default():
 
 # -- on a GPU --------------------------------------------------------------------------------
 
-#: Levels the cuda pipeline may differ from the CPU by, per uint8 output value. Its decode is
-#: Pillow's pixels for the JPEGs it takes (gray, 4:4:4: no chroma upsampling; host decode for the
-#: rest) and the rows kernel is exact, so the bound is the CUDA resize's: resize_like_pil's float
-#: passes stay within 2 levels of Pillow (backends/torch/resize.py). Tighten to 0 when the exact
-#: CUDA resample lands and bench/gpu_check.py's device-decode row shows 0 for gray / 4:4:4.
-CUDA_LEVELS = 2
+#: Levels a device-decoded (nvJPEG: gray, 4:4:4) image's output may differ from the CPU's by.
+#: Nothing is upsampled there, so only the IDCT's rounding can differ (torchvision's CPU decoder
+#: and 4:4:4 nvJPEG were reported to match Pillow), and a 1-level input difference becomes at
+#: most 2 after a filter with negative lobes (bicubic / lanczos weights sum to ~1.3 in absolute
+#: value). bench/gpu_check.py's device-decode row measures the decode itself; if it is above
+#: 1 level, leave gray / 4:4:4 out of gpu.DEVICE_SAMPLINGS rather than widen this.
+DEVICE_DECODE_LEVELS = 2
+
+HOST_DECODED = [x for k, x in enumerate(IMAGES) if k not in (3, 4, 5, 7)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
+@pytest.mark.parametrize("preset", vlmprep.presets.names())
+def test_cuda_batched_matches_cpu(preset, dtype):
+    """Host-decoded images on cuda give the CPU's bits: the same decoders, the Pillow-exact
+    device resample (resize.py), the rows kernel with the CPU's lut; on a side stream."""
+    want = vlmprep.Processor(preset, dtype=dtype)(HOST_DECODED)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # the Processor's stream: a Batcher worker's own, say
+        got = vlmprep.Processor(preset, device="cuda", dtype=dtype)(HOST_DECODED)
+    stream.synchronize()
+    assert got.seqlens == want.seqlens
+    if dtype == "uint8" or vk.build_info()["torch_ext"].get("cuda"):
+        assert torch.equal(got.pixel_values.cpu().view(torch.uint8),
+                           want.pixel_values.view(torch.uint8)), preset
+    else:  # no CUDA rows kernel: normalize op by op there, mean / std divided on the device
+        diff = (got.pixel_values.cpu().float() - want.pixel_values.float()).abs().max().item()
+        assert diff <= (4.8e-7 if dtype == "float32" else 0.0313), f"{preset}: {diff}"
+    block = gpu.staging("cuda").block
+    assert block is not None and block.is_pinned()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", vlmprep.presets.names())
-def test_cuda_batched_matches_cpu(preset):
-    ok = [x for k, x in enumerate(IMAGES) if k not in (4, 7)]
-    want = vlmprep.Processor(preset, dtype="uint8")(ok)
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):  # the Processor's stream: a Batcher worker's own, say
-        proc = vlmprep.Processor(preset, device="cuda", dtype="uint8")
-        got = proc(ok)
-    stream.synchronize()
+def test_cuda_device_decoded_within_bound(preset, seen):
+    items = [JPEG_444, JPEG_GRAY]
+    want = vlmprep.Processor(preset, dtype="uint8")(items)
+    got = vlmprep.Processor(preset, device="cuda", dtype="uint8")(items)
+    assert sorted(seen["device_decoded"]) == sorted(items)  # nvJPEG really ran
     assert got.seqlens == want.seqlens
-    diff = (got.pixel_values.cpu().int() - want.pixel_values.int()).abs()
-    assert diff.max().item() <= CUDA_LEVELS, f"{preset}: {diff.max().item()} levels"
-    block = gpu.staging("cuda").block
-    assert block is not None and block.is_pinned()
+    diff = (got.pixel_values.cpu().int() - want.pixel_values.int()).abs().max().item()
+    assert diff <= DEVICE_DECODE_LEVELS, f"{preset}: {diff} levels"
 
 
 @pytest.mark.gpu
