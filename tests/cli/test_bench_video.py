@@ -14,7 +14,7 @@ from vlmprep.cli.main import main
 
 TINY = ["--video", "--video-size", "96x64", "--video-seconds", "1", "--video-source-fps", "8",
         "--video-fps", "4", "--threads", "1", "--repeat", "1", "--warmup", "0", "--quiet"]
-PARTS = ("vlmprep", "decode", "vlmprep_rest")
+PARTS = ("vlmprep", "decode", "vlmprep_rest", "output_write_floor")
 
 
 def _main(args: list[str], capsys) -> tuple[int, str, str]:
@@ -35,6 +35,9 @@ def test_make_clip_is_what_the_probe_reads():
     frames = decode_frames(Video(clip), [0, 7])
     assert frames.shape == (2, 64, 96, 3) and not (frames[0] == frames[1]).all()  # it moves
     assert bench_video.make_clip(96, 64, 8.0, 1.0) == clip  # deterministic
+    assert meta.codec == "h264"  # the default: H.264 through PyAV
+    mp4v = bench_video.make_clip(96, 64, 8.0, 1.0, fourcc="mp4v")
+    assert probe_video(Video(mp4v)).codec == "FMP4"
     with pytest.raises(ValueError, match="fourcc 'XXXX'"):
         bench_video.make_clip(96, 64, 8.0, 1.0, fourcc="XXXX")
 
@@ -50,7 +53,7 @@ def test_video_json_schema_and_same_output_as_transformers(capsys, tmp_path):
     assert r["hf_class"] == "Qwen2VLVideoProcessor"
     c = r["clip"]
     assert (c["width"], c["height"], c["total_num_frames"], c["sampled_frames"]) == (96, 64, 8, 4)
-    assert c["frame_indices"] == [0, 2, 4, 6] and c["fourcc"] == "mp4v"
+    assert c["frame_indices"] == [0, 2, 4, 6] and c["fourcc"] == "avc1" and c["keyframes"] == [0]
     (row,) = r["results"]
     for part in (*PARTS, "transformers"):
         x = row[part]
@@ -61,7 +64,13 @@ def test_video_json_schema_and_same_output_as_transformers(capsys, tmp_path):
     assert row["rest_equals_end_to_end"]
     assert row["output_shape"] == row["transformers_output_shape"]
     assert set(r["definitions"]) >= {"clips_per_s", "frames_per_s", "speedup_rest",
-                                      "speedup_end_to_end"}
+                                      "speedup_end_to_end", "speedup_file", "output_write_floor"}
+    assert len(row["load_average_before"]) == 3
+    if r["config"]["hf_file_decoder"] is not None:  # torchcodec imports: transformers from the file
+        assert row["file_same_frame_indices"] and row["file_same_output"]
+        assert row["transformers_file"]["p50_ms"] > 0 and row["speedup_file"] > 0
+    else:
+        assert "transformers_file" not in row
     assert "Qwen2VLVideoProcessor" in stdout and "speedup vs transformers" in stdout
 
 

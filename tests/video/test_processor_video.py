@@ -135,6 +135,31 @@ def test_dtypes_bfloat16_and_uint8(videos):
     assert tiles.dtype == torch.uint8 and tiles.shape == (6, 3, 448, 448)
 
 
+@pytest.mark.parametrize("bands_per_step", [1, 3])
+def test_kernel_bands_and_threads_equal_transformers(bands_per_step, videos, monkeypatch):
+    """The compiled path writes a group's frames band by band (backends/video.BAND_BYTES) and
+    resizes the frames on a thread pool: one band a step, three (the last step partial), 1 and
+    2 threads all give transformers' pixels."""
+    from vlmprep.backends import video as vx
+    from vlmprep.kernels.threads import local_threads
+    clip = videos.get("mjpg_avi")
+    item = Video(clip.path, fps=2.0)
+    proc = vlmprep.Processor("qwen2-vl")
+    h, w = proc.plan(videos=[item]).videos[0].resized_hw
+    assert h // 28 >= 4  # 4 bands of 2 x 14 rows: steps of 1 and of 3 + 1
+    band = 2 * (2 * (w // 14)) * 3 * 14 * 14 * 4  # both frames' band of float32 rows
+    monkeypatch.setattr(vx, "BAND_BYTES", bands_per_step * band)
+    ref = _reference("Qwen2VLVideoProcessor", qwen.video_configs()["qwen2-vl"], clip.path,
+                     {"do_sample_frames": True, "fps": 2.0, "cap_pixels_per_frame": False})
+    for n in (1, 2):
+        with local_threads(n):
+            got = proc(videos=[item]).videos.pixel_values
+        assert torch.equal(got, ref["pixel_values_videos"]), n
+        with local_threads(n):
+            bf16 = vlmprep.Processor("qwen2-vl", dtype="bfloat16")(videos=[item]).videos.pixel_values
+        assert torch.equal(bf16, got.to(torch.bfloat16)), n
+
+
 def test_qwen2_5_vl_second_per_grid_ts(videos):
     clip = videos.get("mjpg_avi")
     proc = vlmprep.Processor("qwen2-vl", video_options=video_defaults("qwen2.5-vl"))

@@ -121,6 +121,40 @@ def test_seek_every_far_frame(videos):
     np.testing.assert_array_equal(decode_frames(case.data, idx), oracle[idx])
 
 
+def test_plan_reads_counts_decoded_frames():
+    """Seek only where it decodes fewer frames (keyframes known), else the gap rule."""
+    from vlmprep.io.video.opencv import SEEK_MIN_GAP, plan_reads
+    dense = list(range(0, 300, 15))  # 2 fps of a 30 fps clip
+    assert not any(plan_reads(dense, [0, 250]))  # x264's 250-frame GOP: one sequential pass
+    # a seek restarts at the keyframe at or before target - SEEK_BACK: 250 for 285 (35 frames
+    # decoded, + SEEK_COST) against 284 grabbed; for 260 it is keyframe 0 (a seek saves nothing)
+    assert plan_reads([0, 285], [0, 250]) == [False, True]
+    assert plan_reads([0, 260], [0, 250]) == [False, False]
+    assert plan_reads([0, 285], list(range(0, 300, 12))) == [False, True]
+    assert not any(plan_reads(dense, list(range(0, 300, 12))))  # 15 apart: grabbing is cheaper
+    # keyframes unknown (MKV, WebM, AVI, or an MP4 without stss): the SEEK_MIN_GAP rule
+    assert plan_reads([0, SEEK_MIN_GAP + 1, SEEK_MIN_GAP + 2], None) == [False, True, False]
+    assert plan_reads([0, 100], [0, 50], seek=False) == [False, False]
+
+
+def test_long_gop_h264_sampled_frames_equal_sequential_read(tmp_path):
+    """An H.264 clip with x264's default GOP (the bench's writer): its sync samples are read from
+    the MP4 index, and dense (one sequential pass) and sparse (seeks) samples equal the
+    sequential read, from a path and from bytes."""
+    pytest.importorskip("av")
+    from vlmprep.bench.video import make_clip
+    from vlmprep.io.video import mp4
+    data = make_clip(96, 64, 30.0, 10.0)  # 300 frames
+    assert mp4.sync_samples(data) == [0, 250]
+    path = tmp_path / "gop250.mp4"
+    path.write_bytes(data)
+    oracle = cv2_sequential(path)
+    assert len(oracle) == 300
+    for idx in (list(range(0, 300, 15)), [3, 255, 299], [299, 0, 260, 260]):
+        for src, seek in ((path, True), (data, True), (path, False)):
+            np.testing.assert_array_equal(decode_frames(src, idx, seek=seek), oracle[idx])
+
+
 def test_variable_frame_rate_mp4(videos, vfr_video):
     """A VFR track (stts with 3 rates) is detected from its header and read without seeks: every
     frame equals the sequential read's (OpenCV's seek, by the average rate, misses 44..47 here)."""

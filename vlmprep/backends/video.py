@@ -64,31 +64,64 @@ def _interpolation(pipeline: "Pipeline") -> str:
 
 
 def frames_to_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline",
-                   dtype: str) -> "torch.Tensor":
+                   dtype: str, threads: int | None = None) -> "torch.Tensor":
     """uint8 ``(T, H, W, 3)`` frames (the plan's ``frame_indices``, in order) -> the video's rows
-    (``row_shape``) in ``dtype`` on the CPU: resize, normalize, lay out (module docstring)."""
-    import torch
+    (``row_shape``) in ``dtype`` on the CPU: resize, normalize, lay out (module docstring).
 
-    from .torch import tv_match
-    mode = _interpolation(pipeline)
-    first = plan.extras.get("first_resize_hw")
-    out = []
-    for f in frames.permute(0, 3, 1, 2):  # (C, H, W) views in HWC memory, as tv_match takes them
-        if first is not None and tuple(first) != tuple(f.shape[-2:]):
-            f = tv_match.resize(f, tuple(first), mode)
-        if tuple(plan.resized_hw) != tuple(f.shape[-2:]):
-            f = tv_match.resize(f, plan.resized_hw, mode)
-        out.append(f.contiguous())  # C-contiguous frames, as the processor stacks them
-    x = torch.stack(out)  # (T, C, h, w) uint8
+    ``threads``: frames resized at once (default: vlmprep's thread count,
+    ``kernels.threads.get_num_threads``). The normalize + layout runs in vlmprep's compiled
+    ``normalize_patchify`` when it is loaded (``_kernel_rows``), else op by op in torch
+    (``_torch_rows``); both give the torchvision processor's bits."""
+    from ..kernels.threads import get_num_threads
+    resized = _resize_frames(frames, plan, _interpolation(pipeline),
+                             threads if threads is not None else get_num_threads())
     norm = pipeline.normalize if dtype != "uint8" else None
+    if (norm is not None or dtype == "uint8") and _kernels_loaded():
+        return _kernel_rows(resized, plan, pipeline, dtype, norm)
+    return _torch_rows(resized, plan, pipeline, dtype, norm)
+
+
+def _kernels_loaded() -> bool:
+    from .. import kernels
+    return kernels.available()
+
+
+def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
+                   threads: int) -> list["torch.Tensor"]:
+    """uint8 ``(T, H, W, 3)`` -> T uint8 ``(h, w, 3)`` C-contiguous frames, each by
+    ``tv_match.resize`` (SmolVLM: to ``extras["first_resize_hw"]`` first). With ``threads`` > 1
+    the frames are spread over a thread pool: torch's resize releases the GIL, and one frame per
+    thread scales better than torch's own split of one small frame (its rows)."""
+    from .torch import tv_match
+    first = plan.extras.get("first_resize_hw")
+    hw = (int(plan.resized_hw[0]), int(plan.resized_hw[1]))
+
+    def one(f: "torch.Tensor") -> "torch.Tensor":  # (H, W, 3) -> (h, w, 3)
+        x = f.permute(2, 0, 1)  # (C, H, W) view in HWC memory, as tv_match takes it
+        if first is not None and tuple(first) != tuple(x.shape[-2:]):
+            x = tv_match.resize(x, (int(first[0]), int(first[1])), mode)
+        if hw != tuple(x.shape[-2:]):
+            x = tv_match.resize(x, hw, mode)
+        return x.permute(1, 2, 0).contiguous()  # a no-op for the kernel's channels-last output
+
+    if threads <= 1 or len(frames) <= 1:
+        return [one(f) for f in frames]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=min(threads, len(frames))) as pool:
+        return list(pool.map(one, frames))
+
+
+def _torch_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
+                dtype: str, norm: Any) -> "torch.Tensor":
+    """The op-by-op path (transformers' own operations; no compiled kernels needed)."""
+    import torch
+    x = torch.stack([f.permute(2, 0, 1).contiguous() for f in resized])  # (T, C, h, w) uint8
     if video_layout(pipeline) == "tiles":
         return _values(x.transpose(0, 1), norm, dtype).transpose(0, 1).contiguous()
     pf = pipeline.patchify
     p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
     t, c, h, w = x.shape
-    if t % tps:
-        raise AssertionError(f"video plan {plan.index}: {t} frames is not a multiple of the "
-                             f"temporal patch {tps} (the plan pads it)")
+    _check_groups(plan, t, tps)
     gt, gh, gw = t // tps, h // p, w // p
     # Qwen2VLVideoProcessor.patchify without its batch dim, on the uint8 frames (a quarter of the
     # bytes to move; normalize is per element, so the bits are the same after it):
@@ -108,6 +141,80 @@ def _values(x: "torch.Tensor", norm: Any, dtype: str) -> "torch.Tensor":
         return x
     y = tv_match.normalize_tensor(norm, x) if norm is not None else x.to(torch.float32)
     return y.to(torch.bfloat16) if dtype == "bfloat16" else y
+
+
+def _check_groups(plan: "VideoPlan", t: int, tps: int) -> None:
+    if t % tps:
+        raise AssertionError(f"video plan {plan.index}: {t} frames is not a multiple of the "
+                             f"temporal patch {tps} (the plan pads it)")
+
+
+#: Output bytes one band of ``_kernel_rows`` writes to its scratch before the interleave
+#: (small enough to stay in the cache between the kernel and the copy).
+BAND_BYTES = 1 << 20
+
+
+def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
+                 dtype: str, norm: Any) -> "torch.Tensor":
+    """The compiled path: ``kernels.normalize_patchify`` with the torchvision normalize lut
+    (``tv_match.normalize_levels`` applied to every level: the same arithmetic, so the same
+    bits), written into a ``kernels.empty`` output (a reused host buffer is not faulted in again).
+
+    ``"tiles"``: one call, a frame per tile. ``"patches"``: the kernel's merge-grouped rows repeat
+    ONE image over the temporal patch, while a video row holds ``tps`` distinct frames
+    (``[c, t, py, px]``). So each group of ``tps`` frames goes in horizontal bands of ``m * p``
+    source rows (a band is a whole block row of merged patches): the kernel writes every frame's
+    band with ``temporal_patch_size=1`` (``[c, py, px]`` rows) into a small scratch, and one copy
+    interleaves them into the output rows ``[c, t, py, px]``.
+    """
+    import numpy as np
+    import torch
+
+    from .. import kernels
+    from .normalize_lut import lut_tensor
+    from .torch import tv_match
+    tdt = getattr(torch, dtype)
+    lut = lut_tensor(norm, tdt, "cpu", normalize=tv_match.normalize_levels) if norm is not None \
+        else None
+    h, w = resized[0].shape[:2]
+    if video_layout(pipeline) == "tiles":
+        out = kernels.empty((len(resized), 3, h, w), tdt)
+        kernels.normalize_patchify(resized, lut, out.view(-1), [i * 3 * h * w for i in
+                                                                 range(len(resized))], "tiles", 1)
+        return out
+    pf = pipeline.patchify
+    p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
+    _check_groups(plan, len(resized), tps)
+    gt, gh, gw = len(resized) // tps, h // p, w // p
+    pp = p * p
+    band_rows = m * gw  # output rows of one band (m source patch rows)
+    frame_band = band_rows * 3 * pp  # elements one frame's band gives
+    per = max(1, min(gh // m, BAND_BYTES // (tps * frame_band * _elem_size(tdt))))  # bands a step
+    out = kernels.empty((gt * gh * gw, 3 * tps * pp), tdt)
+    scratch = torch.empty((tps, per * band_rows, 3, pp), dtype=tdt)
+    # the interleave is numpy's copy (one thread, no pool to wake: torch's parallel copy of these
+    # small blocks thrashed against the kernel's threads, 4-10x slower on 2 busy cores); numpy
+    # has no bfloat16, so 2-byte values move as int16 (a copy moves bits)
+    as_np = (lambda x: x.view(torch.int16).numpy()) if tdt == torch.bfloat16 else \
+        (lambda x: x.numpy())
+    out_np, scratch_np = as_np(out), as_np(scratch)
+    for g in range(gt):
+        frames = resized[g * tps:(g + 1) * tps]
+        for b0 in range(0, gh // m, per):
+            nb = min(per, gh // m - b0)
+            y0, y1 = b0 * m * p, (b0 + nb) * m * p
+            kernels.normalize_patchify([f[y0:y1] for f in frames], lut, scratch.view(-1),
+                                       [t * per * frame_band for t in range(tps)],
+                                       "merge_grouped", p, m, 1)
+            r0 = g * gh * gw + b0 * band_rows
+            np.copyto(out_np[r0:r0 + nb * band_rows].reshape(nb * band_rows, 3, tps, pp),
+                      scratch_np[:, :nb * band_rows].transpose(1, 2, 0, 3))
+    return out
+
+
+def _elem_size(dtype: "torch.dtype") -> int:
+    import torch
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def run_video(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: str,

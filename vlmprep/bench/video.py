@@ -3,29 +3,39 @@ transformers video processor, with the decode timed apart.
 
 The clip is written here, deterministically, from the photos scikit-image ships (a slow pan and
 zoom over a mosaic, so consecutive frames differ): by default 10 s of 1280x720 at 30 fps, sampled
-at 2 fps -> 20 frames, the Qwen2-VL checkpoint config (``Video(clip, fps=2.0)``). It is written
-with OpenCV's ``VideoWriter``: this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail
-to open, tests/video/conftest.py), so the codec is MPEG-4 Part 2 (``mp4v``) in MP4; ``--fourcc``
-names another one this OpenCV writes.
+at 2 fps -> 20 frames, the Qwen2-VL checkpoint config (``Video(clip, fps=2.0)``). The default
+codec is H.264 (``avc1``), written with PyAV's libx264 at its defaults (a keyframe every 250
+frames, 3 B-frames; preset veryfast, 2 encoder threads so the bytes do not depend on the
+machine): this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail to open,
+tests/video). ``--fourcc mp4v`` (or MJPG, ...) writes with OpenCV's ``VideoWriter`` instead.
+The clip is written to a temporary file: both sides read it from its path, as their users do.
 
 Measured per thread count (torch, OpenCV and vlmprep's own threads, ``harness.thread_count``):
 
-- ``vlmprep``: ``Processor(preset)([], videos=[Video(clip, fps=...)])`` on the encoded bytes, end
-  to end (probe, plan, decode of the sampled frames only, resize, normalize, patchify, pack);
-- ``decode``: ``vlmprep.io.video.decode_frames`` of the planned frames alone (the part both sides
-  share);
-- ``vlmprep rest``: the decoded frames -> rows (``backends.video.frames_to_rows``: resize,
+- ``vlmprep``: ``Processor(preset)([], videos=[Video(path, fps=...)])``, end to end from the
+  file (probe, plan, decode of the sampled frames only, resize, normalize, patchify, pack);
+- ``decode``: ``vlmprep.io.video.decode_frames`` of the planned frames alone;
+- ``vlmprep_rest``: the decoded frames -> rows (``backends.video.frames_to_rows``: resize,
   normalize, patchify), what the transformers processor is compared with;
 - ``transformers``: the family's real video processor (``AutoVideoProcessor.from_pretrained`` on a
   folder holding the checkpoint's config) called on the SAME decoded frames (a ``(T, C, H, W)``
   uint8 tensor, its fastest input form), ``do_sample_frames=False`` (they are sampled already),
   ``return_tensors="pt"``; its outputs are checked equal in shape (and reported max abs
-  difference) to vlmprep's.
+  difference) to vlmprep's;
+- ``transformers_file``: the same processor end to end from the file as its users call it
+  (``processor(videos=[path], do_sample_frames=True, fps=...)``: its default video decoder,
+  torchcodec, its own sampling), when torchcodec imports (without it transformers 5.x cannot
+  decode a file: torchvision 0.26+ has no video decoder); checked to sample the same frames and
+  give the same output as vlmprep end to end;
+- ``output_write_floor``: writing the output's bytes once into a reused buffer
+  (``kernels.stream_store``, when the kernels are loaded): no implementation writes its rows
+  faster.
 
 The parts are timed in rounds (one call of each per round, ``repeat`` rounds after ``warmup``),
 so a load change on a shared machine hits every part alike. Speedups: ``rest`` (transformers
-processor / vlmprep rest) and ``end to end`` ((decode + transformers processor) / vlmprep end to
-end): a transformers user decodes too, and the decode here is the same for both. Nothing is
+processor / vlmprep rest), ``end to end`` ((decode + transformers processor) / vlmprep end to
+end: a transformers user decodes too, with vlmprep's decode counted for both) and ``file``
+(transformers_file / vlmprep: each side with its own decoder and sampling, from the file). Nothing is
 asserted: it only measures.
 """
 from __future__ import annotations
@@ -50,9 +60,11 @@ if TYPE_CHECKING:
 __all__ = ["VideoBenchConfig", "make_clip", "hf_video_processor", "run_video", "DEFINITIONS",
            "SCHEMA_VERSION", "FOURCC_DEFAULT"]
 
-SCHEMA_VERSION = 1
-#: The codec the clip is written with: this OpenCV has no H.264 encoder (module doc).
-FOURCC_DEFAULT = "mp4v"
+SCHEMA_VERSION = 2
+#: The codec the clip is written with: H.264 through PyAV (this OpenCV has no H.264 encoder).
+FOURCC_DEFAULT = "avc1"
+#: fourccs written with PyAV's encoders (FFmpeg names) rather than OpenCV's VideoWriter.
+PYAV_CODECS = {"avc1": "libx264", "h264": "libx264"}
 
 DEFINITIONS = {
     "clips_per_s": "clips / sum of timed latencies (one clip per call; warm-up excluded)",
@@ -60,15 +72,27 @@ DEFINITIONS = {
                     "second: clips_per_s * frames per clip",
     "p50_ms": "median latency of one clip (p99: 99th percentile); the parts are timed in rounds "
               "(one call of each per round), so load changes hit them alike",
-    "vlmprep": "Processor(preset)([], videos=[Video(clip bytes, fps=...)]): probe, plan, decode "
+    "vlmprep": "Processor(preset)([], videos=[Video(clip path, fps=...)]): probe, plan, decode "
                "of the sampled frames, resize, normalize, patchify, pack",
-    "decode": "vlmprep.io.video.decode_frames of the planned frames only (OpenCV/FFmpeg seeks)",
+    "decode": "vlmprep.io.video.decode_frames of the planned frames only (config.decoder; "
+              "OpenCV: sequential grab() or seek, whichever decodes fewer frames)",
     "vlmprep_rest": "decoded (T, H, W, 3) uint8 frames -> the video's rows "
                     "(vlmprep.backends.video.frames_to_rows: resize, normalize, patchify)",
     "transformers": "the family's transformers video processor (AutoVideoProcessor from the "
                     "checkpoint config) on the same decoded frames as a (T, C, H, W) uint8 tensor",
-    "speedup_rest": "transformers p50_ms / vlmprep_rest p50_ms",
+    "transformers_file": "the same transformers processor end to end from the clip's path, as its "
+                         "users call it: processor(videos=[path], do_sample_frames=True, fps=...) "
+                         "with its default decoder (torchcodec, FFmpeg threads chosen by FFmpeg) and "
+                         "its own sampling; only when torchcodec imports",
+    "output_write_floor": "writing the output's bytes once into a reused buffer "
+                          "(config.output_write_floor): the least any implementation spends on it",
+    "speedup_rest": "transformers p50_ms / vlmprep_rest p50_ms (speedup_rest_min: min_ms)",
     "speedup_end_to_end": "(decode p50_ms + transformers p50_ms) / vlmprep p50_ms",
+    "speedup_file": "transformers_file p50_ms / vlmprep p50_ms: both end to end from the file "
+                    "(speedup_file_min: min_ms)",
+    "file_same_frame_indices": "transformers_file sampled the plan's frame_indices",
+    "file_same_output": "transformers_file's pixel_values_videos equal vlmprep's end to end output",
+    "load_average_before": "os.getloadavg() before the thread count's rounds (after: _after)",
     "cpu_cores_used": "process CPU time / wall time over the timed calls",
 }
 
@@ -82,7 +106,7 @@ class VideoBenchConfig:
             sides use.
         width, height, source_fps, seconds: the clip written; fps: the sampling rate asked
             (``Video(clip, fps=fps)``; 20 frames for 10 s at 2 fps).
-        fourcc: the OpenCV VideoWriter codec (``FOURCC_DEFAULT``).
+        fourcc: the codec (``FOURCC_DEFAULT``: H.264 through PyAV; others through OpenCV).
         threads: thread counts (None: the libraries' defaults).
         repeat, warmup: timed and untimed calls per measurement.
         compare_hf: also run the transformers video processor.
@@ -127,28 +151,56 @@ def _frames(width: int, height: int, n: int) -> "Any":
 
 def make_clip(width: int = 1280, height: int = 720, fps: float = 30.0, seconds: float = 10.0,
               fourcc: str = FOURCC_DEFAULT) -> bytes:
-    """The encoded bytes of a deterministic clip (module doc), written with OpenCV's
-    VideoWriter into a temporary MP4 (AVI for MJPG), read back and deleted.
+    """The encoded bytes of a deterministic clip (module doc): H.264 (``avc1``) through PyAV's
+    libx264 at its default GOP into MP4, any other fourcc through OpenCV's VideoWriter into a
+    temporary MP4 (AVI for MJPG / XVID), read back and deleted.
 
-    Raises ValueError naming the fourcc when this OpenCV cannot write it."""
-    import cv2
+    Raises ValueError naming the fourcc when it cannot be written here."""
     n = max(1, int(round(fps * seconds)))
-    ext = ".avi" if fourcc.upper() in ("MJPG", "XVID") else ".mp4"
     with tempfile.TemporaryDirectory(prefix="vlmprep-bench-") as d:
-        path = os.path.join(d, "clip" + ext)
-        code = cv2.VideoWriter_fourcc(*fourcc)  # type: ignore[attr-defined]
-        w = cv2.VideoWriter(path, code, float(fps), (width, height))
-        if not w.isOpened():
-            raise ValueError(f"--video: expected a codec this OpenCV can write, got fourcc "
-                             f"{fourcc!r} (this OpenCV has no H.264 encoder); use mp4v (the "
-                             f"default) or MJPG")
-        try:
-            for f in _frames(width, height, n):
-                w.write(f)
-        finally:
-            w.release()
+        if fourcc.lower() in PYAV_CODECS:
+            path = os.path.join(d, "clip.mp4")
+            _write_pyav(path, PYAV_CODECS[fourcc.lower()], width, height, fps, n)
+        else:
+            path = os.path.join(d, "clip" + (".avi" if fourcc.upper() in ("MJPG", "XVID") else ".mp4"))
+            _write_cv2(path, fourcc, width, height, fps, n)
         with open(path, "rb") as f:
             return f.read()
+
+
+def _write_pyav(path: str, codec: str, width: int, height: int, fps: float, n: int) -> None:
+    try:
+        import av
+    except ImportError:
+        raise ValueError("--video: fourcc 'avc1' (H.264, the default) is written with PyAV: pip "
+                         "install av, or pass --fourcc mp4v (OpenCV's MPEG-4 Part 2)") from None
+    from fractions import Fraction
+    with av.open(path, "w") as out:
+        st: Any = out.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))  # a VideoStream
+        st.width, st.height, st.pix_fmt = width, height, "yuv420p"
+        # x264's defaults (keyint 250, 3 B-frames) at preset veryfast; a fixed thread count so
+        # the bytes do not depend on the machine's cores
+        st.options = {"preset": "veryfast", "threads": "2"}
+        for f in _frames(width, height, n):
+            frame = av.VideoFrame.from_ndarray(f[..., ::-1].copy(), format="rgb24")
+            for pkt in st.encode(frame):
+                out.mux(pkt)
+        for pkt in st.encode():
+            out.mux(pkt)
+
+
+def _write_cv2(path: str, fourcc: str, width: int, height: int, fps: float, n: int) -> None:
+    import cv2
+    code = cv2.VideoWriter_fourcc(*fourcc)  # type: ignore[attr-defined]
+    w = cv2.VideoWriter(path, code, float(fps), (width, height))
+    if not w.isOpened():
+        raise ValueError(f"--video: expected a codec this OpenCV can write (or avc1, through PyAV), "
+                         f"got fourcc {fourcc!r}; use avc1 (the default), mp4v or MJPG")
+    try:
+        for f in _frames(width, height, n):
+            w.write(f)
+    finally:
+        w.release()
 
 
 # -- transformers -------------------------------------------------------------------------------
@@ -213,22 +265,49 @@ def _with_frames(row: dict, frames: int) -> dict:
 
 def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -> dict:
     """Measure ``cfg`` -> the result dict (``DEFINITIONS``; JSON-able)."""
+    log = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    clip = make_clip(cfg.width, cfg.height, cfg.source_fps, cfg.seconds, cfg.fourcc)
+    log(f"clip: {cfg.width}x{cfg.height} {cfg.seconds:g} s at {cfg.source_fps:g} fps, "
+        f"{cfg.fourcc}, {len(clip) / 1e6:.1f} MB, written in {time.perf_counter() - t0:.1f} s")
+    with tempfile.TemporaryDirectory(prefix="vlmprep-bench-") as d:
+        path = os.path.join(d, "clip.avi" if cfg.fourcc.upper() in ("MJPG", "XVID") else "clip.mp4")
+        with open(path, "wb") as f:
+            f.write(clip)
+        return _measure(cfg, path, len(clip), log)
+
+
+def _hf_file_backend() -> str | None:
+    """transformers' default video decoder when it can run here ("torchcodec"), else None."""
+    from ..io.video import tcodec
+    return "torchcodec" if tcodec.available() else None
+
+
+def _write_floor(shape: tuple[int, ...], dtype: str) -> tuple[Callable[[], Any], str]:
+    """A call that writes an output of ``shape`` once into a reused buffer, and what it uses."""
+    import torch
+
+    from .. import kernels
+    tdt = getattr(torch, dtype)
+    if kernels.available() and hasattr(kernels, "stream_store"):
+        buf = kernels.empty(shape, tdt)
+        return (lambda: kernels.stream_store(buf)), "kernels.stream_store (non-temporal stores)"
+    buf = torch.empty(shape, dtype=tdt)
+    return (lambda: buf.fill_(0)), "torch fill_"
+
+
+def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str], None]) -> dict:
     import torch
 
     from .. import kernels, presets
     from ..backends import video as vx
     from ..io.video import Video, decode_frames, probe_video
     from ..io.video.decode import resolve_decoder
-    from ..processor import Processor
-    log = log or (lambda msg: None)
     from ..plan.video import video_defaults
+    from ..processor import Processor
     # qwen2.5-vl is the qwen2-vl pipeline with Qwen2.5-VL's video options (second_per_grid_ts)
     pipe: "Pipeline" = presets.get("qwen2-vl" if cfg.preset == "qwen2.5-vl" else cfg.preset)
-    t0 = time.perf_counter()
-    clip = make_clip(cfg.width, cfg.height, cfg.source_fps, cfg.seconds, cfg.fourcc)
-    log(f"clip: {cfg.width}x{cfg.height} {cfg.seconds:g} s at {cfg.source_fps:g} fps, "
-        f"{cfg.fourcc}, {len(clip) / 1e6:.1f} MB, written in {time.perf_counter() - t0:.1f} s")
-    item = Video(clip, fps=cfg.fps)
+    item = Video(path, fps=cfg.fps)
     proc = Processor(pipe, dtype=cfg.dtype, video_options=video_defaults(cfg.preset))
     plan = proc.plan(videos=[item]).videos[0]
     if plan.error is not None:
@@ -237,6 +316,9 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
     n_frames = len(plan.frame_indices)
     wanted = sorted(set(plan.frame_indices))
     hf_proc = hf_video_processor(cfg.preset) if cfg.compare_hf else None
+    hf_backend = _hf_file_backend() if hf_proc is not None else None
+    out_shape = vx.row_shape(pipe, plan)
+    floor_call, floor_how = _write_floor(out_shape, cfg.dtype)
 
     result: dict = {
         "schema_version": SCHEMA_VERSION,
@@ -247,27 +329,25 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
         "kernels": kernels.summary(),
         "preset": {"name": pipe.name, "video_options": _options(proc.video_options)},
         "clip": {"width": cfg.width, "height": cfg.height, "source_fps": cfg.source_fps,
-                 "seconds": cfg.seconds, "fourcc": cfg.fourcc, "bytes": len(clip),
+                 "seconds": cfg.seconds, "fourcc": cfg.fourcc, "bytes": nbytes,
                  "codec_probed": meta.codec, "container": meta.container,
-                 "total_num_frames": meta.total_num_frames, "sampling_fps": cfg.fps,
-                 "sampled_frames": n_frames, "frame_indices": list(plan.frame_indices),
-                 "resized_hw": list(plan.resized_hw), "grid_thw": [list(g) for g in plan.grid_thw],
-                 "num_tokens": plan.num_tokens},
+                 "keyframes": _keyframes(path), "total_num_frames": meta.total_num_frames,
+                 "sampling_fps": cfg.fps, "sampled_frames": n_frames,
+                 "frame_indices": list(plan.frame_indices), "resized_hw": list(plan.resized_hw),
+                 "grid_thw": [list(g) for g in plan.grid_thw], "num_tokens": plan.num_tokens,
+                 "output_shape": list(out_shape)},
         "config": {"threads": [t if t is not None else "default" for t in cfg.threads],
                    "repeat": cfg.repeat, "warmup": cfg.warmup, "dtype": cfg.dtype,
-                   "decoder": resolve_decoder(proc.video_decoder), "compare": ["hf"] if cfg.compare_hf else []},
+                   "decoder": resolve_decoder(proc.video_decoder),
+                   "compare": ["hf"] if cfg.compare_hf else [],
+                   "hf_file_decoder": hf_backend, "output_write_floor": floor_how},
         "hf_class": type(hf_proc).__name__ if hf_proc is not None else None,
         "results": [],
         "definitions": DEFINITIONS,
     }
-    steps = len(cfg.threads) * (4 if cfg.compare_hf else 3)
-    step = 0
-
-    def progress(what: str, row: dict) -> None:
-        nonlocal step
-        step += 1
-        log(f"[{step}/{steps}] {what}: {row['clips_per_s']:.3f} clips/s, {row['p50_ms']:.0f} ms "
-            f"per clip")
+    if hf_proc is not None and hf_backend is None:
+        log("transformers end to end from the file skipped: its default video decoder, "
+            "torchcodec, does not import here (pip install torchcodec)")
 
     # the decoded frames both "rest" measurements start from (decoded once, outside the timing)
     ordered = _ordered(decode_frames(item, wanted, proc.video_limits, decoder=proc.video_decoder),
@@ -279,40 +359,86 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
         "decode": lambda: decode_frames(item, wanted, proc.video_limits,
                                         decoder=proc.video_decoder),
         "vlmprep_rest": lambda: vx.frames_to_rows(thwc, plan, pipe, cfg.dtype),
+        "output_write_floor": floor_call,
     }
     if hf_proc is not None:
         # the frames are the sampled ones already: the processor must not sample again
         calls["transformers"] = lambda: hf_proc(videos=[tchw], do_sample_frames=False,
                                                 return_tensors="pt")
+        if hf_backend is not None:
+            calls["transformers_file"] = lambda: hf_proc(videos=[path], do_sample_frames=True,
+                                                         fps=cfg.fps, return_metadata=True,
+                                                         return_tensors="pt")
     labels = {"vlmprep": "vlmprep end to end", "decode": "decode",
               "vlmprep_rest": "vlmprep rest (after decode)",
-              "transformers": f"transformers {type(hf_proc).__name__}"}
+              "output_write_floor": "output write floor",
+              "transformers": f"transformers {type(hf_proc).__name__} (decoded frames)",
+              "transformers_file": f"transformers {type(hf_proc).__name__} from the file"}
+    steps, step = len(cfg.threads) * len(calls), 0
     for n in cfg.threads:
         with thread_count(n) as eff:
-            r: dict[str, Any] = {"threads": n if n is not None else "default", **eff}
+            r: dict[str, Any] = {"threads": n if n is not None else "default", **eff,
+                                 "load_average_before": _load()}
             stats, last = _time_rounds(calls, cfg.repeat, cfg.warmup)
+            r["load_average_after"] = _load()
             for name, row in stats.items():
                 r[name] = _with_frames(row, n_frames)
-                progress(f"threads={r['threads']} {labels[name]}", row)
+                step += 1
+                log(f"[{step}/{steps}] threads={r['threads']} {labels[name]}: "
+                    f"{row['clips_per_s']:.3f} clips/s, {row['p50_ms']:.0f} ms per clip")
             mine = last["vlmprep"].videos.pixel_values
             r["output_shape"] = list(mine.shape)
             r["rest_equals_end_to_end"] = bool(torch.equal(last["vlmprep_rest"], mine))
             if hf_proc is not None:
-                theirs = last["transformers"]["pixel_values_videos"]
-                r["transformers_output_shape"] = list(theirs.shape)
-                r["same_grid_thw"] = (last["transformers"]["video_grid_thw"].tolist()
-                                      == last["vlmprep"].videos.grid_thw.tolist())
-                if theirs.shape == mine.shape and cfg.dtype == "float32":
-                    r["max_abs_diff_vs_transformers"] = float((theirs - mine).abs().max())
-                hf_ms, rest_ms = r["transformers"]["p50_ms"], r["vlmprep_rest"]["p50_ms"]
-                r["speedup_rest"] = round(hf_ms / rest_ms, 2)
-                r["speedup_end_to_end"] = round((r["decode"]["p50_ms"] + hf_ms)
-                                                / r["vlmprep"]["p50_ms"], 2)
+                _compare(r, last, mine, cfg.dtype, plan.frame_indices)
             r["decode_share_of_vlmprep"] = round(r["decode"]["p50_ms"] / r["vlmprep"]["p50_ms"], 3)
             result["results"].append(r)
             del last, mine
             gc.collect()
     return result
+
+
+def _compare(r: dict, last: dict, mine: "Any", dtype: str, indices: list[int]) -> None:
+    """The transformers parts' outputs against vlmprep's, and the speedups (into ``r``)."""
+    theirs = last["transformers"]["pixel_values_videos"]
+    r["transformers_output_shape"] = list(theirs.shape)
+    r["same_grid_thw"] = (last["transformers"]["video_grid_thw"].tolist()
+                          == last["vlmprep"].videos.grid_thw.tolist())
+    if theirs.shape == mine.shape and dtype == "float32":
+        r["max_abs_diff_vs_transformers"] = float((theirs - mine).abs().max())
+    hf_ms, rest_ms = r["transformers"]["p50_ms"], r["vlmprep_rest"]["p50_ms"]
+    r["speedup_rest"] = round(hf_ms / rest_ms, 2)
+    r["speedup_end_to_end"] = round((r["decode"]["p50_ms"] + hf_ms) / r["vlmprep"]["p50_ms"], 2)
+    r["speedup_rest_min"] = round(r["transformers"]["min_ms"] / r["vlmprep_rest"]["min_ms"], 2)
+    if "transformers_file" in last:
+        f = last["transformers_file"]
+        got = [int(i) for i in f["video_metadata"][0].frames_indices]
+        r["file_same_frame_indices"] = got == [int(i) for i in indices]
+        ff = f["pixel_values_videos"]
+        r["file_same_output"] = bool(ff.shape == mine.shape and dtype == "float32"
+                                     and _torch_equal(ff, mine))
+        r["speedup_file"] = round(r["transformers_file"]["p50_ms"] / r["vlmprep"]["p50_ms"], 2)
+        r["speedup_file_min"] = round(r["transformers_file"]["min_ms"] / r["vlmprep"]["min_ms"], 2)
+
+
+def _torch_equal(a: Any, b: Any) -> bool:
+    import torch
+    return bool(torch.equal(a, b))
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # not available on this platform
+        return None
+
+
+def _keyframes(path: str) -> list[int] | None:
+    """The clip's keyframe (sync sample) numbers from its MP4 index, None without one."""
+    from ..io.video import mp4
+    with open(path, "rb") as f:
+        data = f.read()
+    return mp4.sync_samples(data)
 
 
 def _ordered(frames: "np.ndarray", wanted: list[int], indices: list[int]) -> "np.ndarray":

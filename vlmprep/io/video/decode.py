@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError, describe_source
+from ...kernels.threads import get_num_threads
 from . import animated, dali, frames, mp4, opencv, tcodec
 from .sources import kind_of, open_stream, sniff_container, timed_out
 from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
@@ -121,14 +122,19 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             out = _alloc(meta, indices, lim)
             tcodec.read_frames(dec, stream, meta, indices, out, lim.timeout_s)
             return meta, out
-        if indices is not None and seek and container in ("mp4", "mov") and mp4.video_track_is_vfr(stream, size):
-            seek = False  # OpenCV seeks by the average rate: the wrong frames in a VFR track
+        keyframes = None
+        if indices is not None and seek and container in ("mp4", "mov"):
+            if mp4.video_track_is_vfr(stream, size):
+                seek = False  # OpenCV seeks by the average rate: the wrong frames in a VFR track
+            else:
+                keyframes = mp4.keyframes(stream, size)  # seek only where it skips decoding
         cap, meta = _open_checked(stream, container, size, lim)
         try:
             if indices is None:
                 return meta, None
             out = _alloc(meta, indices, lim)
-            opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek)
+            opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek,
+                               keyframes=keyframes)
             return meta, out
         finally:
             cap.release()
@@ -140,7 +146,7 @@ def _open_checked(stream: Any, container: str, size: int, lim: VideoLimits) -> t
     """OpenCV's capture and the container's metadata, checked against the limits before any frame
     is decoded (the caller releases the capture). A deadline hit while opening is a timeout."""
     try:
-        cap = opencv.open_capture(stream, container)
+        cap = opencv.open_capture(stream, container, get_num_threads())
     except ImageError:
         if stream.expired:
             raise timed_out("open", lim.timeout_s) from None  # EOF at the deadline

@@ -3,9 +3,12 @@ AVI, GIF and whatever else FFmpeg demuxes; codecs are the ones its libavcodec de
 
 Frames are FFmpeg's, converted to RGB by OpenCV (swscale), with the container's display rotation
 applied (``CAP_PROP_ORIENTATION_AUTO``, on by default), as torchcodec (transformers' default video
-decoder) applies it. Sampled frames are reached by seeking (``CAP_PROP_POS_FRAMES``: FFmpeg seeks
-to the keyframe before and decodes forward) when the next wanted frame is far ahead, else by
-``grab()`` (decode without the colour conversion) over the frames in between.
+decoder) applies it. FFmpeg decodes with vlmprep's thread count (``CAP_PROP_N_THREADS``; OpenCV's
+own default is every core). Sampled frames are visited in ascending order and each is reached by
+the cheaper of two ways (``plan_reads``): ``grab()`` (decode without the colour conversion) over
+the frames in between, or a seek (``CAP_PROP_POS_FRAMES``: FFmpeg restarts decoding at a
+keyframe before the frame). Where the keyframes are known (MP4/MOV: the track's sync samples) the
+frames each way decodes are counted; elsewhere a frame ``SEEK_MIN_GAP`` or more ahead is sought.
 """
 from __future__ import annotations
 
@@ -18,11 +21,17 @@ from ...errors import ImageError
 from .sources import DeadlineStream, timed_out
 from .types import VideoMeta
 
-__all__ = ["open_capture", "capture_meta", "read_frames", "SEEK_MIN_GAP", "RAW_TAGS"]
+__all__ = ["open_capture", "capture_meta", "read_frames", "plan_reads", "SEEK_MIN_GAP", "SEEK_BACK",
+           "SEEK_COST", "RAW_TAGS"]
 
 #: A seek is made when the next wanted frame is at least this many frames ahead (below it,
 #: decoding forward is cheaper than seeking back to a keyframe and decoding from there).
 SEEK_MIN_GAP = 32
+#: OpenCV's FFmpeg seek aims this many frames before the wanted one (cap_ffmpeg_impl.hpp, its
+#: ``delta``), so decoding restarts at the keyframe at or before ``target - SEEK_BACK``.
+SEEK_BACK = 16
+#: What one seek costs beyond its decoding, in frames decoded (the decoder's flush and restart).
+SEEK_COST = 4
 #: Codec tags of uncompressed streams (AVI BI_RGB is tag 0). OpenCV 5.0's FFmpeg backend corrupts
 #: its heap when it converts a frame of one (measured: "malloc_consolidate(): invalid chunk size"
 #: on every size tried, where PyAV and torchcodec read the same file), so they are refused.
@@ -32,11 +41,13 @@ _NOT_OPENED = ("expected a video file FFmpeg can open (MP4, MOV, MKV, WebM, AVI,
                "or corrupt: re-encode or re-download it")
 
 
-def open_capture(stream: DeadlineStream, container: str) -> Any:
+def open_capture(stream: DeadlineStream, container: str, threads: int = 0) -> Any:
+    """OpenCV's FFmpeg capture on ``stream``; ``threads``: FFmpeg's decoding threads (0: OpenCV's
+    default, every core)."""
     import cv2
     try:
         src: Any = stream  # OpenCV 5 reads any io.BufferedIOBase (its stubs list IStreamReader only)
-        cap = cv2.VideoCapture(src, cv2.CAP_FFMPEG, [])
+        cap = cv2.VideoCapture(src, cv2.CAP_FFMPEG, [cv2.CAP_PROP_N_THREADS, int(threads)])
     except cv2.error as e:
         raise ImageError(_NOT_OPENED.format(what=f" ({e.msg.strip() if hasattr(e, 'msg') else e})")) from e
     if not cap.isOpened():
@@ -66,14 +77,43 @@ def capture_meta(cap: Any, container: str) -> VideoMeta:
                      rotation=rot_i, codec=_fourcc(cap.get(cv2.CAP_PROP_FOURCC)), container=container)
 
 
+def plan_reads(targets: Sequence[int], keyframes: Sequence[int] | None,
+               seek: bool = True) -> list[bool]:
+    """For each wanted frame of ascending ``targets``: seek to it (True) or ``grab()`` forward
+    from the previous one (False).
+
+    ``keyframes``: the stream's keyframe numbers (ascending; None when unknown). Known: seek
+    when it decodes fewer frames, counting ``SEEK_COST``: a seek decodes from the keyframe at or
+    before ``target - SEEK_BACK``, a grab from the frame after the last one read. So samples
+    closer together than the keyframes are all read in one sequential pass (a 30 fps H.264 clip
+    with x264's 250-frame GOP sampled at 2 fps), and sparse samples seek. Unknown: seek when the
+    target is ``SEEK_MIN_GAP`` or more frames ahead.
+    """
+    import bisect
+    out, pos = [], 0  # pos: the frame the next read returns
+    for target in targets:
+        if not seek:
+            go = False
+        elif keyframes is None:
+            go = target - pos >= SEEK_MIN_GAP
+        else:
+            k = bisect.bisect_right(keyframes, max(target - SEEK_BACK, 0)) - 1
+            start = keyframes[k] if k >= 0 else 0
+            go = (target - start) + SEEK_COST < target - pos
+        out.append(go)
+        pos = target + 1
+    return out
+
+
 def read_frames(cap: Any, stream: DeadlineStream, meta: VideoMeta, indices: Sequence[int],
-                out: np.ndarray, timeout_s: float, seek: bool = True) -> None:
+                out: np.ndarray, timeout_s: float, seek: bool = True,
+                keyframes: Sequence[int] | None = None) -> None:
     """Decode frames ``indices`` (any order, repeats allowed) into ``out`` ``(T, H, W, 3)`` uint8 RGB.
 
-    Wanted frames are visited in ascending order: seek when the next is ``SEEK_MIN_GAP`` or more
-    ahead (and ``seek``), else ``grab()`` the frames between. Raises ImageError when the stream
-    ends before a wanted frame (truncated, or a declared frame count larger than the frames it
-    holds), when a frame's size differs from the declared one, or past the deadline.
+    Wanted frames are visited in ascending order, each sought or reached by ``grab()`` as
+    ``plan_reads(..., keyframes, seek)`` says. Raises ImageError when the stream ends before a
+    wanted frame (truncated, or a declared frame count larger than the frames it holds), when a
+    frame's size differs from the declared one, or past the deadline.
     """
     import cv2
     if meta.codec in RAW_TAGS:
@@ -86,8 +126,9 @@ def read_frames(cap: Any, stream: DeadlineStream, meta: VideoMeta, indices: Sequ
         where.setdefault(int(i), []).append(k)
     pos = 0  # index of the frame the next read returns
     h, w = meta.height, meta.width
-    for target in sorted(where):
-        if seek and target - pos >= SEEK_MIN_GAP:
+    targets = sorted(where)
+    for target, go in zip(targets, plan_reads(targets, keyframes, seek)):
+        if go and target > pos:
             if cap.set(cv2.CAP_PROP_POS_FRAMES, float(target)) and int(cap.get(cv2.CAP_PROP_POS_FRAMES)) == target:
                 pos = target
         while pos < target:
