@@ -94,6 +94,26 @@ def test_sweep_matches_pil_bit_exact(interp, seed):
     assert not bad, f"seed {seed} (VLMPREP_TEST_SEED={seed} replays): {bad[:10]}"
 
 
+@pytest.mark.parametrize("pillow", [(12, 1), (12, 2), (13, 0)])
+def test_older_pillow_orders_match_pils_two_step_reference(pillow):
+    """What a GPU machine with an older Pillow compares against: ``Image.resize`` there is the
+    two one-axis resizes (the same in every version) in that version's order; pil_resample with
+    ``pil_pass_order(..., pillow=...)`` gives exactly that composition."""
+    for k, (src, dst) in enumerate([((100, 100), (50, 80)), ((2101, 20), (1500, 30)),
+                                    ((3000, 20), (2999, 5)), ((133, 277), (136, 284))]):
+        a = _img(src, k)
+        for interp in FILTERS:
+            order = pil_pass_order(src, dst, interp, pillow=pillow)
+            img, f = Image.fromarray(a), PIL_RESAMPLE[interp]
+            (h1, w1), (h2, w2) = src, dst
+            if order == ("v", "h"):
+                want = img.resize((w1, h2), f).resize((w2, h2), f)
+            else:
+                want = img.resize((w2, h1), f).resize((w2, h2), f)
+            got = pr.resample(_chw(a), dst, interp, order=order)
+            assert np.array_equal(_hwc(got), np.asarray(want)), (pillow, src, dst, interp, order)
+
+
 @pytest.mark.parametrize("interp", FILTERS)
 def test_noise_matches_pil_bit_exact(interp, seed):
     """Uniform noise puts sums on every side of the rounding boundaries: a coefficient one unit
@@ -154,12 +174,15 @@ def test_coefficients_are_pillows_ints():
     """Each output's ints sum to ~2**22 (Pillow rounds each weight, not the sum), the windows
     are Pillow's (monotone, inside the image), and the cache hands out read-only arrays."""
     for interp in FILTERS:
-        for n_in, n_out in ((1, 1), (1, 9), (9, 1), (20000, 224), (224, 1000), (777, 784)):
+        for n_in, n_out in ((1, 1), (1, 9), (9, 1), (2, 3), (3, 2), (5, 4), (20000, 224),
+                            (224, 1000), (777, 784)):
             first, count, k = pr.pil_coeffs(n_in, n_out, interp)
             assert k.dtype == np.int64 and not k.flags.writeable
             assert (np.diff(first) >= 0).all() and (first + count <= n_in).all() and (count >= 1).all()
             sums = k.sum(axis=1)
             assert np.abs(sums - (1 << 22)).max() <= k.shape[1]  # one rounding per tap
+            # the module's exactness argument: |partial sums| < 255 * 2**23 < 2**31 << 2**53
+            assert np.abs(k).sum(axis=1).max() < 1 << 23
             assert (k[np.arange(k.shape[1])[None, :] >= count[:, None]] == 0).all()
     # bilinear 4 -> 2 by hand: support 2, centers 1 and 3, windows [0, 3) and [1, 4), filter
     # values (0.75, 0.75, 0.25) and (0.25, 0.75, 0.75) over 1.75: 3/7 and 1/7 of 2**22, rounded

@@ -48,11 +48,11 @@ Older Pillow (``pil_pass_order(..., pillow=(major, minor))``; default: the insta
 ``pillow_version()``), read from python-pillow/Pillow's history:
 
 * Pillow < 12.2: ``ImagingResampleInner`` always runs horizontal first (the same C code, "two-pass
-  resize, horizontal pass", back to Pillow 4; ``Image.resize`` calls it once).
+  resize, horizontal pass", in every release from 7.0 to 12.3; ``Image.resize`` calls it once).
 * Pillow 12.2 and 12.3: still horizontal first in C, but ``Image.resize`` (PR #9524, in Python)
   first resizes the height alone when ``H1 > 100 * W1`` and ``H2 < H1``, then the width:
   vertical first iff ``H1 > 100 * W1 and H2 < H1``.
-* Pillow 13: the C rule above; PR #9549 removed the Python rule.
+* Pillow 13: the C rule above only (PR #9549; the 13.0.0 wheel's ``Image.resize`` has no Python rule).
 
 The weights and the rounding are the same in all of them (``pil_resample``), so the order is
 the only version-dependent part of the pixels. ``pass_order_rule()`` names the rule in use.

@@ -16,21 +16,25 @@ stores ``clip8(sum >> 22)``: floor, then clamp to ``[0, 255]``. The two passes r
 Here the ints are computed as Pillow does (numpy float64 for + - * /, which round like C without
 FMA contraction; ``math.sin``, the C library's ``sin`` that Pillow calls; the weight sum
 accumulated left to right), cached per ``(n_in, n_out, interpolation)``. A pass is a float64
-product of uint8 values and these ints: every product (< 2**30) and every partial sum (< 2**41
-for any window Pillow's int32 sum does not overflow) is an integer below 2**53, so the product
-is exact in any summation order, FMA or not, on any device. ``floor((s + 2**21) / 2**22)``
-clamped is then Pillow's byte. The GPU result is therefore the CPU result is Pillow's.
+product of uint8 values and these ints. ``sum |k|`` of an output is below ``2**23`` (at most
+1.57 * 2**22, lanczos; the tests check it), so every product and every partial sum, in whatever
+order a BLAS adds them, FMA or not, is an integer of magnitude below ``255 * 2**23 < 2**31``:
+exact in float64 (53 bits) on any device. ``floor((s + 2**21) / 2**22)`` clamped is then
+Pillow's byte, and the GPU result is the CPU result is Pillow's. (This needs IEEE float64
+matmul: cuBLAS's native DGEMM; an opt-in reduced-precision FP64 emulation would break it.)
 
 The product is banded: the outputs of an axis are cut into blocks of ``_BLOCK`` consecutive
 outputs; block ``b`` reads ``span`` consecutive inputs from ``first[b * _BLOCK]`` (``span``: the
 widest block's window, padded with zero weights), so one pass is one gather ``(..., nb, span)``
 and one batched matmul with the ``(nb, span, _BLOCK)`` weights, whatever the ratio (a 20000 ->
 224 panorama included: no shared-memory limit, unlike torch's antialiased CUDA kernel). Memory:
-the weights take ``~8 * (n_in * _BLOCK + n_out * K)`` bytes (cached per device, at most
-``_CACHE_BYTES`` in all); the gathered float64 values, the product and the result of one chunk
-of lines take at most ``_CHUNK_BYTES`` each (lines are processed in chunks; a single line longer
-than that goes alone), so a pass needs about ``3 * _CHUNK_BYTES`` of float64 scratch plus its
-uint8 output, for any image size. Devices without float64 (Apple MPS) are refused.
+the weights take ``~8 * (n_in * _BLOCK + n_out * K)`` bytes per axis (cached per device, at most
+``_CACHE_BYTES`` and ``_CACHE_ENTRIES`` in all, least recently used dropped first). Lines (rows
+of a horizontal pass, columns of a vertical one) go in chunks whose gathered float64 values and
+whose float64 sums take at most ``_CHUNK_BYTES`` each (a single line needing more goes alone: an
+axis of over ~8M pixels), so a pass needs at most ``2 * _CHUNK_BYTES`` of float64 scratch plus
+a quarter of that in uint8, plus its uint8 output, whatever the image size. Devices without
+float64 (Apple MPS) are refused.
 """
 from __future__ import annotations
 
