@@ -121,6 +121,29 @@ def test_every_fused_executor_writes_compact_rows(kernels, monkeypatch, backend,
                 vk.set_num_threads(None)
 
 
+@pytest.mark.dali
+@pytest.mark.parametrize("cap", [fusion.OP_BY_OP, fusion.ROWS])
+def test_dali_graphs_write_compact_rows(monkeypatch, cap):
+    """dali's tiles graph: the stock lowerings (OP_BY_OP) and, where it is loaded, the csrc
+    plugin op (ROWS) both take the executing pipeline's temporal_patch_size."""
+    seen: list[str] = []
+    choose = fusion.choose_graph
+
+    def spy(*a, **k):
+        seen.append(choose(*a, **k))
+        return seen[-1]
+    monkeypatch.setattr(fusion, "choose_graph", spy)
+    imgs = images()[:3]
+    with fusion.at_most(cap):  # the graphs are built inside the block
+        for dtype in ("float32", "uint8"):
+            full = make("qwen2-vl", "dali", dtype=dtype)(imgs)
+            compact = make("qwen2-vl", "dali", dtype=dtype, row_form="compact")(imgs)
+            assert_compact_of(compact, full, f"{cap} {dtype} {seen}")
+    if cap == fusion.ROWS and fusion.ROWS not in seen:
+        pytest.skip(f"the dali plugin is not loaded here (graphs ran {sorted(set(seen))})")
+    assert set(seen) == {cap}, seen
+
+
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("backend", ["torch", pytest.param("dali", marks=pytest.mark.dali)])
 def test_compact_on_each_device(backend, device):
