@@ -160,6 +160,21 @@ def test_processor_output_accepted(engines, family):
         assert eng.processor.num_image_token * feature.shape[0] == sum(batch.num_embeddings)
 
 
+def test_processor_output_from_compact_rows_accepted(engines):
+    """A compact batch (row_form="compact"): the adapter expands the rows, SGLang accepts the item
+    and carries exactly the full batch's pixels, with the same spans and grids."""
+    eng = engines("qwen2-vl")
+    full = vlmprep.Processor("qwen2-vl")(_pil(MIXED))
+    batch = vlmprep.Processor("qwen2-vl", row_form="compact")(_pil(MIXED))
+    assert batch.row_form == "compact"
+    ids = eng.expanded_ids(batch)
+    out = eng.process(sg.processor_output(batch, ids, image_token_id=eng.ck.image_token_id), ids)
+    assert list(out.input_ids) == ids and _spans(out) == full.num_embeddings
+    assert torch.equal(torch.cat([i.feature for i in out.mm_items]), full.pixel_values)
+    grids = torch.cat([i.model_specific_data["image_grid_thw"] for i in out.mm_items])
+    assert torch.equal(grids, full.grid_thw)
+
+
 @pytest.mark.parametrize("family, arch", [("qwen2-vl", "Qwen2_5_VLForConditionalGeneration"),
                                           ("internvl", "InternVLChatModel"),
                                           ("gemma3", "Gemma3ForConditionalGeneration")])

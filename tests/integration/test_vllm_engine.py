@@ -172,6 +172,20 @@ def test_embeddings_accepted(engines, family):
         assert torch.equal(merged, torch.cat(per))
 
 
+def test_qwen_compact_batch_embeddings_accepted(engines):
+    """A compact batch (row_form="compact"; what vit.encode folds) hands vLLM the same request as
+    the full batch: the embeddings input does not depend on the row form."""
+    eng = engines("qwen2-vl")
+    full = _batch("qwen2-vl", MIXED)
+    batch = vlmprep.Processor("qwen2-vl", row_form="compact")(_pil(MIXED))
+    assert batch.row_form == "compact" and torch.equal(batch.full_rows(), full.pixel_values)
+    per = _embeds(batch, eng.ck.hidden_size)
+    out, merged = eng.run(vl.prompt_inputs(eng.prompt(2), batch, embeds=per))
+    ph = out["mm_placeholders"]["image"]
+    assert [p.length for p in ph] == full.num_tokens
+    assert torch.equal(merged, torch.cat(per))
+
+
 def test_internvl_vit_encode_shape_accepted(engines):
     """The issue's case: vit.encode's (tiles, 256, H) per InternVL image (7 tiles -> 1792 rows,
     not num_tokens 1794) is what vLLM takes; 1794 rows would make vLLM expand 1796 tokens."""
@@ -249,3 +263,9 @@ def test_qwen_default_is_a_form_vllm_accepts(engines, dtype):
     assert set(pixels["multi_modal_data"]["image"]) == {"pixel_values", "image_grid_thw"}
     with pytest.raises(ValueError, match=r"The data should contain the fields: \{'image_(embeds|grid_thw)'"):
         eng.apply(pixels)
+    # a compact batch's pixel dict holds the full rows (expanded by the adapter): the same dict
+    compact = vlmprep.Processor("qwen2-vl", dtype=dtype, row_form="compact")(_pil(MIXED))
+    cpix = vl.prompt_inputs(prompt, compact, processed_pixels=True,
+                            device_normalize=dtype == "uint8")["multi_modal_data"]["image"]
+    for k, v in pixels["multi_modal_data"]["image"].items():
+        assert torch.equal(cpix[k], v), k
