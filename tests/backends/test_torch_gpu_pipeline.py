@@ -124,20 +124,34 @@ def test_grouped_resizes_without_the_kernels(preset, monkeypatch):
     assert 4 in calls, f"{preset}: no grouped resize ran"
 
 
+@pytest.mark.parametrize("rows_kernel", [True, False])
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 @pytest.mark.parametrize("preset", ["llava-next", "idefics3", "qwen2-vl", "gemma3"])
-def test_the_cuda_path_emulated_is_pillows_pixels(preset, dtype, monkeypatch, seen):
-    """The batch as it runs on cuda, on the CPU: no compiled ops (so every resize is
-    ``resize_like_pil``), its Pillow-exact device resample (``resize.EXACT_ON_CPU``) on grouped
-    stacks, the rows by the lowerings; against the CPU's default (compiled Pillow-exact resize
-    and rows kernel): the same bits."""
+def test_the_cuda_path_emulated_is_pillows_pixels(preset, dtype, rows_kernel, monkeypatch, seen):
+    """The batch as it runs on cuda, on the CPU: every resize is ``resize_like_pil`` with its
+    Pillow-exact device resample (``resize.EXACT_ON_CPU``) on grouped stacks, whose CHW output
+    the rows kernel gets through the stacked pixel-stride copies, in one call per batch
+    (``rows_kernel``; else, as without a CUDA build, the lowerings); against the CPU's default
+    (compiled Pillow-exact resize, rows kernel): the same bits."""
     want = vlmprep.Processor(preset, dtype=dtype, errors="skip")(IMAGES)
-    monkeypatch.setattr(vk, "available", lambda: False)
+    calls: list[int] = []
+    normalize_patchify = vk.normalize_patchify
+
+    def spy(images, *a, **k):
+        calls.append(len(images))
+        return normalize_patchify(images, *a, **k)
+    if rows_kernel:  # the compiled ops stay, their CPU resize does not
+        monkeypatch.setattr(vk, "RESIZE_INTERPOLATIONS", ())
+        monkeypatch.setattr(vk, "normalize_patchify", spy)
+    else:
+        monkeypatch.setattr(vk, "available", lambda: False)
     monkeypatch.setattr(resize_mod, "EXACT_ON_CPU", True)
     with gpu.forced():
         got = vlmprep.Processor(preset, dtype=dtype, errors="skip")(IMAGES)
     _same(got, want, f"{preset} {dtype}")
     assert sorted(seen["device_decoded"]) == sorted([JPEG_444, JPEG_GRAY])
+    if rows_kernel:
+        assert len(calls) == 1 and calls[0] >= 8  # every tile of the 8 good images, one call
 
 
 def test_device_decoder_failing_falls_back_to_the_host(monkeypatch, seen):
