@@ -144,6 +144,21 @@ def test_channels_batches_and_layouts():
             assert torch.equal(batch[0], got) and torch.equal(batch[1], got.flip(0))
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_batched_resize_like_pil_equals_per_image_calls(exact, monkeypatch):
+    """``resize_like_pil`` on an ``(N, C, H, W)`` stack (backends/torch/gpu.py's grouped resize,
+    one launch per group on CUDA) gives each image's own call bit for bit, on the exact path and
+    on the CPU's torchvision path."""
+    monkeypatch.setattr(resize_mod, "EXACT_ON_CPU", exact)
+    xs = [_chw(tiled(name, 37, 53)) for name in ("astronaut", "coffee", "rocket")]
+    for interp in FILTERS:
+        for hw in ((20, 90), (111, 17), (1, 1)):
+            batch = resize_mod.resize_like_pil(torch.stack(xs), hw, interp)
+            assert batch.shape == (3, 3) + hw and batch.is_contiguous()
+            for k, x in enumerate(xs):
+                assert torch.equal(batch[k], resize_mod.resize_like_pil(x, hw, interp)), (interp, hw, k)
+
+
 @pytest.mark.parametrize("interp", FILTERS)
 def test_bits_do_not_depend_on_blocking_or_chunking(interp, monkeypatch):
     t = _chw(tiled("astronaut", 70, 333))
