@@ -98,6 +98,15 @@ def test_one_thread_decodes_in_the_calling_thread(seen):
     assert sorted(seen["device_decoded"]) == sorted([JPEG_444, JPEG_GRAY])
 
 
+@pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl"])
+def test_compact_rows(preset):
+    """row_form='compact': the backend's own pipeline (temporal_patch_size 1) sizes the rows."""
+    want = vlmprep.Processor(preset, row_form="compact", errors="skip")(IMAGES)
+    with gpu.forced():
+        got = vlmprep.Processor(preset, row_form="compact", errors="skip")(IMAGES)
+    _same(got, want, f"{preset} compact")
+
+
 def test_errors_raise_is_the_first_error():
     with pytest.raises(vlmprep.ImageError) as want:
         vlmprep.Processor("qwen2-vl")([JPEG_420, TRUNCATED, JPEG_444])
