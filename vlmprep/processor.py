@@ -176,10 +176,10 @@ class Processor:
     def clone(self, **changes: Any) -> "Processor":
         """A new Processor with this one's settings (pipeline, backend, device, dtype, errors,
         match, fetch, fetch_timeout_s, video_options, video_limits, video_decoder, row_form),
-        changed by
-        ``changes`` (those names, or pipeline fields): e.g. the serving batcher's
+        changed by ``changes`` (those names, or pipeline fields): e.g. the serving batcher's
         ``proc.clone(errors="skip")``. Shares no backend state. A new ``pipeline=`` takes its own
-        family's video defaults unless ``video_options=`` is given too."""
+        family's video defaults unless ``video_options=`` is given too (and keeps the row form:
+        a pipeline that refuses "compact" needs ``row_form="full"`` too)."""
         kw: dict[str, Any] = dict(backend=self.backend_name, device=self.device, dtype=self.dtype,
                                   errors=self.errors, match=self.match, fetch=self.fetch,
                                   fetch_timeout_s=self.fetch_timeout_s,
