@@ -343,7 +343,8 @@ def test_cache_hits_never_cross_forms():
     assert_compact_of(hit, cache.get(kf))
 
 
-def test_the_loader_keeps_a_compact_processor(seed):
+@pytest.mark.parametrize("nw", [0, 2])
+def test_the_loader_keeps_a_compact_processor(seed, nw):
     from vlmprep.loader import DataLoader
     rng = np.random.default_rng(seed)
     imgs = [tiled(n, int(rng.integers(20, 300)), int(rng.integers(20, 300)))
@@ -353,7 +354,7 @@ def test_the_loader_keeps_a_compact_processor(seed):
         proc = make("qwen2-vl", dtype="uint8", errors="skip", row_form="compact")
         full = make("qwen2-vl", dtype="uint8", errors="skip")
         got = list(DataLoader(sources, proc, batch_size=4, max_batch_tokens=None, cache=cache,
-                              num_workers=0))
+                              num_workers=nw))
         want = list(DataLoader(sources, full, batch_size=4, max_batch_tokens=None, num_workers=0))
         assert len(got) == 2 and [sorted(b.errors) for _, b in got] == [[1], [2]]
         for (ids, c), (ids_f, f) in zip(got, want):
