@@ -33,7 +33,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ._embeds import concat_embeds
-from ._rows import full_form
 
 if TYPE_CHECKING:
     import torch
@@ -117,7 +116,7 @@ def processor_output(batch: "PackedBatch", input_ids: Any, *,
     ids = _ids_list(input_ids)
     _check_ids(ids, batch, image_token_id)
     _check_video_ids(ids, batch, video_token_id)
-    return {"format": "processor_output", "input_ids": ids, **full_form(batch, device).to_hf()}
+    return {"format": "processor_output", "input_ids": ids, **batch.to_hf(device=device)}
 
 
 def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch: "PackedBatch",

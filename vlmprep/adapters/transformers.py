@@ -26,7 +26,6 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from ..presets import gemma3
-from ._rows import full_form
 
 if TYPE_CHECKING:
     import torch
@@ -267,8 +266,8 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
     if want_types:
         out["mm_token_type_ids"] = _mm_token_type_ids(processor, enc, expanded, batch, token)
 
-    full = full_form(batch, device)  # the model's layout: full rows, made on ``device``
-    hf = full.to_hf(images_per_sample=counts) if len(counts) > 1 else full.to_hf()
+    # the model's layout: full rows, made on ``device`` (a compact batch expanded there)
+    hf = batch.to_hf(images_per_sample=counts if len(counts) > 1 else None, device=device)
     if has_videos and type(processor).__name__.startswith("InternVL"):
         hf = _internvl_merge(dict(hf), originals, batch, token, vtoken)
     hf = _consume(processor, hf)
