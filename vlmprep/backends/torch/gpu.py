@@ -72,8 +72,8 @@ if TYPE_CHECKING:
     from ..context import Context
 
 __all__ = ["DEVICE_JPEG", "HOST", "ON_DEVICE", "DEVICE_SAMPLINGS", "BatchPlan", "batched",
-           "forced", "staging", "plan_batch", "device_jpeg", "device_decode", "resize_groups", "resize_group",
-           "run_batch"]
+           "forced", "staging", "plan_batch", "device_jpeg", "device_decode", "resize_groups",
+           "resize_group", "run_batch"]
 
 DEVICE_JPEG = "device_jpeg"
 HOST = "host"
@@ -176,13 +176,6 @@ def resize_groups(keys: Sequence[Any]) -> list[list[int]]:
     return list(groups.values())
 
 
-def _stacked_resize(device: torch.device, interpolation: str) -> bool:
-    """Whether ``ops.resize`` resizes with ``resize_like_pil`` here (which takes a batch);
-    else it is the CPU's compiled one-image resize."""
-    return not (device.type == "cpu" and interpolation in kernels.RESIZE_INTERPOLATIONS
-                and kernels.available())
-
-
 def resize_group(xs: list[torch.Tensor], hw: tuple[int, int], interpolation: str
                  ) -> list[torch.Tensor]:
     """uint8 ``(C, H, W)`` images of one shape -> each resized to ``hw`` as ``ops.resize``
@@ -190,7 +183,7 @@ def resize_group(xs: list[torch.Tensor], hw: tuple[int, int], interpolation: str
     resize, else one call each; an image already of size ``hw`` is itself."""
     if tuple(xs[0].shape[-2:]) == tuple(hw):
         return list(xs)
-    if len(xs) == 1 or not _stacked_resize(xs[0].device, interpolation):
+    if len(xs) == 1 or _ops.compiled_resize(xs[0].device, interpolation):
         return [_ops.resize(x, hw, interpolation) for x in xs]
     return list(resize_like_pil(torch.stack(xs), hw, interpolation).unbind(0))
 

@@ -55,8 +55,7 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
     """``(C, H, W)`` uint8 -> ``(C, h, w)``: on the CPU the compiled Pillow-exact resize when
     built (its output is HWC memory, so the fused rows kernel reads it without a copy), else
     ``resize_like_pil``."""
-    if (img.device.type == "cpu" and interpolation in kernels.RESIZE_INTERPOLATIONS
-            and kernels.available()):
+    if compiled_resize(img.device, interpolation):
         if tuple(img.shape[-2:]) == tuple(hw):
             return img
         hwc = img.permute(1, 2, 0)
@@ -64,6 +63,13 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
             hwc = hwc.contiguous()
         return kernels.resize(hwc, hw, interpolation).permute(2, 0, 1)
     return resize_like_pil(img, hw, interpolation)
+
+
+def compiled_resize(device: torch.device, interpolation: str) -> bool:
+    """Whether ``resize`` runs the compiled one-image CPU resize here; else it is
+    ``resize_like_pil``, which also takes an ``(N, C, H, W)`` stack (``gpu.resize_group``)."""
+    return (device.type == "cpu" and interpolation in kernels.RESIZE_INTERPOLATIONS
+            and kernels.available())
 
 
 register_geometry_lowerings(B, resize, cut)
