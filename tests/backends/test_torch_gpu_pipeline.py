@@ -263,6 +263,17 @@ def test_a_batch_larger_than_the_block_still_matches(monkeypatch):
     assert gpu.staging("cpu") is st  # one per process and device
 
 
+def test_a_failed_block_upload_goes_image_by_image(monkeypatch):
+    """No room on the device for the whole block at once: each staged image goes up alone."""
+    def no_room(self):
+        raise torch.OutOfMemoryError("no room for the block")
+    monkeypatch.setattr(Staging, "upload", no_room)
+    want = vlmprep.Processor("internvl", errors="skip")(IMAGES)
+    with gpu.forced():
+        got = vlmprep.Processor("internvl", errors="skip")(IMAGES)
+    _same(got, want, "internvl")
+
+
 def test_fill_tensor_made_once():
     a = torch_ops.fill_tensor((1, 2, 3), torch.uint8, torch.device("cpu"))
     assert a is torch_ops.fill_tensor((1, 2, 3), torch.uint8, torch.device("cpu"))

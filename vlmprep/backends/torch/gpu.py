@@ -48,7 +48,7 @@ import contextlib
 import dataclasses
 import threading
 import warnings
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from functools import partial
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -257,35 +257,50 @@ def _decode_batch(backend: "Backend", jobs: list["Context"], plan: BatchPlan,
         else:
             for i in order:
                 prepare(i)
-        # The device decodes while the host threads still decode theirs.
-        device_ids = [i for i in order if plan.decoders[i] == DEVICE_JPEG]
-        for i in device_ids:
-            if i in futures:
-                futures[i].result()
-        device_ids = [i for i in device_ids if errors[i] is None and slots[i][0] == "device"]
-        decoded = device_decode([slots[i][1] for i in device_ids], device)
-        for i, img in zip(device_ids, decoded):
-            if img is not None and tuple(img.shape[-2:]) == tuple(jobs[i].source.hw):
-                images[i] = img
+        try:
+            # The device decodes while the host threads still decode theirs.
+            device_ids = [i for i in order if plan.decoders[i] == DEVICE_JPEG]
+            for i in device_ids:
+                if i in futures:
+                    futures[i].result()
+            device_ids = [i for i in device_ids if errors[i] is None and slots[i][0] == "device"]
+            decoded = device_decode([slots[i][1] for i in device_ids], device)
+            for i, img in zip(device_ids, decoded):
+                if img is not None and tuple(img.shape[-2:]) == tuple(jobs[i].source.hw):
+                    images[i] = img
+                    continue
+                # the device declined it: the host decodes it and judges its data
+                slots[i], errors[i] = backend.guarded(
+                    jobs[i], partial(_host, backend, _with_bytes(jobs[i], slots[i][1]), st))
+            for f in futures.values():
+                f.result()
+        finally:  # no decode thread may still write into the block once it is released
+            for f in futures.values():
+                f.cancel()
+            wait(list(futures.values()))
+        try:
+            dev = st.upload()
+        except Exception:  # noqa: BLE001 (no room for the whole block: image by image below)
+            dev = None
+        for i, ctx in enumerate(jobs):
+            slot = slots[i]
+            if errors[i] is not None or slot is None or slot[0] == "device":
                 continue
-            # the device declined it: the host decodes it and judges its data
-            slots[i], errors[i] = backend.guarded(
-                jobs[i], partial(_host, backend, _with_bytes(jobs[i], slots[i][1]), st))
-        for f in futures.values():
-            f.result()
-        dev = st.upload()
-    for i, ctx in enumerate(jobs):
-        slot = slots[i]
-        if errors[i] is not None or slot is None or slot[0] == "device":
-            continue
-        h, w = ctx.source.hw
-        if slot[0] == "staged":
-            assert dev is not None
-            images[i] = dev[slot[1]:slot[1] + 3 * h * w].view(h, w, 3).permute(2, 0, 1)
-        else:  # did not fit the block: from its own memory, as the decode lowering copies it
-            hwc = torch.from_numpy(np.require(slot[1], requirements="W"))
-            images[i] = hwc.to(device, non_blocking=True).permute(2, 0, 1)
+            h, w = ctx.source.hw
+            if slot[0] == "staged" and dev is not None:
+                images[i] = dev[slot[1]:slot[1] + 3 * h * w].view(h, w, 3).permute(2, 0, 1)
+                continue
+            # did not fit the block (or the block's upload failed): from its own memory
+            hwc = (st.host_view(slot[1], (h, w, 3)) if slot[0] == "staged"
+                   else torch.from_numpy(np.require(slot[1], requirements="W")))
+            images[i], errors[i] = backend.guarded(ctx, partial(_upload_one, hwc, device))
     return images
+
+
+def _upload_one(hwc: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 ``(h, w, 3)`` host image -> ``(3, h, w)`` on ``device`` (a synchronous copy: its
+    memory may be reused as soon as this returns)."""
+    return hwc.to(device, copy=True).permute(2, 0, 1)
 
 
 def _with_bytes(ctx: "Context", data: bytes) -> "Context":

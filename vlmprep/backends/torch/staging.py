@@ -75,6 +75,14 @@ class Staging:
         dst = self._array[off:off + image.size].reshape(image.shape)
         np.copyto(dst, image)
 
+    def host_view(self, off: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """The block's bytes at ``off`` as a uint8 tensor of ``shape`` (a view)."""
+        assert self.block is not None
+        n = 1
+        for s in shape:
+            n *= s
+        return self.block[off:off + n].view(shape)
+
     @property
     def used(self) -> int:
         return self._used
