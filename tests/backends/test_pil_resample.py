@@ -171,6 +171,29 @@ def test_bits_do_not_depend_on_blocking_or_chunking(interp, monkeypatch):
         monkeypatch.undo()
 
 
+def test_scratch_stays_within_the_chunk_bound(monkeypatch):
+    """The module docstring's memory bound: each batched product's float64 input and output
+    take at most ``_CHUNK_BYTES`` (or one line's worth, when a line alone needs more)."""
+    chunk = 1 << 16
+    monkeypatch.setattr(pr, "_CHUNK_BYTES", chunk)
+    seen = []
+    real_bmm = torch.bmm
+
+    def spy(a, b):
+        out = real_bmm(a, b)
+        seen.append((b.numel() * 8, out.numel() * 8, b.shape[2]))
+        return out
+
+    monkeypatch.setattr(torch, "bmm", spy)
+    t = _chw(tiled("chelsea", 120, 2000))
+    for axis, n in ((-1, 20), (-1, 3100), (-2, 7), (-2, 400)):
+        seen.clear()
+        pr.resample_axis(t, axis, n, "lanczos")
+        for g_bytes, out_bytes, lines in seen:
+            assert max(g_bytes, out_bytes) <= max(chunk, (g_bytes + out_bytes) // lines), (axis, n)
+        assert len(seen) > 1  # the bound forced several chunks
+
+
 def test_same_size_is_a_copy_and_bad_inputs():
     t = _chw(tiled("rocket", 9, 11))
     out = pr.resample(t, (9, 11), "bicubic")
