@@ -15,7 +15,10 @@ stores ``clip8(sum >> 22)``: floor, then clamp to ``[0, 255]``. The two passes r
 
 Here the ints are computed as Pillow does (numpy float64 for + - * /, which round like C without
 FMA contraction; ``math.sin``, the C library's ``sin`` that Pillow calls; the weight sum
-accumulated left to right), cached per ``(n_in, n_out, interpolation)``. A pass is a float64
+accumulated left to right), cached per ``(n_in, n_out, interpolation)``. (Checked against x86-64
+Pillow wheels, built without FMA contraction; a Pillow built with contraction, e.g. GCC's default
+on aarch64, could round a filter value differently and move a rare weight by one unit: the
+bit-exact tests against PIL on that machine would show it.) A pass is a float64
 product of uint8 values and these ints. ``sum |k|`` of an output is below ``2**23`` (at most
 1.57 * 2**22, lanczos; the tests check it), so every product and every partial sum, in whatever
 order a BLAS adds them, FMA or not, is an integer of magnitude below ``255 * 2**23 < 2**31``:
