@@ -2,9 +2,10 @@
 
 Values flow as uint8 ``(C, H, W)`` tensors on the device until normalize, float32 after;
 patchify writes the output rows. Resizes run as one-dimensional passes in Pillow's order
-(``resize.resize_like_pil``) so the pixels stay within 2 levels of the PIL reference; on the CPU
-with the kernels built they are the compiled Pillow-exact resize, which ``fusion`` may run inside
-the kernel that writes the rows (``resize_in_kernel``). ``tv_match.Backend`` is this backend
+(``resize.resize_like_pil``): on CUDA Pillow's exact integer resample (``pil_resample``, 0 levels
+from PIL); on the CPU the compiled Pillow-exact resize when built, which ``fusion`` may run
+inside the kernel that writes the rows (``resize_in_kernel``), else torchvision's uint8 kernel
+per pass (within 2 levels). ``tv_match.Backend`` is this backend
 with transformers' torchvision-backend resize and normalize (``Processor(match="torchvision")``).
 On cuda a batch runs as a GPU pipeline, stage by stage (``gpu``: the plan and its table;
 ``staging``: the pinned upload block); docs/how-to/gpu.md says what runs where.
