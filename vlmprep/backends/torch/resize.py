@@ -116,7 +116,7 @@ def _resize_like_pil(img, out_hw, interpolation: str, *, force_float: bool):
     out = img
     for axis in order:
         size = [int(out.shape[-2]), w2] if axis == "h" else [h2, int(out.shape[-1])]
-        out = _pass(out, size, mode, interpolation, use_uint8)
+        out = _pass(out, size, mode, use_uint8)
     return _standard(out)
 
 
@@ -154,7 +154,7 @@ def _native_uint8_kernel(device: torch.device, mode: InterpolationMode) -> bool:
     )
 
 
-def _pass(img: torch.Tensor, size: list[int], mode: InterpolationMode, name: str, use_uint8: bool):
+def _pass(img: torch.Tensor, size: list[int], mode: InterpolationMode, use_uint8: bool):
     """One one-dimensional pass (``size`` differs from ``img`` on one axis only), CPU only."""
     if img.device.type != "cpu":  # never on CUDA: no lanczos, shared-memory limits (docstring)
         raise AssertionError(f"the torchvision resize path runs on the CPU only, got {img.device}")
@@ -164,7 +164,7 @@ def _pass(img: torch.Tensor, size: list[int], mode: InterpolationMode, name: str
         # torch 2.14 gets the direct form wrong: the CPU float kernel returns a
         # constant column, the CPU uint8 kernel asserts when the output is 1x1.
         t = _standard(img.transpose(-1, -2))
-        return _standard(_pass(t, [1, size[0]], mode, name, use_uint8).transpose(-1, -2))
+        return _standard(_pass(t, [1, size[0]], mode, use_uint8).transpose(-1, -2))
     img = _standard(img)
     if use_uint8:
         return F.resize(img, size, interpolation=mode, antialias=True)
