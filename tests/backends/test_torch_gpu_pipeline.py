@@ -25,6 +25,7 @@ from vlmprep.backends.torch import ops as torch_ops
 from vlmprep.backends.torch import resize as resize_mod
 from vlmprep.backends.torch.resize import resize_like_pil
 from vlmprep.backends.torch.staging import Staging
+from vlmprep.io.inputs import Source
 
 
 def _jpeg(rgb: np.ndarray, subsampling: int | None = None, **kw) -> bytes:
@@ -199,6 +200,12 @@ def test_plan_decoders():
     plan = gpu.plan_batch(backends.get("torch")(proc.pipeline, "cpu", "float32"), jobs)
     assert plan.decoders == (gpu.DEVICE_JPEG,) * 3 + (gpu.HOST,) * 5
     assert plan.grouped_sizing and plan.own_decode
+    # a tensor already on a device is used as it is (a meta tensor stands in for a cuda one)
+    on_device = Source("tensor", torch.empty(3, 4, 4, dtype=torch.uint8, device="meta"), (4, 4),
+                       None, "tensor")
+    jobs = [Context(on_device, plans[0], torch.empty(0), "float32", "cpu")]
+    assert gpu.plan_batch(backends.get("torch")(proc.pipeline, "cpu", "float32"),
+                          jobs).decoders == (gpu.ON_DEVICE,)
     assert [gpu.device_jpeg(d) for d in (JPEG_420, _jpeg(COFFEE, 1), JPEG_444, JPEG_GRAY)] == \
         [False, False, True, True]
 
@@ -306,10 +313,12 @@ HOST_DECODED = [x for k, x in enumerate(IMAGES) if k not in (3, 4, 5, 7)]
 def test_cuda_batched_matches_cpu(preset, dtype):
     """Host-decoded images on cuda give the CPU's bits: the same decoders, the Pillow-exact
     device resample (resize.py), the rows kernel with the CPU's lut; on a side stream."""
-    want = vlmprep.Processor(preset, dtype=dtype)(HOST_DECODED)
+    on_device = torch.from_numpy(tiled("chelsea", 50, 70)).permute(2, 0, 1).contiguous()
+    want = vlmprep.Processor(preset, dtype=dtype)(HOST_DECODED + [on_device])
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):  # the Processor's stream: a Batcher worker's own, say
-        got = vlmprep.Processor(preset, device="cuda", dtype=dtype)(HOST_DECODED)
+        got = vlmprep.Processor(preset, device="cuda", dtype=dtype)(
+            HOST_DECODED + [on_device.cuda()])  # a cuda tensor input is used where it is
     stream.synchronize()
     assert got.seqlens == want.seqlens
     if dtype == "uint8" or vk.build_info()["torch_ext"].get("cuda"):
