@@ -208,6 +208,13 @@ def test_plan_decoders():
                           jobs).decoders == (gpu.ON_DEVICE,)
     assert [gpu.device_jpeg(d) for d in (JPEG_420, _jpeg(COFFEE, 1), JPEG_444, JPEG_GRAY)] == \
         [False, False, True, True]
+    # an APP14 Adobe segment (its transform flag is libjpeg's to read) goes to the host; the
+    # word in EXIF text does not
+    app14 = JPEG_444[:2] + b"\xff\xee\x00\x0eAdobe\x00\x64\x00\x00\x00\x00\x01" + JPEG_444[2:]
+    exif = Image.Exif()
+    exif[0x0131] = "Adobe Photoshop 25.0"
+    assert not gpu.device_jpeg(app14)
+    assert gpu.device_jpeg(_jpeg(tiled("chelsea", 211, 97), 0, exif=exif.tobytes()))
 
 
 def test_resize_groups():

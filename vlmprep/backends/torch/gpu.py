@@ -27,8 +27,8 @@ Processor's, e.g. a Batcher worker's own stream):
 |        | `OP_BY_OP`: the lowerings, per image                        |                            |
 
 `DEVICE_JPEG` needs: encoded bytes of an 8-bit baseline (SOF0/SOF1, Huffman) RGB / gray JPEG,
-EXIF orientation 1, no Adobe segment (its colour transform is libjpeg's to read), and a chroma
-sampling in ``DEVICE_SAMPLINGS``: one component, or three with equal sampling (4:4:4), where no
+EXIF orientation 1, no APP14 Adobe segment (its colour transform is libjpeg's to read), and a
+chroma sampling in ``DEVICE_SAMPLINGS``: one component, or three with equal sampling (4:4:4), where no
 chroma is upsampled. torchvision's nvJPEG decoder upsamples subsampled chroma (4:2:0, 4:2:2)
 nearest-neighbour, Pillow's libjpeg "fancy" (interpolating), so those stay on the host until a
 GPU run measures otherwise (bench/gpu_check.py). Progressive, arithmetic-coded, 12-bit, CMYK /
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import warnings
 from concurrent.futures import Future, wait
@@ -86,6 +87,9 @@ ON_DEVICE = "on_device"
 DEVICE_SAMPLINGS = ("gray", "4:4:4")
 
 _BASELINE = (0xC0, 0xC1)  # Huffman, sequential: what the device decoder takes here
+# An APP14 "Adobe" segment (marker, 2-byte length, tag): its transform flag sets the colour space
+# libjpeg decodes to. Not the word in EXIF / XMP text ("Adobe Photoshop"): those stay candidates.
+_ADOBE_APP14 = re.compile(rb"\xff\xee..Adobe", re.DOTALL)
 _FORCED = [False]
 _NO_DEVICE_JPEG: dict[str, str] = {}  # device -> why its JPEG decoder is unusable (seen once)
 
@@ -156,9 +160,9 @@ def _jpeg_candidate(ctx: "Context", device: str) -> bool:
 
 def device_jpeg(data: bytes) -> bool:
     """From the frame (``io.probe.jpeg_frame``, already walked by ``io.decode.encoded_bytes``):
-    baseline Huffman coding, a sampling in ``DEVICE_SAMPLINGS``, no Adobe segment."""
+    baseline Huffman coding, a sampling in ``DEVICE_SAMPLINGS``, no APP14 Adobe segment."""
     marker, _h, _w, sampling, scan = jpeg_frame(data)
-    if marker not in _BASELINE or b"Adobe" in data[:scan]:
+    if marker not in _BASELINE or _ADOBE_APP14.search(data, 0, scan):
         return False
     if len(sampling) == 1:
         return "gray" in DEVICE_SAMPLINGS
