@@ -1,35 +1,52 @@
 // GPU side of the DALI plugin: one kernel launch per batch on the workspace's stream.
+//
+// Memory: the 3 KB lookup table is constant for the op's life (an argument): it is uploaded
+// once, from pinned memory, into DALI's device memory pool, before the first launch. The
+// per-sample descriptors change every batch (pointers, offsets): they are written into pinned
+// memory and copied into device memory, both from DALI's scratchpad, stream-ordered (no
+// cudaMalloc / cudaFree, no device sync, no copy from pageable memory).
 #include <cuda_runtime.h>
 
+#include "dali/core/mm/memory.h"
+#include "dali/kernels/dynamic_scratchpad.h"
 #include "normalize_patchify_op.h"
 
 namespace vlmprep_dali {
 
-// Device copies of the table and of the per-sample descriptors, grown as needed.
-struct DeviceBuffers {
-  void* lut = nullptr;
-  void* samples = nullptr;
-  size_t samples_bytes = 0;
-  DeviceBuffers() = default;
-  DeviceBuffers(const DeviceBuffers&) = delete;
-  ~DeviceBuffers() {
-    cudaFree(lut);
-    cudaFree(samples);
-  }
+// The device copy of the table, made once per op.
+struct DeviceTable {
+  dali::mm::uptr<float> host;    // pinned staging, kept while the copy may be in flight
+  dali::mm::uptr<float> device;  // DALI's default device resource (its pool)
 };
 
 template <>
 void NormalizePatchify<dali::GPUBackend>::RunImpl(dali::Workspace& ws) {
-  if (!device_) device_ = std::make_shared<DeviceBuffers>();
-  DeviceBuffers& buf = *static_cast<DeviceBuffers*>(device_.get());
   const auto& in = ws.Input<dali::GPUBackend>(0);
   auto& out = ws.Output<dali::GPUBackend>(0);
   const int n = in.num_samples();
   if (n == 0) return;
+  // CUDA's grid has at most 65535 rows (gridDim.y: one sample each).
+  DALI_ENFORCE(n <= 65535, "vlmprep_normalize_patchify: expected at most 65535 samples per batch "
+                           "(one CUDA grid row each), got " + std::to_string(n) +
+                               "; fix: use a smaller batch_size");
   cudaStream_t stream = ws.stream();
+  if (!lut_.empty() && !device_) {
+    auto t = std::make_shared<DeviceTable>();
+    t->host = dali::mm::alloc_raw_unique<float, dali::mm::memory_kind::pinned>(lut_.size());
+    t->device = dali::mm::alloc_raw_unique<float, dali::mm::memory_kind::device>(lut_.size());
+    std::copy(lut_.begin(), lut_.end(), t->host.get());
+    CUDA_CALL(cudaMemcpyAsync(t->device.get(), t->host.get(), lut_.size() * sizeof(float),
+                              cudaMemcpyHostToDevice, stream));
+    // Once per op: later batches may run on other streams, so the table is complete before
+    // any of them reads it.
+    CUDA_CALL(cudaStreamSynchronize(stream));
+    device_ = t;
+  }
   const int esize = vlmprep::dtype_size(params_.dtype);
   auto* base = static_cast<char*>(out.raw_mutable_tensor(0));
-  std::vector<vlmprep::NPSample> samples(n);
+  dali::kernels::DynamicScratchpad scratch{dali::AccessOrder(stream)};
+  // Pinned staging: freed in stream order (after the copy below), like the device copy.
+  vlmprep::NPSample* samples = scratch.AllocatePinned<vlmprep::NPSample>(n);
   int64_t max_rows = 0;
   for (int i = 0; i < n; ++i) {
     const auto sh = in.tensor_shape(i);
@@ -38,27 +55,18 @@ void NormalizePatchify<dali::GPUBackend>::RunImpl(dali::Workspace& ws) {
     samples[i] = {in.template tensor<uint8_t>(i), 3 * sh[1], int32_t(sh[0]), int32_t(sh[1]), off};
     max_rows = std::max(max_rows, vlmprep::kernel_rows(params_, samples[i].height, samples[i].width));
   }
-  const size_t bytes = samples.size() * sizeof(vlmprep::NPSample);
-  if (bytes > buf.samples_bytes) {
-    CUDA_CALL(cudaFree(buf.samples));
-    CUDA_CALL(cudaMalloc(&buf.samples, bytes));
-    buf.samples_bytes = bytes;
-  }
-  // Pageable source: the call returns once the bytes are staged, so `samples` may go.
-  CUDA_CALL(cudaMemcpyAsync(buf.samples, samples.data(), bytes, cudaMemcpyHostToDevice, stream));
+  vlmprep::NPSample* samples_dev = scratch.AllocateGPU<vlmprep::NPSample>(n);
+  CUDA_CALL(cudaMemcpyAsync(samples_dev, samples, n * sizeof(vlmprep::NPSample),
+                            cudaMemcpyHostToDevice, stream));
   vlmprep::NormalizePatchifyParams p = params_;
-  if (!lut_.empty()) {
-    if (!buf.lut) CUDA_CALL(cudaMalloc(&buf.lut, 3 * 256 * sizeof(float)));
-    CUDA_CALL(cudaMemcpyAsync(buf.lut, lut_.data(), 3 * 256 * sizeof(float), cudaMemcpyHostToDevice,
-                              stream));
-    p.lut = buf.lut;
-  }
+  p.lut = lut_.empty() ? nullptr : static_cast<DeviceTable*>(device_.get())->device.get();
   p.out = base;
   p.num_samples = n;
-  p.samples = static_cast<const vlmprep::NPSample*>(buf.samples);
+  p.samples = samples_dev;
   const int err = vlmprep::normalize_patchify_cuda(p, max_rows, stream);
   DALI_ENFORCE(err == 0, "vlmprep_normalize_patchify: kernel launch failed: " +
-                             std::string(cudaGetErrorString(cudaError_t(err))));
+                             std::string(cudaGetErrorName(cudaError_t(err))) + " (" +
+                             cudaGetErrorString(cudaError_t(err)) + ")");
 }
 
 }  // namespace vlmprep_dali

@@ -80,7 +80,7 @@ class NormalizePatchify : public dali::Operator<Backend> {
   vlmprep::NormalizePatchifyParams params_{};
   dali::DALIDataType dtype_ = DALI_FLOAT;
   std::vector<float> lut_;
-  std::shared_ptr<void> device_;  // GPU op: its device buffers (normalize_patchify_op.cu)
+  std::shared_ptr<void> device_;  // GPU op: the device copy of lut_, made once (normalize_patchify_op.cu)
 };
 
 }  // namespace vlmprep_dali

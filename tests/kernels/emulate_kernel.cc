@@ -1,8 +1,13 @@
 // Runs the CUDA kernel body (csrc/kernels/normalize_patchify_kernel.cuh) on the host, one
 // std::thread per CUDA thread, a std::barrier per block for __syncthreads, blocks in turn, and
 // compares every output byte with the CPU twin's on random ragged batches of every order and
-// dtype. Built and run by tests/kernels/test_kernel_emulated.py (machines without a GPU check
-// the kernel's index math this way). Usage: emulate_kernel SEED; exit status 0: all equal.
+// dtype, each batch written once at an aligned output (blocks whose rows allow it take the
+// kernel's 4-element vector path) and once one element off (every block takes the scalar path).
+// Built and run by tests/kernels/test_kernel_emulated.py (machines without a GPU check the
+// kernel's index math this way), which also builds it against a deliberately broken copy of the
+// body (VLMPREP_KERNEL_BODY) to show a wrong index is caught. Usage: emulate_kernel SEED; exit
+// status 0: all equal; the last line counts the blocks of each path.
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -24,7 +29,15 @@ using std::min;
 #define __global__
 #define __shared__ static  // one block at a time: a static is that block's shared memory
 
-#include "../../csrc/kernels/normalize_patchify_kernel.cuh"
+// Blocks per column path (counted by thread 0 of each block that has rows).
+std::atomic<long> g_vector_blocks{0}, g_scalar_blocks{0};
+#define VLMPREP_KERNEL_PATH(vector_path) \
+  if (threadIdx.x == 0) ((vector_path) ? g_vector_blocks : g_scalar_blocks)++
+
+#ifndef VLMPREP_KERNEL_BODY
+#define VLMPREP_KERNEL_BODY "../../csrc/kernels/normalize_patchify_kernel.cuh"
+#endif
+#include VLMPREP_KERNEL_BODY
 
 namespace {
 
@@ -89,9 +102,12 @@ int main(int argc, char** argv) {
       p.merge_size = c.merge_size;
       p.temporal_patch_size = c.temporal_patch_size;
       const int esize = vlmprep::dtype_size(dt);
-      std::vector<uint8_t> lut(3 * 256 * size_t(esize));
+      // The table twice: 16-byte aligned (the kernel fills shared memory in 16-byte words) and
+      // one element off (element by element).
+      const size_t lut_bytes = 3 * 256 * size_t(esize);
+      std::vector<uint8_t> lut(lut_bytes), lut_off(lut_bytes + 16);
       for (auto& b : lut) b = uint8_t(rng());
-      p.lut = dt == DType::kUInt8 ? nullptr : lut.data();
+      std::memcpy(lut_off.data() + esize, lut.data(), lut_bytes);
       const int q = c.patch_size * (c.order == Order::kMergeGrouped ? c.merge_size : 1);
       const int n = 1 + int(rng() % 4);
       std::vector<std::vector<uint8_t>> canvases(n);
@@ -109,18 +125,29 @@ int main(int argc, char** argv) {
       }
       p.num_samples = n;
       p.samples = samples.data();
-      std::vector<uint8_t> a(size_t(total) * esize, 0xAB), b(size_t(total) * esize, 0xCD);
-      p.out = a.data();
-      launch(p, max_rows);
-      p.out = b.data();
-      vlmprep::normalize_patchify_cpu(p, 1);
-      if (std::memcmp(a.data(), b.data(), a.size()) != 0) {
-        ++failures;
-        std::printf("MISMATCH order %d P%d m%d T%d dtype %d (seed %u)\n", int(c.order), c.patch_size,
-                    c.merge_size, c.temporal_patch_size, int(dt), seed);
+      // shift 0: the output 16-byte aligned (vector path where rows allow); 1: one element
+      // off (scalar path everywhere), with the table one element off too. Each side starts from its own fill (an element the kernel
+      // skips shows), and the 16 guard bytes on either side must stay untouched.
+      for (int shift = 0; shift < 2; ++shift) {
+        const size_t bytes = size_t(total) * esize, guard = 16, at = guard + size_t(shift) * esize;
+        std::vector<uint8_t> a(bytes + 2 * guard, 0xAB), b(bytes + 2 * guard, 0xCD);  // 16-aligned
+        p.lut = dt == DType::kUInt8 ? nullptr : shift ? lut_off.data() + esize : lut.data();
+        p.out = a.data() + at;
+        launch(p, max_rows);
+        p.out = b.data() + at;
+        vlmprep::normalize_patchify_cpu(p, 1);
+        bool bad = std::memcmp(a.data() + at, b.data() + at, bytes) != 0;
+        for (size_t k = 0; k < a.size(); ++k)
+          if (k < at || k >= at + bytes) bad |= a[k] != 0xAB;
+        if (bad) {
+          ++failures;
+          std::printf("MISMATCH order %d P%d m%d T%d dtype %d shift %d (seed %u)\n", int(c.order),
+                      c.patch_size, c.merge_size, c.temporal_patch_size, int(dt), shift, seed);
+        }
       }
     }
   }
   std::printf("%s: %d mismatches\n", failures ? "FAIL" : "OK", failures);
+  std::printf("blocks: vector %ld scalar %ld\n", g_vector_blocks.load(), g_scalar_blocks.load());
   return failures ? 1 : 0;
 }
