@@ -11,10 +11,17 @@ half level can land one level apart after a pass; canvases chained through 2 pas
 3 canvases deep: Idefics3) stay within MAX_LEVELS. A broken edge treatment (DALI's clamp instead
 of Pillow's renormalised window) shows up as 8-15 levels on the first and last rows.
 
+On CUDA each GPU path has its own bound (``vlmprep.backends.dali.parity.BOUNDS``, where each
+number is justified): nvJPEG against libjpeg-turbo on the JPEGs, and the GPU canvas graph against
+Pillow on the very pixels the GPU decoded; the end-to-end batch is held to the issue's mean and
+99.9th percentile. The GPU graphs round float -> uint8 in the graph (``lowerings.to_levels``), so
+ties go up as on the host and in Pillow: shown here on the CPU, through the same DALI ops.
+
 Kept small for a 2-core CI box: a few real photos per preset, the whole file well under 90 s.
 """
 from __future__ import annotations
 
+import io
 import pickle
 
 import numpy as np
@@ -347,19 +354,54 @@ def test_gpu_graphs_define_without_a_gpu(preset, dtype, plugin):
 
 
 
+def _is_jpeg(x) -> bool:
+    return isinstance(x, bytes) and x[:3] == b"\xff\xd8\xff"
+
+
+def _check_path(key, path: str, ours, ref, scale: float = 1.0):
+    """``ours`` against ``ref`` within the bound of one GPU path (parity.BOUNDS[path])."""
+    from vlmprep.backends.dali.parity import BOUNDS
+    b = BOUNDS[path]
+    mx, mean, p999 = _levels(ours, ref, scale)
+    record("dali GPU paths (uint8 levels)",
+           f"{'/'.join(key)} {path}: max {mx:.2f} mean {mean:.4f} p99.9 {p999:.2f} levels (bound {b})")
+    assert mx <= b["max"] + 1e-3 and mean <= b["mean"] and p999 <= b["p999"], (key, path, mx, mean, p999)
+
+
+def _gpu_decoded(items, key):
+    """``items`` with each JPEG (here: baseline RGB bytes, which the GPU path hands to the mixed
+    decoder) replaced by the pixels nvJPEG gives for it, after checking those against Pillow's
+    (the decode path's bound). The reference fed the result sees the GPU's decode, so comparing
+    with it measures the resize path alone."""
+    from PIL import Image
+
+    from vlmprep.backends.dali.parity import decode_only
+    jpegs = [k for k, x in enumerate(items) if _is_jpeg(x)]
+    fed = list(items)
+    for k, nv in zip(jpegs, decode_only([items[k] for k in jpegs], "gpu")):
+        pil = np.asarray(Image.open(io.BytesIO(items[k])).convert("RGB"))
+        _check_path(key, "decode", torch.from_numpy(nv), torch.from_numpy(pil))
+        fed[k] = nv
+    return fed
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["qwen2-vl", "qwen3-vl", "internvl", "idefics3", "llava-next"])
 def test_cuda_parity_and_invariance(preset):
-    # nvJPEG is not libjpeg-turbo (IDCT and upsampling differ by a level or two), so the GPU is
-    # held to the issue's bounds only; batch invariance is bitwise as on the CPU.
+    # Each path within its own bound (parity.BOUNDS): nvJPEG vs libjpeg-turbo, then the GPU
+    # canvas graph vs Pillow on nvJPEG's pixels; end to end, the issue's mean and p99.9 (the
+    # max is the two paths' bounds composed through the resize, bounded above path by path).
+    # Batch invariance is bitwise as on the CPU.
     items = _mixed_sizes()
-    want = vlmprep.Processor(preset, backend="reference", dtype="uint8")(items)
     proc = vlmprep.Processor(preset, backend="dali", device="cuda", dtype="uint8")
     got = proc(items)
     assert got.pixel_values.device.type == "cuda"
+    want = vlmprep.Processor(preset, backend="reference", dtype="uint8")(_gpu_decoded(items, (preset,)))
     _same_geometry(got, want)
-    _check_levels((preset, "cuda", "uint8"), got.pixel_values.cpu(), want.pixel_values,
-                  max_levels=255)
+    _check_path((preset, "cuda", "uint8"), "resize", got.pixel_values.cpu(), want.pixel_values)
+    files = vlmprep.Processor(preset, backend="reference", dtype="uint8")(items)
+    _check_levels((preset, "cuda", "uint8 end to end"), got.pixel_values.cpu(), files.pixel_values,
+                  max_levels=float("inf"))
     for k, (one, item) in enumerate(zip(got.split(), items)):
         assert torch.equal(one.pixel_values, proc([item]).pixel_values), k
     items, bad = _bad_batch()
@@ -370,9 +412,110 @@ def test_cuda_parity_and_invariance(preset):
 @pytest.mark.parametrize("device", devices())
 def test_float_on_each_device(device):
     items = _photos()[:2]
-    want = vlmprep.Processor("qwen2-vl", backend="reference")(items)
     got = vlmprep.Processor("qwen2-vl", backend="dali", device=device)(items)
     assert got.pixel_values.device.type == device and got.cu_seqlens.device.type == device
     level = 255 * min(vlmprep.presets.get("qwen2-vl").normalize.std)
-    _check_levels(("qwen2-vl", device, "float32"), got.pixel_values.cpu(), want.pixel_values,
-                  scale=level, max_levels=MAX_LEVELS if device == "cpu" else 255)
+    if device == "cpu":
+        want = vlmprep.Processor("qwen2-vl", backend="reference")(items)
+        _check_levels(("qwen2-vl", device, "float32"), got.pixel_values.cpu(), want.pixel_values,
+                      scale=level)
+        return
+    # On the GPU: the reference on nvJPEG's pixels (decode checked on its own in _gpu_decoded).
+    want = vlmprep.Processor("qwen2-vl", backend="reference")(_gpu_decoded(items, ("qwen2-vl",)))
+    _check_path(("qwen2-vl", device, "float32"), "resize", got.pixel_values.cpu(), want.pixel_values,
+                scale=level)
+
+
+# -- rounding: the GPU graphs round float -> uint8 as the host and Pillow do (ties up) -------------
+def _cpu_run(define, *arrays):
+    from nvidia.dali import fn, pipeline_def
+
+    def source(a):
+        return lambda: [a]
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe():
+        return define(*[fn.external_source(source=source(a), batch=True) for a in arrays])
+    p = pipe()
+    p.build()
+    return [np.array(o[0]) for o in p.run()]
+
+
+def test_exact_ties_round_up_through_either_conversion():
+    # Exact ties k + 0.5 through the same DALI ops on the CPU: the host cast (std::round) and the
+    # GPU graphs' form (round_half_away, then the cast) both give Pillow's clip8 (floor(x + 0.5),
+    # saturated). The GPU form hands the cast whole numbers only, so the device's own rounding
+    # (__float2int_rn, half to even: np.rint) has nothing left to move; applied to the ties
+    # themselves it would move every even one (128 of 256) down a level.
+    from nvidia.dali import fn, types
+
+    from vlmprep.backends.dali.lowerings import round_half_away, to_levels
+    x = np.concatenate([np.arange(256, dtype=np.float32) + 0.5,
+                        np.float32([-0.5, -0.7, 0.49999997, 2.4999998, 255.49998, 300.25, 7.0])])
+    pillow = np.clip(np.floor(x.astype(np.float64) + 0.5), 0, 255).astype(np.uint8)
+    pillow[x == np.float32(0.49999997)] = 0  # below the tie in float32: floor(x + 0.5) in float64 says 1
+    host, graph_rounded, whole = _cpu_run(
+        lambda v: (fn.cast(v, dtype=types.UINT8), to_levels(v, explicit=True), round_half_away(v)), x)
+    assert np.array_equal(host, pillow) and np.array_equal(graph_rounded, pillow)
+    assert np.array_equal(np.rint(whole), whole)  # whole numbers: any rounding mode keeps them
+    assert np.array_equal(np.clip(np.rint(whole), 0, 255).astype(np.uint8), pillow)
+    device_cast = np.clip(np.rint(x[:256]), 0, 255)  # what DALI's device conversion gives
+    assert int((device_cast != pillow[:256]).sum()) == 128
+
+
+def test_a_pass_rounds_ties_up_through_graph_rounding():
+    # One horizontal 2x bilinear pass (weights k/8: many exact ties), the canvas graph's kind of
+    # pass, through DALI's resize on the CPU: its float output rounded by the GPU graphs' form
+    # (to_levels explicit) is Pillow's pass exactly (edges aside: Pillow's window, feeds.py);
+    # DALI's own uint8 output rounds those ties to even, so it is one level low at every tie of
+    # an even level (the CPU graphs keep it; see to_levels).
+    from nvidia.dali import fn, types
+    from PIL import Image
+
+    from vlmprep.backends.dali.lowerings import to_levels
+    img = np.ascontiguousarray(tiled("coffee", 120, 160))
+
+    def define(x):
+        kw = dict(size=[120, 80], interp_type=types.INTERP_LINEAR, antialias=True)
+        x = fn.reshape(x, layout="HWC")
+        f = fn.resize(x, dtype=types.FLOAT, **kw)
+        return fn.resize(x, **kw), to_levels(f, explicit=True), f
+    dali_uint8, rounded, floats = _cpu_run(define, img)
+    pil = np.asarray(Image.fromarray(img).resize((80, 120), Image.BILINEAR))
+    inner = (slice(None), slice(1, -1))
+    assert np.array_equal(rounded[inner], pil[inner])
+    ties = floats - np.floor(floats) == 0.5
+    assert ties[inner].sum() > 1000, int(ties[inner].sum())  # measured 3,766 of 28,800
+    even = ties & (np.floor(floats) % 2 == 0)
+    assert np.array_equal(dali_uint8.astype(int) - rounded, -even.astype(int))
+
+
+@pytest.mark.parametrize("preset", ["qwen2-vl", "idefics3", "llava-next", "siglip"])
+def test_the_gpu_graphs_rounding_run_on_the_cpu(preset, monkeypatch):
+    # The canvas graph built as on the GPU (GraphCtx.rounds_in_graph: every pass resized to
+    # float and rounded in the graph, the strips too), run on the CPU: within the CPU graph's
+    # bounds of the reference (bilinear, bicubic and lanczos presets; chained canvases in
+    # idefics3), and within those of the CPU graph (they differ only where a pass hit a tie).
+    from vlmprep.backends.dali import graph
+    items = _photos()
+    want = vlmprep.Processor(preset, backend="reference", dtype="uint8")(items)
+    plain = vlmprep.Processor(preset, backend="dali", dtype="uint8")(items)
+    monkeypatch.setattr(graph.GraphCtx, "rounds_in_graph", property(lambda self: True))
+    rounded = vlmprep.Processor(preset, backend="dali", dtype="uint8")(items)
+    _same_geometry(rounded, want)
+    _check_levels((preset, "cpu", "uint8 rounded as on the GPU"), rounded.pixel_values,
+                  want.pixel_values)
+    assert (rounded.pixel_values.int() - plain.pixel_values.int()).abs().max() <= MAX_LEVELS
+
+
+def test_decode_only_is_the_cpu_decoder_on_the_cpu():
+    # parity.decode_only (the decode path the GPU checks measure) runs the decode lowering: on
+    # the CPU that is libjpeg-turbo, bit-exact with Pillow.
+    from PIL import Image
+
+    from vlmprep.backends.dali.parity import decode_only
+    jpegs = [encode(crop("chelsea", 300, 451), "jpeg"), encode(crop("astronaut", 97, 333), "jpeg")]
+    for data, got in zip(jpegs, decode_only(jpegs, "cpu")):
+        assert np.array_equal(got, np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+    with pytest.raises(ValueError, match="expected device 'cpu' or 'gpu'"):
+        decode_only(jpegs, "cuda")

@@ -10,8 +10,10 @@ the way ``vlmprep.io.decode`` does go through that CPU path into the same batch;
 is split until each bad image is named.
 
 Pixels: decode is bit-exact with Pillow on the CPU (libjpeg-turbo, libpng, libwebp); resizes are
-two one-dimensional passes in Pillow 13's order with uint8 between and Pillow's edge handling,
-within 1 level of the reference; normalize is the reference's float32 arithmetic, tabulated.
+two one-dimensional passes in the installed Pillow's order with uint8 between and Pillow's edge
+handling, within 3 levels of the reference (the GPU graphs round ties up in the graph, as Pillow
+does: ``lowerings.to_levels``); normalize is the reference's float32 arithmetic, tabulated. The
+GPU paths' bounds, one per path: ``parity.py``.
 """
 from __future__ import annotations
 

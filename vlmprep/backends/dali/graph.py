@@ -31,7 +31,7 @@ from .. import fusion
 from .feeds import ARG_TYPES
 from .plugin import normalize_patchify
 
-__all__ = ["GraphCtx", "Stage", "compile_stages", "Stages", "cut_tile"]
+__all__ = ["GraphCtx", "Stage", "build_pipeline", "compile_stages", "Stages", "cut_tile"]
 
 types: Any = dali_types  # DALI makes its type enums at import: nothing for a type checker
 
@@ -60,6 +60,12 @@ class GraphCtx:
     @property
     def gpu(self) -> bool:
         return self.device == "gpu"
+
+    @property
+    def rounds_in_graph(self) -> bool:
+        """Whether float -> uint8 is rounded by graph arithmetic, ties up as in Pillow
+        (``lowerings.to_levels``): on the GPU, whose own conversions round ties to even."""
+        return self.gpu
 
     def arg(self, name: str):
         """A per-sample argument (host memory), fed by name; one node per name; its type from
@@ -90,6 +96,18 @@ def _graph(define: Callable[[GraphCtx], Any], g: GraphCtx):
     return define(g)
 
 
+def build_pipeline(define: Callable[[GraphCtx], Any], g: GraphCtx, batch_size: int,
+                   device_id: int | None):
+    """The built DALI pipeline of ``define(g)``, with the settings every stage uses.
+
+    prefetch_queue_depth=1: a run that failed on bad data leaves the pipeline usable (deeper
+    queues raise "peek the data batch that doesn't exist" on the next run)."""
+    pipe = _graph(define, g, batch_size=batch_size, num_threads=get_num_threads(),
+                  device_id=device_id, prefetch_queue_depth=1, exec_dynamic=True)
+    pipe.build()
+    return pipe
+
+
 class Stage:
     """One DALI graph of the compiled pipeline.
 
@@ -111,12 +129,7 @@ class Stage:
     def build(self):
         if self._pipe is None:
             g = GraphCtx(self.device, self.dtype, plugin=dali_plugin_loaded(self.device))
-            # prefetch_queue_depth=1: a run that failed on bad data leaves the pipeline usable
-            # (deeper queues raise "peek the data batch that doesn't exist" on the next run).
-            pipe = _graph(self.define, g, batch_size=self.batch_size,
-                          num_threads=get_num_threads(), device_id=self.device_id,
-                          prefetch_queue_depth=1, exec_dynamic=True)
-            pipe.build()
+            pipe = build_pipeline(self.define, g, self.batch_size, self.device_id)
             self._pipe, self._inputs = pipe, tuple(g.inputs)
         return self._pipe
 
