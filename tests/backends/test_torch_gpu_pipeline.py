@@ -217,6 +217,22 @@ def test_plan_decoders():
     assert gpu.device_jpeg(_jpeg(tiled("chelsea", 211, 97), 0, exif=exif.tobytes()))
 
 
+def test_chunks():
+    assert gpu.chunks([4, 4, 4, 9, 1], 8) == [range(0, 2), range(2, 3), range(3, 4), range(4, 5)]
+    assert gpu.chunks([1, 1, 1], 8) == [range(0, 3)]
+    assert gpu.chunks([], 8) == []
+
+
+def test_a_batch_in_chunks_matches(monkeypatch, seen):
+    """A batch above CHUNK_BYTES runs chunk by chunk (each its own decode, groups, rows call)."""
+    monkeypatch.setattr(gpu, "CHUNK_BYTES", 400_000)
+    want = vlmprep.Processor("llava-onevision", errors="skip")(IMAGES)
+    with gpu.forced():
+        got = vlmprep.Processor("llava-onevision", errors="skip")(IMAGES)
+    _same(got, want, "llava-onevision in chunks")
+    assert len(seen["decoders"]) == 9  # every job planned once, over several chunks
+
+
 def test_resize_groups():
     assert gpu.resize_groups(["a", "b", "a", "c", "b"]) == [[0, 2], [1, 4], [3]]
     assert gpu.resize_groups([]) == []

@@ -4,7 +4,8 @@
 the plan. Image by image (``base.Backend._map``) the GPU would wait on one CPU thread's decode
 of each image, on a pageable copy, on small uploads, and get one kernel launch per image.
 
-Stages (all device work is issued from the calling thread, on its current stream: the
+Stages, run over consecutive chunks of the batch of at most ``CHUNK_BYTES`` decoded pixels
+each (all device work is issued from the calling thread, on its current stream: the
 Processor's, e.g. a Batcher worker's own stream):
 
 | stage  | what runs                                                   | per image, decided by      |
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEVICE_JPEG", "HOST", "ON_DEVICE", "DEVICE_SAMPLINGS", "BatchPlan", "batched",
            "forced", "staging", "plan_batch", "device_jpeg", "device_decode", "resize_groups",
-           "resize_group", "run_batch"]
+           "resize_group", "chunks", "CHUNK_BYTES", "run_batch"]
 
 DEVICE_JPEG = "device_jpeg"
 HOST = "host"
@@ -85,6 +86,11 @@ ON_DEVICE = "on_device"
 #: shows nvJPEG's 4:2:0 / 4:2:2 within the bound bench/gpu_check.py sets (it is nearest-
 #: neighbour in torchvision's decoder today, where Pillow interpolates).
 DEVICE_SAMPLINGS = ("gray", "4:4:4")
+
+#: Decoded bytes (3 * H * W per image) one pass of the stages holds at most: a batch larger than
+#: this runs in consecutive chunks, so the device holds a chunk's images, not the whole batch's,
+#: and the staging block (at most ``staging.STAGING_LIMIT``) fits a chunk.
+CHUNK_BYTES = 512 << 20
 
 _BASELINE = (0xC0, 0xC1)  # Huffman, sequential: what the device decoder takes here
 # An APP14 "Adobe" segment (marker, 2-byte length, tag): its transform flag sets the colour space
@@ -209,18 +215,38 @@ def staging(device: str) -> Staging:
         return st
 
 
+def chunks(sizes: Sequence[int], limit: int) -> list[range]:
+    """Consecutive runs of jobs whose sizes add up to at most ``limit`` (a job larger than
+    ``limit`` alone): ``chunks([4, 4, 4, 9, 1], 8) -> [range(0, 2), range(2, 3), range(3, 4),
+    range(4, 5)]``."""
+    out: list[range] = []
+    start, total = 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and total + n > limit:
+            out.append(range(start, i))
+            start, total = i, 0
+        total += n
+    if start < len(sizes):
+        out.append(range(start, len(sizes)))
+    return out
+
+
 def run_batch(backend: "Backend", jobs: list["Context"], out: torch.Tensor
               ) -> list[ImageError | None]:
-    """Run ``jobs`` (each ``ctx.dest`` a slice of ``out``) stage by stage; per job its
-    ImageError or None (a failed image's rows are left unwritten, as image by image)."""
-    if not jobs:
-        return []
-    plan = plan_batch(backend, jobs)
-    errors: list[ImageError | None] = [None] * len(jobs)
-    images = _decode_batch(backend, jobs, plan, errors)
-    tiles = _size_batch(backend, jobs, plan, images, errors)
-    del images
-    _write_batch(backend, jobs, tiles, errors, out)
+    """Run ``jobs`` (each ``ctx.dest`` a slice of ``out``) stage by stage, ``CHUNK_BYTES`` of
+    decoded pixels at a time; per job its ImageError or None (a failed image's rows are left
+    unwritten, as image by image)."""
+    errors: list[ImageError | None] = []
+    sizes = [3 * c.source.hw[0] * c.source.hw[1] for c in jobs]
+    for part in chunks(sizes, CHUNK_BYTES):
+        some = jobs[part.start:part.stop]
+        plan = plan_batch(backend, some)
+        errs: list[ImageError | None] = [None] * len(some)
+        images = _decode_batch(backend, some, plan, errs)
+        tiles = _size_batch(backend, some, plan, images, errs)
+        del images
+        _write_batch(backend, some, tiles, errs, out)
+        errors.extend(errs)
     return errors
 
 
