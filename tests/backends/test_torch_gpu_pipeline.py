@@ -233,6 +233,23 @@ def test_a_batch_in_chunks_matches(monkeypatch, seen):
     assert len(seen["decoders"]) == 9  # every job planned once, over several chunks
 
 
+def test_more_tiles_than_one_launch_takes(monkeypatch):
+    """Past KERNEL_IMAGES tiles (the CUDA grid's 65535), the rows go in several calls."""
+    calls: list[int] = []
+    normalize_patchify = vk.normalize_patchify
+
+    def spy(images, *a, **k):
+        calls.append(len(images))
+        return normalize_patchify(images, *a, **k)
+    want = vlmprep.Processor("llava-next", errors="skip")(IMAGES)
+    monkeypatch.setattr(gpu, "KERNEL_IMAGES", 4)
+    monkeypatch.setattr(vk, "normalize_patchify", spy)
+    with gpu.forced():
+        got = vlmprep.Processor("llava-next", errors="skip")(IMAGES)
+    _same(got, want, "llava-next, 4 tiles a call")
+    assert len(calls) > 1 and max(calls) == 4
+
+
 def test_resize_groups():
     assert gpu.resize_groups(["a", "b", "a", "c", "b"]) == [[0, 2], [1, 4], [3]]
     assert gpu.resize_groups([]) == []

@@ -24,8 +24,9 @@ Processor's, e.g. a Batcher worker's own stream):
 |        | once per (fill, device) (``ops.fill_tensor``)               |                            |
 | write  | `ROWS`: one ``kernels.normalize_patchify`` call for every   | ``fusion.choose(most=      |
 |        | tile of every such image (tiles not in pixel-stride-3       | ROWS)``, as image by image |
-|        | memory made so in one stacked copy per tile shape);         |                            |
-|        | `OP_BY_OP`: the lowerings, per image                        |                            |
+|        | memory made so in one stacked copy per tile shape; a call   |                            |
+|        | per ``KERNEL_IMAGES`` tiles); `OP_BY_OP`: the lowerings,    |                            |
+|        | per image                                                   |                            |
 
 `DEVICE_JPEG` needs: encoded bytes of an 8-bit baseline (SOF0/SOF1, Huffman) RGB / gray JPEG,
 EXIF orientation 1, no APP14 Adobe segment (its colour transform is libjpeg's to read), and a
@@ -75,7 +76,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEVICE_JPEG", "HOST", "ON_DEVICE", "DEVICE_SAMPLINGS", "BatchPlan", "batched",
            "forced", "staging", "plan_batch", "device_jpeg", "device_decode", "resize_groups",
-           "resize_group", "chunks", "CHUNK_BYTES", "run_batch"]
+           "resize_group", "chunks", "CHUNK_BYTES", "KERNEL_IMAGES",
+           "run_batch"]
 
 DEVICE_JPEG = "device_jpeg"
 HOST = "host"
@@ -91,6 +93,10 @@ DEVICE_SAMPLINGS = ("gray", "4:4:4")
 #: this runs in consecutive chunks, so the device holds a chunk's images, not the whole batch's,
 #: and the staging block (at most ``staging.STAGING_LIMIT``) fits a chunk.
 CHUNK_BYTES = 512 << 20
+
+#: Tiles one rows kernel call takes at most: the CUDA launch's grid has one y-block per image
+#: (65535 at most, csrc/torch/ops.cpp); more tiles take more calls.
+KERNEL_IMAGES = 65535
 
 _BASELINE = (0xC0, 0xC1)  # Huffman, sequential: what the device decoder takes here
 # An APP14 "Adobe" segment (marker, 2-byte length, tag): its transform flag sets the colour space
@@ -510,9 +516,12 @@ def _write_batch(backend: "Backend", jobs: list["Context"],
                 (h // op.patch_size) * (w // op.patch_size) * row_length(op)
     hwcs = _pixel_stride_3(hwcs)
     lut = backend.lut(jobs[rows[0]])
+    flat = out.view(-1)
     try:
-        kernels.normalize_patchify(hwcs, lut, out.view(-1), offsets, op.order, op.patch_size,
-                                   op.merge_size, op.temporal_patch_size)
+        for k in range(0, len(hwcs), KERNEL_IMAGES):
+            kernels.normalize_patchify(hwcs[k:k + KERNEL_IMAGES], lut, flat,
+                                       offsets[k:k + KERNEL_IMAGES], op.order, op.patch_size,
+                                       op.merge_size, op.temporal_patch_size)
     except Exception:  # noqa: BLE001 (then image by image: a failure is that image's)
         for i in rows:
             _, errors[i] = backend.guarded(
