@@ -157,6 +157,106 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   return bad;
 }
 
+namespace {
+
+// The decoded source of one call: a per-thread buffer kept across calls (no fresh pages to
+// fault in), up to 64 MiB (a 4K image is 25 MB); a larger one is freed when the call ends.
+struct DecodedBuffer {
+  std::vector<uint8_t>& v;
+  explicit DecodedBuffer(size_t bytes) : v(buffer()) {
+    if (v.size() < bytes) v.resize(bytes);
+  }
+  ~DecodedBuffer() {
+    if (v.size() > (size_t(64) << 20)) std::vector<uint8_t>().swap(v);
+  }
+  static std::vector<uint8_t>& buffer() {
+    thread_local std::vector<uint8_t> decoded;
+    return decoded;
+  }
+};
+
+// One unit of decode_resize_cpu: output rows [y0, y1) of canvas k, which need source rows
+// [0, need).
+struct CanvasBand {
+  int need, k, y0, y1;
+};
+
+}  // namespace
+
+const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int src_w, ResizeParams* rs,
+                              const int* box_top, const int* box_left, int n, int num_threads) {
+  if (n < 1) return "expected at least one canvas";
+  const int64_t stride = int64_t(3) * src_w;
+  for (int k = 0; k < n; ++k) {
+    ResizeParams& r = rs[k];
+    if (box_top[k] < 0 || box_left[k] < 0 || r.in_h < 1 || r.in_w < 1 ||
+        int64_t(box_top[k]) + r.in_h > src_h || int64_t(box_left[k]) + r.in_w > src_w)
+      return "a canvas box leaves the source image";
+    r.src = nullptr;
+    r.src_stride = stride;
+    if (const char* bad = ResizeRows::check(r)) return bad;
+  }
+  JpegRows jr;  // the header first: the buffer is sized by the JPEG's own size
+  if (const char* bad = jr.open(data, size)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  DecodedBuffer decoded(size_t(src_h) * stride);
+  std::vector<std::unique_ptr<ResizeRows>> rr;
+  std::vector<CanvasBand> units;
+  constexpr int kBand = 32;  // output rows per unit (resize_cpu's band)
+  int64_t out_bytes = 0;
+  for (int k = 0; k < n; ++k) {
+    rs[k].src = decoded.v.data() + int64_t(box_top[k]) * stride + int64_t(box_left[k]) * 3;
+    rr.emplace_back(new ResizeRows(rs[k]));
+    for (int y = 0; y < rs[k].out_h; y += kBand) {
+      const int y1 = std::min(y + kBand, rs[k].out_h);
+      units.push_back({box_top[k] + rr[k]->source_rows(y1), k, y, y1});
+    }
+    out_bytes += int64_t(rs[k].out_h) * rs[k].out_w * 3;
+  }
+  // In the order the decoder makes their rows ready (each canvas's bands stay in order).
+  std::stable_sort(units.begin(), units.end(), [](const CanvasBand& a, const CanvasBand& b) { return a.need < b.need; });
+  auto run = [&](const CanvasBand& u, std::vector<ResizeCache>& caches) {
+    const ResizeParams& r = rs[u.k];
+    const int64_t row = int64_t(3) * r.out_w;
+    rr[u.k]->rows(u.y0, u.y1, r.dst + int64_t(u.y0) * row, row, caches[u.k]);
+  };
+  const int threads = threads_for(int64_t(units.size()), out_bytes, num_threads);
+  if (threads < 2) {  // decode, then resize (the same as decoding first)
+    if (const char* bad = jr.read_until(src_h, decoded.v.data(), stride)) return bad;
+    std::vector<ResizeCache> caches(n);
+    for (const CanvasBand& u : units) run(u, caches);
+    return nullptr;
+  }
+  // This thread decodes (publishing how many rows are done) while the others take the units
+  // whose rows are there; then it takes units too.
+  std::atomic<int> ready{0}, next{0};
+  std::atomic<bool> failed{false};
+  auto take_units = [&] {
+    std::vector<ResizeCache> caches(n);
+    for (int i = next.fetch_add(1); i < int(units.size()); i = next.fetch_add(1)) {
+      const int need = units[i].need;
+      for (int have = ready.load(std::memory_order_acquire); have < need;
+           have = ready.load(std::memory_order_acquire))
+        ready.wait(have, std::memory_order_acquire);
+      if (failed.load()) return;
+      run(units[i], caches);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(take_units);
+  const char* bad = nullptr;
+  for (int done = 0; done < src_h && !bad;) {
+    bad = jr.read_until(std::min(done + 32, src_h), decoded.v.data(), stride);
+    done = jr.rows_done();
+    if (bad) failed.store(true);
+    ready.store(bad ? INT_MAX : done, std::memory_order_release);
+    ready.notify_all();
+  }
+  if (!bad) take_units();
+  for (auto& th : pool) th.join();
+  return bad;
+}
+
 #endif
 
 }  // namespace vlmprep

@@ -299,6 +299,41 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
 #endif
 }
 
+// data: a JPEG file's bytes, src_h x src_w (probed) -> one (h, w, 3) uint8 canvas per box:
+// boxes = [top, left, box_h, box_w] * n inside the image, sizes = [h, w] * n; canvas k is box k
+// resized to sizes k, Pillow-exact (the bytes of decode_jpeg, crop, resize). When the fast path
+// cannot (damaged or unusual data: decode with Pillow instead) it raises "...: declined: <why>".
+std::vector<at::Tensor> decode_resize(const at::Tensor& data, int64_t src_h, int64_t src_w,
+                                      at::IntArrayRef boxes, at::IntArrayRef sizes,
+                                      std::string interpolation, int64_t num_threads) {
+  const char* op = "decode_resize";
+  check_jpeg_input(op, data, src_h, src_w);
+  const int64_t n = int64_t(sizes.size()) / 2;
+  TORCH_CHECK(n >= 1 && int64_t(sizes.size()) == 2 * n && int64_t(boxes.size()) == 4 * n, op,
+              ": expected boxes [top, left, h, w] and sizes [h, w] for each of n >= 1 canvases, got ",
+              boxes.size(), " box and ", sizes.size(), " size values");
+  const vlmprep::Interpolation interp = interpolation_arg(interpolation);
+  std::vector<vlmprep::ResizeParams> rs(n);
+  std::vector<int> top(n), left(n);
+  std::vector<at::Tensor> outs;
+  for (int64_t k = 0; k < n; ++k) {
+    top[k] = int_arg(op, "boxes top", boxes[4 * k], 0, src_h - 1);
+    left[k] = int_arg(op, "boxes left", boxes[4 * k + 1], 0, src_w - 1);
+    const int32_t bh = int_arg(op, "boxes height", boxes[4 * k + 2], 1, src_h - top[k]);
+    const int32_t bw = int_arg(op, "boxes width", boxes[4 * k + 3], 1, src_w - left[k]);
+    const int32_t h = side_arg(op, "height", sizes[2 * k]), w = side_arg(op, "width", sizes[2 * k + 1]);
+    outs.push_back(vlmprep_empty_host(int64_t(h) * w * 3).view({h, w, 3}));
+    rs[k] = vlmprep::ResizeParams{nullptr, 0, bh, bw, outs.back().data_ptr<uint8_t>(), h, w, interp};
+  }
+#if defined(VLMPREP_WITH_LIBJPEG)
+  const char* bad = vlmprep::decode_resize_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h),
+                                               int(src_w), rs.data(), top.data(), left.data(), int(n),
+                                               threads_arg(num_threads));
+  TORCH_CHECK(bad == nullptr, op, ": declined: ", bad ? bad : "");
+#endif
+  return outs;
+}
+
 // data: a JPEG file's bytes, src_h x src_w (probed) -> (src_h, src_w, 3) uint8 RGB, Pillow's pixels.
 at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w) {
   check_jpeg_input("decode_jpeg", data, src_h, src_w);
@@ -355,6 +390,8 @@ TORCH_LIBRARY(vlmprep, m) {
         "int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
   m.def("decode_jpeg(Tensor data, int src_h, int src_w) -> Tensor");
   m.def("stream_store(Tensor(a!) out, int value=0) -> ()");
+  m.def("decode_resize(Tensor data, int src_h, int src_w, int[] boxes, int[] sizes, str interpolation, "
+        "int num_threads=1) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
@@ -364,6 +401,7 @@ TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
   m.impl("decode_resize_normalize_patchify", &decode_resize_normalize_patchify);
   m.impl("decode_jpeg", &decode_jpeg);
   m.impl("stream_store", &stream_store);
+  m.impl("decode_resize", &decode_resize);
 }
 
 #ifdef VLMPREP_WITH_CUDA

@@ -124,12 +124,66 @@ def test_rules_per_pipeline():
     torch_be, ref_be = vlmprep.backends.get("torch"), vlmprep.backends.get("reference")
     qwen = vlmprep.presets.get("qwen2-vl")
     raw = vlmprep.Pipeline([op for op in qwen.ops if op.name != "normalize"], name="raw")
-    assert torch_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, True, "bicubic")
-    assert torch_be(qwen, "cuda", "float32").fusion == fusion.Rules(True, False, "bicubic")
-    assert ref_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, False, "bicubic")
-    assert torch_be(vlmprep.presets.get("internvl"), "cpu", "uint8").fusion.resize_rows is False
-    assert torch_be(raw, "cpu", "float32").fusion == fusion.Rules(False, False, "bicubic")
-    assert torch_be(raw, "cpu", "uint8").fusion == fusion.Rules(True, True, "bicubic")
+    assert torch_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, True, "bicubic", True)
+    assert torch_be(qwen, "cuda", "float32").fusion == fusion.Rules(True, False, "bicubic", False)
+    assert ref_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, False, "bicubic", False)
+    ivl = torch_be(vlmprep.presets.get("internvl"), "cpu", "uint8").fusion
+    assert ivl.resize_rows is False and ivl.decode_rows is True
+    assert torch_be(raw, "cpu", "float32").fusion == fusion.Rules(False, False, "bicubic", False)
+    assert torch_be(raw, "cpu", "uint8").fusion == fusion.Rules(True, True, "bicubic", True)
+
+
+def _decode_rows_output(preset: str, dtype: str, data: bytes, threads: int) -> torch.Tensor:
+    """The rows fused.decode_rows (`DECODE_ROWS`) writes for one image, as base.run_image calls
+    it: the torch backend's decode op, interpolation and lut, a fresh output of the plan's rows."""
+    from vlmprep import backends
+    from vlmprep.backends import fused
+    from vlmprep.backends.context import Context
+    from vlmprep.io.inputs import resolve
+    from vlmprep.plan import plan_images
+    pipe = vlmprep.presets.get(preset)
+    be = backends.get("torch")(pipe, "cpu", dtype)
+    src = resolve(data)
+    (plan,) = plan_images(pipe, [src.hw])
+    want = vlmprep.Processor(preset, backend="torch", dtype=dtype)([data]).pixel_values
+    ctx = Context(src, plan, None, dtype, "cpu")  # type: ignore[arg-type]
+    ctx.dest = torch.full_like(want, 7)
+    assert fusion._source_canvases(ctx, be.fusion.interpolation)
+    with vk.local_threads(threads):
+        fused.decode_rows(src, be.decode_op, be.fusion.interpolation, be.lut(ctx), ctx,
+                          pipe.patchify)
+    return ctx.dest
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("preset", ["internvl", "qwen2-vl"])
+def test_decode_rows_changes_no_bit(kernels, preset, dtype, threads):
+    """`DECODE_ROWS` (the JPEG decode beside the canvases' resize, then the tiles' rows) writes
+    the bytes of the torch backend's decode-then-canvases path: InternVL's tile canvas and
+    thumbnail, Qwen's whole-image resize; a JPEG the kernel declines for what it is (progressive
+    is taken; CMYK is not) goes through Pillow with the same result."""
+    if not vk.jpeg_available():
+        pytest.skip("built without libjpeg-turbo's headers")
+    import io
+
+    from PIL import Image
+    cmyk = io.BytesIO()
+    Image.fromarray(tiled("coffee", 260, 390)).convert("CMYK").save(cmyk, "JPEG", quality=90)
+    for data in (IMAGES[0], encode(tiled("astronaut", 700, 1500), "jpeg"), cmyk.getvalue()):
+        with vk.local_threads(1):  # ROWS: decode, canvases, rows
+            want = vlmprep.Processor(preset, backend="torch", dtype=dtype)([data]).pixel_values
+        got = _decode_rows_output(preset, dtype, data, threads)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (preset, dtype)
+
+
+def test_decode_rows_declines_damage(kernels):
+    if not vk.jpeg_available():
+        pytest.skip("built without libjpeg-turbo's headers")
+    from vlmprep.errors import ImageError
+    data = IMAGES[0]
+    with pytest.raises(ImageError):
+        _decode_rows_output("internvl", "uint8", data[: len(data) * 2 // 3], 2)
 
 
 def test_at_most_is_checked():

@@ -130,3 +130,68 @@ def test_opcheck(jpeg):
                            "bicubic", torch.randn(3, 256), out, 0, "merge_grouped", 14, 2, 1, 1))
     torch.library.opcheck(torch.ops.vlmprep.decode_jpeg.default,
                           (torch.frombuffer(bytearray(data), dtype=torch.uint8), 300, 420))
+
+
+_PIL_FILTERS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR,
+                "lanczos": Image.Resampling.LANCZOS}
+
+
+def _canvas_cases(rng, H: int, W: int) -> list[tuple[tuple[int, int, int, int], tuple[int, int]]]:
+    """(box, size) per canvas: the whole source resized (down, up, the same size), a large
+    downscale (a thumbnail), and random crops inside the source."""
+    cases = [((0, 0, H, W), (max(1, H * 3 // 5), max(1, W * 4 // 5))),
+             ((0, 0, H, W), (H + 7, W + 3)), ((0, 0, H, W), (H, W)),
+             ((0, 0, H, W), (max(1, H // 5), max(1, W // 5)))]
+    for _ in range(2):
+        t, x = int(rng.integers(0, H)), int(rng.integers(0, W))
+        h, w = int(rng.integers(1, H - t + 1)), int(rng.integers(1, W - x + 1))
+        cases.append(((t, x, h, w), (int(rng.integers(1, 2 * h + 2)), int(rng.integers(1, 2 * w + 2)))))
+    return cases
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_resize_equals_pillow_crop_then_resize(jpeg, threads):
+    """Every canvas a box of the source resized: Pillow's decode, crop and resize, byte for byte,
+    whether the boxes are resized after the decode (one thread) or beside it (two)."""
+    rng = np.random.default_rng(SEED)
+    for k, (label, data) in enumerate(_jpegs()):
+        im = Image.open(io.BytesIO(data)).convert("RGB")
+        H, W = im.size[1], im.size[0]
+        cases = _canvas_cases(rng, H, W)
+        f = ("bicubic", "bilinear", "lanczos")[k % 3]
+        jpeg.set_num_threads(threads)
+        try:
+            got, why = jpeg.decode_resize(data, (H, W), [b for b, _ in cases], [s for _, s in cases], f)
+        finally:
+            jpeg.set_num_threads(None)
+        assert why == "" and len(got) == len(cases), label
+        for (t, x, h, w), (oh, ow) in cases:
+            want = np.asarray(im.crop((x, t, x + w, t + h)).resize((ow, oh), _PIL_FILTERS[f]))
+            g = got[cases.index(((t, x, h, w), (oh, ow)))]
+            assert g.shape == (oh, ow, 3) and np.array_equal(g.numpy(), want), \
+                f"seed {SEED}: {label} box {(t, x, h, w)} -> {(oh, ow)} {f}"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_resize_declines_damage_and_refuses_bad_boxes(jpeg, threads):
+    data = dict(_jpegs())["coffee 301x517 q50 s0"]
+    jpeg.set_num_threads(threads)
+    try:
+        got, why = jpeg.decode_resize(data[: len(data) // 2], (301, 517), [(0, 0, 301, 517)],
+                                      [(448, 448)], "bicubic")
+        assert got == [] and "Premature end" in why
+        got, why = jpeg.decode_resize(data, (300, 517), [(0, 0, 300, 517)], [(28, 28)], "bicubic")
+        assert got == [] and "not the probed size" in why
+        with pytest.raises(RuntimeError, match="boxes height: expected an integer in"):
+            jpeg.decode_resize(data, (301, 517), [(10, 0, 300, 517)], [(28, 28)], "bicubic")
+        with pytest.raises(ValueError, match="one box per size"):
+            jpeg.decode_resize(data, (301, 517), [], [], "bicubic")
+    finally:
+        jpeg.set_num_threads(None)
+
+
+def test_decode_resize_opcheck(jpeg):
+    data = dict(_jpegs())["restart markers"]
+    torch.library.opcheck(torch.ops.vlmprep.decode_resize.default,
+                          (torch.frombuffer(bytearray(data), dtype=torch.uint8), 300, 420,
+                           [0, 0, 300, 420, 10, 20, 100, 200], [56, 84, 30, 40], "bicubic", 2))

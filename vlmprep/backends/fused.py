@@ -23,9 +23,10 @@ from ..plan.grid import row_length
 if TYPE_CHECKING:
     from ..io.inputs import Source
     from ..ops import decode, patchify
+    from ..plan import ImagePlan
     from .context import Context
 
-__all__ = ["write_rows", "resize_rows", "decode_resize_rows"]
+__all__ = ["write_rows", "resize_rows", "decode_resize_rows", "decode_rows"]
 
 
 def _hwc(x: Any) -> torch.Tensor:
@@ -83,3 +84,35 @@ def decode_resize_rows(src: "Source", decode_op: "decode", hw: tuple[int, int],
     image = torch.from_numpy(np.require(_io.decode(src, fast=True, op=decode_op),
                                         requirements="W"))
     resize_rows(image, hw, interpolation, lut, ctx, op)
+
+
+def source_boxes(plan: "ImagePlan", src_hw: tuple[int, int]
+                 ) -> list[tuple[tuple[int, int, int, int], tuple[int, int]]]:
+    """``(box, resize_hw)`` of each canvas: the source box ``(top, left, h, w)`` it resizes (the
+    whole source when it has no box). For plans `DECODE_ROWS` takes (``fusion``): every canvas
+    from the source, no padding, its box inside the source."""
+    return [(c.box if c.box is not None else (0, 0, *src_hw), c.resize_hw) for c in plan.canvases]
+
+
+def decode_rows(src: "Source", decode_op: "decode", interpolation: str,
+                lut: "torch.Tensor | None", ctx: "Context", op: "patchify") -> None:
+    """`DECODE_ROWS`: an 8-bit JPEG's bytes -> its canvases in one ``kernels.decode_resize``
+    call (the resizing beside the decode), then its tiles (views of the canvases) -> rows as
+    ``write_rows``. Damaged data the kernel declines is the ImageError; a file it declines for
+    what it is is decoded as the decode lowering does (``decode_op``'s limits apply) and its
+    canvases made by ``kernels.resize``: the same bytes either way."""
+    plan = ctx.plan
+    interp = plan.canvases[0].interpolation or interpolation  # one for all (fusion checks)
+    jobs = source_boxes(plan, src.hw)
+    canvases, why = kernels.decode_resize(_io.encoded_bytes(src, decode_op), src.hw,
+                                          [b for b, _ in jobs], [hw for _, hw in jobs], interp)
+    if why:
+        err = _io.jpeg_declined(why, src)
+        if err is not None:  # libjpeg's error or warning: truncated or corrupt data
+            raise err
+        image = torch.from_numpy(np.require(_io.decode(src, fast=True, op=decode_op),
+                                            requirements="W"))
+        canvases = [kernels.resize(image[t:t + h, x:x + w], hw, interp)
+                    for (t, x, h, w), hw in jobs]
+    tiles = [canvases[k][t:t + h, x:x + w] for (t, x, h, w), k in zip(plan.tiles, plan.tile_canvas)]
+    write_rows(tiles, lut, ctx, op)

@@ -25,6 +25,18 @@ a lowering's input is an image or a list of tiles, never a wrapper.
 |                      |                                              | ``kernels.                     |
 |                      |                                              | RESIZE_INTERPOLATIONS``, and   |
 |                      |                                              | its one tile is that canvas    |
+| `DECODE_ROWS`        | one ``kernels.decode_resize`` call (decodes  | `ROWS`'s conditions; not       |
+|                      | the JPEG and, beside it, resizes the plan's  | `RESIZE_ROWS`'s; the backend   |
+|                      | canvases), then the tiles (views of them) by | resizes in the kernel (torch)  |
+|                      | ``kernels.normalize_patchify`` as `ROWS`     | on the CPU; the ops are decode,|
+|                      |                                              | one sizing op, [normalize,]    |
+|                      |                                              | patchify; every canvas is a    |
+|                      |                                              | box of the source (no padding) |
+|                      |                                              | resized with one compiled      |
+|                      |                                              | interpolation, every tile      |
+|                      |                                              | inside its canvas; the input   |
+|                      |                                              | is a JPEG as for `DECODE_      |
+|                      |                                              | RESIZE_ROWS` (2+ threads)      |
 | `ROWS`               | the lowerings up to the sizing op's tiles,   | the kernels are loaded and     |
 |                      | then one ``kernels.normalize_patchify`` call | built for the output's device; |
 |                      | (the normalize as the backend's lut)         | the output is contiguous; the  |
@@ -51,15 +63,22 @@ if TYPE_CHECKING:
     from ..ops import Op
     from .context import Context
 
-__all__ = ["OP_BY_OP", "ROWS", "RESIZE_ROWS", "DECODE_RESIZE_ROWS", "EXECUTORS", "RESIZE_ORDERS",
+__all__ = ["OP_BY_OP", "ROWS", "DECODE_ROWS", "RESIZE_ROWS", "DECODE_RESIZE_ROWS", "EXECUTORS",
+           "RESIZE_ORDERS",
            "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write"]
 
 OP_BY_OP = "op_by_op"
 ROWS = "rows"
+DECODE_ROWS = "decode_rows"
 RESIZE_ROWS = "resize_rows"
 DECODE_RESIZE_ROWS = "decode_resize_rows"
-#: Executors from least to most fused; each one's conditions include the previous one's.
-EXECUTORS = (OP_BY_OP, ROWS, RESIZE_ROWS, DECODE_RESIZE_ROWS)
+#: Executors from least to most fused (``at_most``'s order). Each one's conditions include
+#: `ROWS`'s; `DECODE_RESIZE_ROWS`'s include `RESIZE_ROWS`'s; `DECODE_ROWS` is the JPEG decode
+#: overlap for plans `RESIZE_ROWS` does not take (crops, several canvases: InternVL).
+EXECUTORS = (OP_BY_OP, ROWS, DECODE_ROWS, RESIZE_ROWS, DECODE_RESIZE_ROWS)
+
+#: Whether `DECODE_ROWS` is chosen: only once ``base.Backend.run_image`` runs it (requested).
+_DECODE_ROWS_RUNS = False
 
 #: Patchify orders whose rows the kernel can write while it resizes (a band of patch rows at a
 #: time).
@@ -76,11 +95,13 @@ class Rules:
         rows: `ROWS` is allowed (per image it still needs ``kernels_write``).
         resize_rows: `RESIZE_ROWS` and `DECODE_RESIZE_ROWS` are allowed.
         interpolation: the sizing op's (a canvas without its own uses it).
+        decode_rows: `DECODE_ROWS` is allowed.
     """
 
     rows: bool
     resize_rows: bool
     interpolation: str
+    decode_rows: bool = False
 
 
 def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) -> Rules:
@@ -92,11 +113,12 @@ def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) 
     at = names.index(sizing.name)
     normalizes = "normalize" in names and names.index("normalize") > at
     rows = dtype == "uint8" or normalizes
-    resize_rows = (rows and resize_in_kernel and device.startswith("cpu")
+    decode_rows = (rows and resize_in_kernel and device.startswith("cpu")
                    and names[:2] == ["decode", sizing.name]
-                   and names[2:] in (["normalize", "patchify"], ["patchify"])
-                   and patchify.order in RESIZE_ORDERS)
-    return Rules(rows=rows, resize_rows=resize_rows, interpolation=sizing.interpolation)
+                   and names[2:] in (["normalize", "patchify"], ["patchify"]))
+    resize_rows = decode_rows and patchify.order in RESIZE_ORDERS
+    return Rules(rows=rows, resize_rows=resize_rows, interpolation=sizing.interpolation,
+                 decode_rows=decode_rows)
 
 
 def kernels_write(ctx: "Context") -> bool:
@@ -122,6 +144,27 @@ def _whole_source_resized(ctx: "Context", interpolation: str) -> bool:
             and list(plan.tiles) == [(0, 0, *c.resize_hw)])
 
 
+def _source_canvases(ctx: "Context", interpolation: str) -> bool:
+    """Every canvas is a box of the source inside it (or all of it), resized with one compiled
+    interpolation and not padded, and every tile lies inside its canvas (InternVL, Qwen)."""
+    plan, (H, W) = ctx.plan, ctx.source.hw
+    interps = {c.interpolation or interpolation for c in plan.canvases}
+    if not plan.canvases or len(interps) != 1 or not interps <= set(kernels.RESIZE_INTERPOLATIONS):
+        return False
+    for c in plan.canvases:
+        if c.parent != -1 or c.size is not None:
+            return False
+        if c.box is not None:
+            t, x, h, w = c.box
+            if t < 0 or x < 0 or h < 1 or w < 1 or t + h > H or x + w > W:
+                return False
+    for (t, x, h, w), k in zip(plan.tiles, plan.tile_canvas):
+        ch, cw = plan.canvases[k].resize_hw
+        if t < 0 or x < 0 or t + h > ch or x + w > cw:
+            return False
+    return len(plan.tile_canvas) == len(plan.tiles)
+
+
 def _jpeg_in_kernel(ctx: "Context") -> bool:
     """An 8-bit RGB / gray JPEG with no EXIF rotation, a kernel built with libjpeg-turbo, and two
     threads or more for this image (the kernel decodes on one while the others resize and write
@@ -138,12 +181,13 @@ def choose(r: Rules, ctx: "Context", most: str = DECODE_RESIZE_ROWS) -> str:
     cap = min(EXECUTORS.index(most), EXECUTORS.index(_CAP[0]))
     if cap < 1 or not r.rows or not kernels_write(ctx):
         return OP_BY_OP
-    if (cap < 2 or not r.resize_rows or ctx.dest.device.type != "cpu"
-            or not _whole_source_resized(ctx, r.interpolation)):
-        return ROWS
-    if cap < 3 or not _jpeg_in_kernel(ctx):
-        return RESIZE_ROWS
-    return DECODE_RESIZE_ROWS
+    cpu = ctx.dest.device.type == "cpu"
+    if cap >= 3 and r.resize_rows and cpu and _whole_source_resized(ctx, r.interpolation):
+        return DECODE_RESIZE_ROWS if cap >= 4 and _jpeg_in_kernel(ctx) else RESIZE_ROWS
+    if (cap >= 2 and _DECODE_ROWS_RUNS and r.decode_rows and cpu
+            and _source_canvases(ctx, r.interpolation) and _jpeg_in_kernel(ctx)):
+        return DECODE_ROWS
+    return ROWS
 
 
 def choose_graph(plugin_loaded: bool) -> str:

@@ -20,6 +20,9 @@ raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` 
         decoding (libjpeg-turbo, Pillow's pixels) just ahead of the bands; returns "" or why
         the fast path declined (then decode with Pillow). ``jpeg_available()`` says if built.
     decode_jpeg(data, src_hw) -> ``(H, W, 3)`` uint8: that decoder alone.
+    decode_resize(data, src_hw, boxes, sizes, interpolation) -> (canvases, why): a JPEG's source
+        boxes resized, each ``(h, w, 3)`` uint8 (the bytes of decode_jpeg, crop, resize), the
+        resizing beside the decode when 2+ threads; why: "" or why the fast path declined.
     stream_store(out, value=0): every byte of a contiguous CPU ``out`` set with streamed
         (non-temporal) stores on one thread: the output-write floor ``vlmprep bench`` reports.
 """
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "dali_plugin_loaded",
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
            "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_available", "JpegDeclined",
-           "stream_store",
+           "stream_store", "decode_resize",
            "RESIZE_INTERPOLATIONS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
@@ -185,6 +188,33 @@ def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: t
             raise
         return msg.split(": declined: ", 1)[1]
     return ""
+
+
+def decode_resize(data: bytes, src_hw: tuple[int, int], boxes: Sequence[tuple[int, int, int, int]],
+                  sizes: Sequence[tuple[int, int]], interpolation: str
+                  ) -> tuple[list["torch.Tensor"], str]:
+    """An 8-bit JPEG's bytes (``src_hw`` as probed) -> ``(canvases, "")``: canvas k is
+    ``boxes[k]`` = (top, left, h, w), inside the image, resized to ``sizes[k]``, uint8
+    ``(h, w, 3)``, the bytes of ``decode_jpeg`` then ``resize`` of the crop. With 2+ threads the
+    decode runs on one while the others resize the bands whose source rows are decoded. When
+    the fast path declines (damaged or unusual data): ``([], why)``; decode with Pillow."""
+    import torch
+    _require()
+    op = "decode_resize"
+    if len(boxes) != len(sizes) or not sizes:
+        raise ValueError(f"{op}: expected one box per size and at least one, got {len(boxes)} boxes "
+                         f"and {len(sizes)} sizes")
+    flat_boxes = [_int(op, "boxes", v, 0, MAX_SIDE) for b in boxes for v in b]
+    flat_sizes = [v for hw in sizes for v in _hw(op, "sizes", hw)]
+    try:
+        out = torch.ops.vlmprep.decode_resize(_bytes_tensor(data), *_hw(op, "src_hw", src_hw), flat_boxes,
+                                              flat_sizes, interpolation, get_num_threads())
+    except RuntimeError as e:  # "...: declined: <why>" for data it leaves to Pillow
+        msg = str(e).split("\n")[0]
+        if ": declined: " not in msg:
+            raise
+        return [], msg.split(": declined: ", 1)[1]
+    return list(out), ""
 
 
 class JpegDeclined(RuntimeError):

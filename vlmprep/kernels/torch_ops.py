@@ -39,3 +39,8 @@ def _decode_jpeg_fake(data, src_h, src_w):
 @torch.library.register_fake("vlmprep::stream_store")
 def _stream_store_fake(out, value=0):
     return None  # writes into `out` only
+
+
+@torch.library.register_fake("vlmprep::decode_resize")
+def _decode_resize_fake(data, src_h, src_w, boxes, sizes, interpolation, num_threads=1):
+    return [data.new_empty((sizes[2 * k], sizes[2 * k + 1], 3)) for k in range(len(sizes) // 2)]

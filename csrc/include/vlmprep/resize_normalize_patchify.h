@@ -37,4 +37,14 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, 
                                                  const ResizeParams& r, const NormalizePatchifyParams& p,
                                                  int num_threads);
 
+// One 8-bit JPEG -> `n` resized canvases: canvas k is the source box (rs[k].in_h x rs[k].in_w
+// at row box_top[k], column box_left[k], inside the src_h x src_w image; rs[k].src and
+// src_stride are set here) resized to rs[k].out_h x rs[k].out_w into rs[k].dst (contiguous
+// HWC). The same bytes as decoding, then resize_cpu of each box. With num_threads >= 2 the
+// decode runs on the calling thread while the others resize the 32-row bands whose source
+// rows are decoded (InternVL: the tile canvas and the thumbnail, beside the decode). Returns
+// nullptr on success, else the reason (outputs partly written: redo it). libjpeg builds only.
+const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int src_w, ResizeParams* rs,
+                              const int* box_top, const int* box_left, int n, int num_threads);
+
 }  // namespace vlmprep
