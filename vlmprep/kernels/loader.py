@@ -89,7 +89,12 @@ def _load_torch() -> str | None:
                 f"{info.get('torch_cuda')}), found {_found()}, and failed to load: {e}; rebuild "
                 f"for this torch: `pip install --no-build-isolation .` (`-e .` or `make venv` in a "
                 f"checkout)")
-    from . import torch_ops  # noqa: F401  (fake implementations for shape propagation)
+    try:
+        from . import torch_ops  # noqa: F401  (fake implementations for shape propagation)
+    except RuntimeError as e:  # the source declares an op the library lacks: a stale build
+        return (f"{os.path.basename(libs[0])} is older than this source (it lacks an op the source "
+                f"declares: {str(e).splitlines()[0]}); rebuild: `pip install --no-build-isolation "
+                f"-e .` in a checkout")
     return None
 
 
