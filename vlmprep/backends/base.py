@@ -157,6 +157,10 @@ class Backend:
                 fused.resize_rows(self.hwc(self.decode(ctx)), hw, interp, self.lut(ctx), ctx,
                                   self.pipeline.patchify)
             return
+        if how == fusion.DECODE_ROWS:
+            fused.decode_rows(ctx.source, self.decode_op, self.fusion.interpolation,
+                              self.lut(ctx), ctx, self.pipeline.patchify)
+            return
         self.write(self.size(self.decode(ctx), ctx), ctx, how)
 
     # -- the stages of one image (also timed one by one by vlmprep.bench) -----------------------
