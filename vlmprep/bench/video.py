@@ -111,6 +111,8 @@ class VideoBenchConfig:
         repeat, warmup: timed and untimed calls per measurement.
         compare_hf: also run the transformers video processor.
         dtype: vlmprep's output dtype (float32 is the like-for-like one).
+        decoder: vlmprep's video decoder (``Processor(video_decoder=...)``; "auto": torchcodec
+            when it imports, else OpenCV).
     """
 
     preset: str = "qwen2-vl"
@@ -125,6 +127,7 @@ class VideoBenchConfig:
     warmup: int = 1
     compare_hf: bool = True
     dtype: str = "float32"
+    decoder: str = "auto"
 
 
 # -- the clip -----------------------------------------------------------------------------------
@@ -278,9 +281,17 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
 
 
 def _hf_file_backend() -> str | None:
-    """transformers' default video decoder when it can run here ("torchcodec"), else None."""
+    """transformers' default video decoder ("torchcodec <version>") when it can run here, else
+    None."""
+    from importlib import metadata
+
     from ..io.video import tcodec
-    return "torchcodec" if tcodec.available() else None
+    if not tcodec.available():
+        return None
+    try:
+        return f"torchcodec {metadata.version('torchcodec')}"
+    except metadata.PackageNotFoundError:  # imported from a path without its dist-info
+        return "torchcodec"
 
 
 def _write_floor(shape: tuple[int, ...], dtype: str) -> tuple[Callable[[], Any], str]:
@@ -308,7 +319,8 @@ def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str],
     # qwen2.5-vl is the qwen2-vl pipeline with Qwen2.5-VL's video options (second_per_grid_ts)
     pipe: "Pipeline" = presets.get("qwen2-vl" if cfg.preset == "qwen2.5-vl" else cfg.preset)
     item = Video(path, fps=cfg.fps)
-    proc = Processor(pipe, dtype=cfg.dtype, video_options=video_defaults(cfg.preset))
+    proc = Processor(pipe, dtype=cfg.dtype, video_options=video_defaults(cfg.preset),
+                     video_decoder=cfg.decoder)
     plan = proc.plan(videos=[item]).videos[0]
     if plan.error is not None:
         raise plan.error
