@@ -225,3 +225,13 @@ def test_normalize_matches_transformers_fused_arithmetic():
     assert torch.equal(got, want)
     lut = tv_match.normalize_levels(op, np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, 1))
     assert torch.equal(lut.t().reshape(3, 1, 256), want)
+
+
+def test_resize_refuses_non_cpu_tensors():
+    # a meta tensor stands in for CUDA: torch's antialiased CUDA resize has no lanczos and fails
+    # on extreme one-axis downscales, so transformers' pixels are only made on the CPU
+    from vlmprep.backends.torch import tv_match
+
+    img = torch.empty((3, 100, 20000), dtype=torch.uint8, device="meta")
+    with pytest.raises(ValueError, match="expected a CPU tensor"):
+        tv_match.resize(img, (224, 224), "bicubic")

@@ -57,6 +57,12 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
     transposing copy (3x faster on a 1080p bicubic downscale). An image with a side of 1 is made C-contiguous, as
     transformers makes it (torch's kernel misreads odd strides on size-1 dims).
     """
+    if img.device.type != "cpu":
+        # torch's antialiased CUDA resize has no lanczos and runs out of shared memory on
+        # one-axis downscales past ~94x (bicubic): transformers' pixels are the CPU kernel's.
+        raise ValueError(f"tv_match.resize: expected a CPU tensor (transformers' torchvision "
+                         f"pixels are the CPU uint8 kernel's), got {img.device}; use "
+                         f"resize.resize_like_pil on other devices")
     c, h, w = img.shape
     if h > 1 and w > 1:
         if not img.permute(1, 2, 0).is_contiguous():
