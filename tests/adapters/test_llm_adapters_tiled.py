@@ -180,9 +180,9 @@ def test_idefics3_multi_image_samples(monkeypatch):
     calls = []
     to_hf = PackedBatch.to_hf
 
-    def spy(self, images_per_sample=None):
+    def spy(self, images_per_sample=None, **kw):
         calls.append(None if images_per_sample is None else list(images_per_sample))
-        return to_hf(self, images_per_sample)
+        return to_hf(self, images_per_sample, **kw)
 
     monkeypatch.setattr(PackedBatch, "to_hf", spy)
     ours, ref = compare_model_inputs(proc, model_cls, cfg, vp, ["describe <image> and <image> a"], images[:2],
