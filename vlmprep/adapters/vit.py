@@ -504,6 +504,9 @@ def encode_packed(vit_module: Callable, batch: "PackedBatch",
     Returns one ``(tokens_i, D')`` tensor per input image (skipped: empty). A uint8 batch is
     normalized on its device first. Token-dropping or token-adding modules (CLS, mergers)
     are fine as long as the output rows are a uniform multiple or fraction of N per sequence.
+    A compact batch (``row_form="compact"``) hands ``patch_embed`` its ``(N, C*P*P)`` rows as
+    they are (fold the temporal kernel there, as ``encode`` does for Qwen towers, or pass
+    ``dataclasses.replace(batch, pixel_values=batch.full_rows(), row_form="full")``).
     """
     import torch
     _check_batch(batch)
