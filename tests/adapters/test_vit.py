@@ -255,6 +255,24 @@ def test_qwen_compact_and_full_calls_from_two_threads():
         assert all(torch.equal(a, b) for a, b in zip(out, want[j])), j
 
 
+def test_qwen_compact_calls_add_no_hooks_to_the_tower():
+    """A config asking for hidden states makes transformers hook the blocks on the first call:
+    compact calls (a view of the tower) install exactly the one set a full call installs."""
+    def hooks(m):
+        return sum(len(x._forward_hooks) + len(x._forward_pre_hooks) for x in m.modules())
+    images = _images(COMPACT_IMAGES)
+    full, compact = _batch("qwen2-vl", images), _compact("qwen2-vl", images)
+    plain, viewed = _qwen2_tower(), _qwen2_tower()
+    plain.config.output_hidden_states = viewed.config.output_hidden_states = True
+    with torch.no_grad():
+        vit.encode(plain, full)
+        for _ in range(3):
+            vit.encode(viewed, compact)
+        assert hooks(plain) > 0 and hooks(viewed) == hooks(plain)
+        vit.encode(viewed, full)
+    assert hooks(viewed) == hooks(plain)
+
+
 def test_qwen_compact_row_length_checked():
     tower = _qwen2_tower()
     batch = _batch("qwen2-vl", _images())

@@ -58,8 +58,25 @@ def with_patch_embed(tower: nn.Module, patch_embed: nn.Module) -> nn.Module:
     tower, except its own ``_modules`` dict: calling it runs the tower's own ``forward`` (which
     reads ``self.patch_embed`` once, first) with the replacement, and the user's tower is never
     written to. So concurrent calls on the same tower (full or compact, any thread) see the
-    tower as it is: no swap to undo, nothing to race on."""
+    tower as it is: no swap to undo, nothing to race on. (One exception, transformers' own:
+    ``_capture_hooks_first``.)"""
+    _capture_hooks_first(tower)
     view = object.__new__(type(tower))
     view.__dict__.update(tower.__dict__)
     view.__dict__["_modules"] = {**tower._modules, "patch_embed": patch_embed}
     return view
+
+
+def _capture_hooks_first(tower: nn.Module) -> None:
+    """transformers installs its output-capturing hooks on a model's blocks lazily, on the first
+    call whose config (or kwargs) asks for hidden states / attentions, and marks the model as
+    hooked. A view made before that would install a second set on the shared blocks and mark only
+    itself (one more set per call). So install them on the tower itself first: the same
+    idempotent, lock-protected step the tower's own first call takes."""
+    cfg = getattr(tower, "config", None)
+    if cfg is None or getattr(tower, "_output_capturing_hooks_installed", False):
+        return
+    if not (getattr(cfg, "output_hidden_states", False) or getattr(cfg, "output_attentions", False)):
+        return
+    from transformers.utils.output_capturing import maybe_install_capturing_hooks
+    maybe_install_capturing_hooks(tower)
