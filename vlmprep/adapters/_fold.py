@@ -67,7 +67,7 @@ def with_patch_embed(tower: nn.Module, patch_embed: nn.Module) -> nn.Module:
     return view
 
 
-def _capture_hooks_first(tower: nn.Module) -> None:
+def _capture_hooks_first(tower: Any) -> None:
     """transformers installs its output-capturing hooks on a model's blocks lazily, on the first
     call whose config (or kwargs) asks for hidden states / attentions, and marks the model as
     hooked. A view made before that would install a second set on the shared blocks and mark only
