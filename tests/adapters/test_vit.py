@@ -273,11 +273,15 @@ def test_qwen_compact_calls_add_no_hooks_to_the_tower():
     assert hooks(viewed) == hooks(plain)
 
 
-def test_qwen_compact_row_length_checked():
+def test_qwen_compact_row_length_and_wrapped_towers_checked():
     tower = _qwen2_tower()
     batch = _batch("qwen2-vl", _images())
     with pytest.raises(ValueError, match=r"patch row length \(compact rows\): expected 588"):
         vit.encode(tower, dataclasses.replace(batch, row_form="compact"))
+    # accelerate-style hooks: forward bound on the instance (a view would bypass the fold)
+    tower.forward = tower.forward
+    with pytest.raises(NotImplementedError, match="wrapped on the instance"):
+        vit.encode(tower, _compact("qwen2-vl", _images()))
 
 
 def test_qwen_full_model_uses_visual():

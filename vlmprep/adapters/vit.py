@@ -340,6 +340,14 @@ def _folded_tower(tower: Any, kind: str) -> Any:
             f"== kernel (the one fold_weight folds), got {type(proj).__name__}; expand the rows: "
             f"dataclasses.replace(batch, pixel_values=batch.full_rows(), row_form='full'), or "
             f"process with row_form='full'")
+    if "forward" in vars(tower):
+        # accelerate's hooks (device_map, offload) set forward on the instance, bound to the
+        # tower itself: a view would run the tower's own Conv3d on the compact rows.
+        raise NotImplementedError(
+            f"encode ({kind}): compact rows: expected a tower whose forward is its class's, got "
+            f"one wrapped on the instance (accelerate hooks: device_map / offload); expand the "
+            f"rows: dataclasses.replace(batch, pixel_values=batch.full_rows(), "
+            f"row_form='full'), or load the tower without device_map")
     return with_patch_embed(tower, FoldedPatchEmbed(pe))
 
 
