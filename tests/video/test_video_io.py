@@ -17,6 +17,7 @@ from vlmprep.errors import ImageError
 from vlmprep.io.video import Video, VideoLimits, VideoMeta, as_video
 from vlmprep.io.video import decode_frames as _decode_frames
 from vlmprep.io.video import probe_video as _probe_video
+from vlmprep.io.video.pyav import available as pyav_available
 from vlmprep.io.video.tcodec import available as torchcodec_available
 
 cv2 = pytest.importorskip("cv2")
@@ -461,9 +462,69 @@ def test_torchcodec_hostile(bad_videos, name):
     np.testing.assert_array_equal(got, want)
 
 
+# -- PyAV (decoder="pyav": one pass, non-reference frames between samples skipped) ---------------
+
+needs_pyav = pytest.mark.skipif(not pyav_available(), reason="PyAV is not importable")
+
+
+@needs_pyav
+def test_pyav_equals_sequential_read(decodable: VideoCase):
+    """Every clip OpenCV decodes (H.264 / HEVC with B-frames included: their non-reference
+    frames are skipped in MP4): PyAV's frames equal OpenCV's sequential read, skipping or not."""
+    oracle = cv2_sequential(decodable.path)
+    idx = sample(len(oracle))
+    for src, seek in ((decodable.path, True), (decodable.data, True), (decodable.path, False)):
+        got = decode_frames(src, idx, seek=seek, decoder="pyav")
+        assert got.dtype == np.uint8 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, oracle[idx])
+    assert probe_video(decodable.path, decoder="pyav") == probe_video(decodable.path)
+
+
+@needs_pyav
+def test_pyav_long_gop_threads_rotation_vfr(videos, rotated_videos, vfr_video):
+    from vlmprep.bench.video import make_clip
+    from vlmprep.kernels.threads import local_threads
+    data = make_clip(96, 64, 30.0, 10.0)  # x264's GOP: keyframes 0 and 250, B-frames
+    ref = decode_frames(data, list(range(300)))
+    for idx in (list(range(0, 300, 15)), [299, 3, 255, 255]):
+        for n in (1, 2):  # frame threads keep the skip per packet
+            with local_threads(n):
+                np.testing.assert_array_equal(decode_frames(data, idx, decoder="pyav"), ref[idx])
+    for path in rotated_videos.values():  # turned after the decode, as OpenCV turns them
+        np.testing.assert_array_equal(decode_frames(path, [0, 17, 47], decoder="pyav"),
+                                      cv2_sequential(path)[[0, 17, 47]])
+    path, case, _ = vfr_video  # unequal durations: indexed by order, nothing skipped
+    np.testing.assert_array_equal(decode_frames(path, [0, 5, 11], decoder="pyav"),
+                                  cv2_sequential(path)[[0, 5, 11]])
+
+
+@needs_pyav
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_pyav_hostile(bad_videos, name):
+    """A bad file is an ImageError naming it (the probe is OpenCV's: the same refusals), or
+    exactly the frames it holds (OpenCV's read of them, or those written for raw.avi, which
+    OpenCV cannot read safely and PyAV reads); never another exception."""
+    bad = bad_videos[name]
+    try:
+        m = probe_video(bad.path, decoder="pyav")
+        got = decode_frames(bad.path, list(range(m.total_num_frames)), decoder="pyav")
+    except ImageError as e:
+        assert "expected" in str(e) and str(bad.path) in str(e)
+        return
+    want = bad.frames if bad.frames is not None else cv2_sequential(bad.path)[: len(got)]
+    np.testing.assert_array_equal(got, want)
+
+
+@needs_pyav
+def test_pyav_time_bound(videos):
+    case = videos.get("h264_mp4") if "h264_mp4" in VIDEO_SPECS else videos.get("xvid_avi")
+    with pytest.raises(ImageError, match="timeout_s"):
+        decode_frames(case.data, [len(case.frames) - 1], VideoLimits(timeout_s=1e-9), decoder="pyav")
+
+
 def test_decoder_names():
     with pytest.raises(ValueError, match="decoder"):
-        _probe_video(b"", decoder="pyav")
+        _probe_video(b"", decoder="pyAV")
 
 
 @needs_torchcodec

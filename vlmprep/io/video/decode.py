@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import ImageError, describe_source
 from ...kernels.threads import get_num_threads
-from . import animated, dali, frames, mp4, opencv, tcodec
+from . import animated, dali, frames, mp4, opencv, pyav, tcodec
 from .sources import kind_of, open_stream, sniff_container, timed_out
 from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
 
@@ -26,8 +26,9 @@ __all__ = ["probe_video", "decode_frames", "DECODERS", "resolve_decoder"]
 
 #: Decoder names: "auto" (torchcodec when importable, else OpenCV), "torchcodec", "opencv",
 #: "dali" (DALI's mixed/NVDEC decoder on GPU 0 when DALI sees a GPU, else its CPU one; also
-#: "dali:cpu", "dali:cuda", "dali:cuda:N").
-DECODERS = ("auto", "torchcodec", "opencv", "dali")
+#: "dali:cpu", "dali:cuda", "dali:cuda:N"), "pyav" (OpenCV's metadata, PyAV's frames: one pass
+#: that skips the non-reference frames between samples).
+DECODERS = ("auto", "torchcodec", "opencv", "pyav", "dali")
 
 
 def resolve_decoder(decoder: str) -> str:
@@ -42,6 +43,9 @@ def resolve_decoder(decoder: str) -> str:
     if decoder == "torchcodec" and not tcodec.available():
         raise ValueError("decoder='torchcodec': expected torchcodec importable (with its FFmpeg "
                          "libraries), it is not; pip install torchcodec, or pass decoder='opencv'")
+    if decoder == "pyav" and not pyav.available():
+        raise ValueError("decoder='pyav': expected PyAV importable, it is not; pip install av, or "
+                         "pass decoder='opencv'")
     return decoder
 
 
@@ -122,6 +126,8 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             out = _alloc(meta, indices, lim)
             tcodec.read_frames(dec, stream, meta, indices, out, lim.timeout_s)
             return meta, out
+        if decoder == "pyav":
+            return _run_pyav(stream, container, size, lim, indices, seek)
         keyframes = None
         if indices is not None and seek and container in ("mp4", "mov"):
             if mp4.video_track_is_vfr(stream, size):
@@ -160,6 +166,24 @@ def _open_checked(stream: Any, container: str, size: int, lim: VideoLimits) -> t
         cap.release()
         raise
     return cap, meta
+
+
+def _run_pyav(stream: Any, container: str, size: int, lim: VideoLimits,
+              indices: Sequence[int] | None, seek: bool) -> tuple[VideoMeta, np.ndarray | None]:
+    """PyAV: the metadata and limits from OpenCV's FFmpeg first (as the plan's probe), then one
+    pass of PyAV's decoder (``pyav.read_frames``), skipping unwanted non-reference frames where
+    the header says the frame rate is constant (MP4/MOV; ``seek=False``: nothing skipped, every
+    frame decoded and counted)."""
+    skip = indices is not None and seek and container in ("mp4", "mov") \
+        and not mp4.video_track_is_vfr(stream, size)
+    cap, meta = _open_checked(stream, container, size, lim)
+    cap.release()
+    if indices is None:
+        return meta, None
+    out = _alloc(meta, indices, lim)
+    stream.seek(0)
+    pyav.read_frames(stream, meta, indices, out, lim.timeout_s, get_num_threads(), skip)
+    return meta, out
 
 
 def _run_dali(stream: Any, container: str, size: int, lim: VideoLimits, indices: Sequence[int] | None,
