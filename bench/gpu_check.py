@@ -5,7 +5,10 @@ bench/dali_transfer.sh sent it), one H200, and gives one command at most 10 minu
 driver runs fixed steps in a fixed order, each in its own process under its own time box (a crash
 or a hang costs that step, never the others or the JSON), inside one overall budget:
 
-  env       what is here: Python, torch, CUDA device, nvcc, compute-sanitizer, Pillow, DALI
+  env       what is here: Python, torch, CUDA device, nvcc, compute-sanitizer, Pillow, DALI;
+            which pass order this Pillow uses (resample_order.pass_order_rule: the reference is
+            this machine's Pillow, and every backend follows the same rule), probed: one-shot
+            Image.resize must equal the two-pass composition in the order the rule names
   build     csrc/ compiled in place for this torch (setup.py build_ext --inplace; sm_90 by default)
   kernels   the CUDA normalize_patchify against its CPU twin, bit-exact, every order and dtype,
             plus its bandwidth next to a device-to-device copy of the same bytes
@@ -16,8 +19,13 @@ or a hang costs that step, never the others or the JSON), inside one overall bud
             the Processor on the bytes, and torchvision.io.decode_jpeg on the device (nvJPEG) then
             the Processor on the decoded tensors; the decode floor; transformers' torchvision
             processor on the device on the same images
-  dali      the dali backend on the device against the reference, when DALI is importable;
-            "skipped: DALI absent" otherwise
+  dali      the dali backend on the device against the reference, when DALI is importable
+            ("skipped: DALI absent" otherwise), path by path with the bounds of
+            vlmprep.backends.dali.parity.BOUNDS: decode (nvJPEG vs libjpeg-turbo/Pillow on the
+            JPEGs), resize (the canvas graph vs Pillow on the very pixels the device decoded),
+            rounding (exact ties through the device: DALI's own conversion vs the graphs'
+            to_levels, which must move none), end to end (the issue's mean and 99.9th
+            percentile); the plugin op on the device against its CPU op
 
 Each step prints PASS / FAIL / SKIP with its figures. The run writes
 ``<out>/gpu_check_<tag>.json`` (every step, row and figure), ``.md`` (a short table) and ``.log``
@@ -28,7 +36,8 @@ correctness decides the exit status.
 
 ``--device cpu`` runs the same code on the CPU (a dry run: bench/README.md, ``make
 gpu-check-dry``); ``VLMPREP_GPU_CHECK_INJECT=<step>`` corrupts one compared value in that step,
-to show the check fails when a result is wrong.
+to show the check fails when a result is wrong (``pass_order``, ``dali_decode``, ``dali_resize``,
+``dali_rounding``: one check of the env or dali step alone).
 """
 from __future__ import annotations
 
@@ -51,13 +60,17 @@ INPUTS = HERE / ".gpu_inputs"  # ignored; made here (needs scikit-image), carrie
 
 #: (step, time box in seconds on the GPU machine). The boxes sum to 540 s: one 10-minute call
 #: with a minute to spare; ``--budget`` scales them for slower dry runs.
-STEPS: list[tuple[str, int]] = [("env", 20), ("build", 170), ("kernels", 50), ("memcheck", 90),
-                                ("parity", 90), ("timing", 90), ("dali", 30)]
+STEPS: list[tuple[str, int]] = [("env", 20), ("build", 150), ("kernels", 50), ("memcheck", 90),
+                                ("parity", 90), ("timing", 90), ("dali", 50)]
 GOALS = {"images_per_s_1080p": 2000.0, "speedup_vs_hf_torchvision": 10.0,
          "kernel_fraction_of_copy": 0.70, "max_levels": 1.0}
-#: Parity bound (uint8 levels) a step fails beyond; the goal above is tighter. The torch backend
-#: on CUDA resizes with torch's antialiased GPU kernels, not Pillow's fixed point: levels differ.
+#: Parity bound (uint8 levels) a step fails beyond; the goal above is tighter. The torch backend's
+#: resize on CUDA is Pillow's arithmetic (pil_resample, 0 levels); what is left on the device is
+#: nvJPEG's decode of the JPEG inputs and the float normalize.
 MAX_LEVELS, MEAN_LEVELS = 3.0, 0.5
+#: Pass-order probes (src_hw, dst_hw): each rule of resample_order orders some of them apart.
+PASS_ORDER_PROBES = [((100, 100), (50, 80)), ((100, 100), (60, 80)), ((1010, 10), (50, 7)),
+                     ((40, 30), (80, 20))]
 QUICK_PRESETS = ("qwen2-vl", "internvl", "siglip2-naflex")
 
 
@@ -67,12 +80,15 @@ def _inject(step: str) -> bool:
 
 
 def corrupt(step: str, t: Any) -> Any:
-    """``t`` with one element changed when this step is the injected one (else ``t`` itself)."""
+    """``t`` with one element changed when this step (or check) is the injected one, else ``t``."""
     if not _inject(step):
         return t
     t = t.clone()
     flat = t.view(-1)
-    flat[flat.numel() // 2] = flat[flat.numel() // 2] + (7 if t.is_floating_point() else 1)
+    i = flat.numel() // 2
+    # Far outside every bound: 7 units of a float output (hundreds of levels after the
+    # normalize), half the range of an integer one (128 levels of a uint8 pixel).
+    flat[i] = flat[i] + 7 if t.is_floating_point() else flat[i] ^ 0x80
     return t
 
 
@@ -161,13 +177,50 @@ def step_env(a: argparse.Namespace) -> dict:
     missing = [k for k in ("transformers",) if not info[k]]
     if _inject("env"):
         missing.append("injected")
+    order = pass_order_check()
+    info.update(pass_order_rule=order["rule"], pass_order=order["describe"])
     text = (f"Python {info['python']}, torch {info['torch']} (CUDA {info['torch_cuda']}), "
-            f"{info['device']}, Pillow {info['pillow']}, nvcc {'yes' if info['nvcc'] else 'no'}, "
+            f"{info['device']}, Pillow {info['pillow']} (pass order {order['rule']}: "
+            f"{order['agree']}/{len(order['rows'])} probes as the rule says), "
+            f"nvcc {'yes' if info['nvcc'] else 'no'}, "
             f"compute-sanitizer {'yes' if info['compute_sanitizer'] else 'no'}, "
             f"DALI {'yes' if info['dali'] else 'no'}")
+    if not order["ok"]:
+        bad = next(r for r in order["rows"] if not r["ok"])
+        return _result("FAIL", f"{text}; expected Pillow {info['pillow']} to resize {bad['src']} -> "
+                       f"{bad['dst']} in the order {bad['expected']} ({order['rule']}), got "
+                       f"{bad['got']}; fix: teach vlmprep/backends/resample_order.py this "
+                       f"Pillow's rule (the reference and every backend must use one order)",
+                       env=info, pass_order=order["rows"])
     if missing:
         return _result("FAIL", f"{text}; missing: {', '.join(missing)}", env=info)
-    return _result("PASS", text, env=info)
+    return _result("PASS", text, env=info, pass_order=order["rows"])
+
+
+def pass_order_check() -> dict:
+    """Which pass order this machine's Pillow really runs, against the one resample_order names
+    for its version: for each probe, one-shot ``Image.resize`` (bicubic, noise) compared with
+    the two one-axis resizes in each order (on noise the two orders give different bits)."""
+    import numpy as np
+    from PIL import Image
+
+    sys.path.insert(0, str(ROOT))
+    from vlmprep.backends.resample_order import describe_rule, pass_order_rule, pil_pass_order
+    rng = np.random.default_rng(3)
+    rows = []
+    for (h1, w1), (h2, w2) in PASS_ORDER_PROBES:
+        img = Image.fromarray(rng.integers(0, 256, (h1, w1, 3), dtype=np.uint8))
+        one = np.asarray(img.resize((w2, h2), Image.BICUBIC))
+        h_first = np.asarray(img.resize((w2, h1), Image.BICUBIC).resize((w2, h2), Image.BICUBIC))
+        v_first = np.asarray(img.resize((w1, h2), Image.BICUBIC).resize((w2, h2), Image.BICUBIC))
+        got = ("h", "v") if np.array_equal(one, h_first) else ("v", "h") if np.array_equal(one, v_first) else ()
+        expected = pil_pass_order((h1, w1), (h2, w2), "bicubic")
+        if _inject("pass_order"):
+            expected = tuple(reversed(expected))
+        rows.append({"src": [h1, w1], "dst": [h2, w2], "expected": list(expected), "got": list(got),
+                     "ok": got == expected})
+    return {"rule": pass_order_rule(), "describe": describe_rule(), "rows": rows,
+            "agree": sum(r["ok"] for r in rows), "ok": all(r["ok"] for r in rows)}
 
 
 def _sanitizer() -> str | None:
@@ -262,11 +315,14 @@ def small_kernels(device: str) -> int:
 
 
 def _parity_row(step: str, preset: str, backend: str, device: str, dtype: str, images: list,
-                invariance: bool) -> dict:
+                invariance: bool, bound: dict | None = None, ref_images: list | None = None) -> dict:
     """``backend`` on ``device`` against the reference backend on the CPU, one preset and dtype:
-    levels (float outputs in uint8 levels of the channel that hides least), the same geometry,
-    and (``invariance``) each image alone giving the rows it has in the batch. Never raises: an
-    exception (e.g. an op with no CUDA kernel) is this row's error, so it hides no other row."""
+    levels (float outputs in uint8 levels of the channel that hides least) within ``bound``
+    (max / mean / p999; default MAX_LEVELS and MEAN_LEVELS), the same geometry, and
+    (``invariance``) each image alone giving the rows it has in the batch. ``ref_images``: what
+    the reference is fed instead of ``images`` (e.g. the pixels the device decoded). Never
+    raises: an exception (e.g. an op with no CUDA kernel) is this row's error, so it hides no
+    other row."""
     import torch
 
     import vlmprep
@@ -274,13 +330,14 @@ def _parity_row(step: str, preset: str, backend: str, device: str, dtype: str, i
     try:
         proc = vlmprep.Processor(preset, backend=backend, device=device, dtype=dtype)
         ref = vlmprep.Processor(preset, backend="reference", dtype="uint8" if dtype == "uint8" else "float32")
-        got, want = proc(images), ref(images)
+        got, want = proc(images), ref(images if ref_images is None else ref_images)
         scale = 1.0 if dtype == "uint8" else 255 * max(proc.pipeline.normalize.std)
         mx, mean, p999 = _levels(corrupt(step, got.pixel_values).float(), want.pixel_values.float(), scale)
         same_geometry = got.num_tokens == want.num_tokens and torch.equal(got.grid_thw.cpu(), want.grid_thw.cpu())
         row.update(max_levels=round(mx, 3), mean_levels=round(mean, 4), p999_levels=round(p999, 3),
                    same_geometry=same_geometry)
-        ok = mx <= MAX_LEVELS and mean <= MEAN_LEVELS and same_geometry
+        b = {"max": MAX_LEVELS, "mean": MEAN_LEVELS, "p999": float("inf"), **(bound or {})}
+        ok = mx <= b["max"] and mean <= b["mean"] and p999 <= b["p999"] and same_geometry
         if invariance:
             alone = torch.cat([proc([x]).pixel_values for x in images])
             row["batch_invariant"] = bool(torch.equal(alone, got.pixel_values))
@@ -372,12 +429,42 @@ def step_dali(a: argparse.Namespace) -> dict:
     if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
         return _result("SKIP", "skipped: DALI absent (bench/dali_transfer.sh sends it to the GPU machine)")
     from vlmprep import kernels
+    from vlmprep.backends.dali.parity import BOUNDS, decode_only
     images = _inputs(a.quick)
-    parity_in = [images["720p"], images["odd_333x777"], images["odd_1010x1390"]]
+    jpegs = {k: images[k] for k in ("720p", "1080p", "odd_333x777") if k in images}
+    dev = "gpu" if a.device.startswith("cuda") else "cpu"
     rows, ok = [], True
+    # Path 1, decode: the decoder the device graphs use against Pillow's (libjpeg-turbo).
+    decoded = dict(zip(jpegs, decode_only(list(jpegs.values()), dev)))
+    for name, arr in decoded.items():
+        row = _levels_row("decode", f"decode {name} ({'nvJPEG' if dev == 'gpu' else 'libjpeg-turbo'} "
+                          "vs Pillow)", arr, _pil_decode(jpegs[name]), BOUNDS["decode"])
+        ok &= row["ok"]
+        rows.append(row)
+        print(json.dumps(row))
+    # Path 2, resize: the canvas graph on the device against Pillow on the same decoded pixels.
+    same_px = [decoded["720p"], decoded["odd_333x777"]]
+    for preset in ("qwen2-vl", "internvl", "siglip"):
+        row = _parity_row("dali_resize", preset, "dali", a.device, "uint8", same_px, invariance=False,
+                          bound=BOUNDS["resize"])
+        row["path"] = "resize (same decoded pixels)"
+        ok &= bool(row["ok"])
+        rows.append(row)
+        print(json.dumps(row))
+    # Path 3, rounding: exact ties through the device's own conversion and through to_levels.
+    rnd = _rounding_row(dev)
+    ok &= rnd["ok"]
+    rows.append(rnd)
+    print(json.dumps(rnd))
+    # End to end: encoded files in, the issue's mean and 99.9th percentile (the max is bounded
+    # path by path above).
+    parity_in = [images["720p"], images["odd_333x777"], images["odd_1010x1390"]]
     for preset in ("qwen2-vl", "internvl", "siglip"):
         for dtype in ("uint8", "float32"):
-            row = _parity_row("dali", preset, "dali", a.device, dtype, parity_in, invariance=False)
+            row = _parity_row("dali", preset, "dali", a.device, dtype, parity_in, invariance=False,
+                              bound={"max": float("inf") if dev == "gpu" else MAX_LEVELS,
+                                     "mean": 1.0, "p999": 6.0})
+            row["path"] = "end to end"
             ok &= bool(row["ok"])
             rows.append(row)
             print(json.dumps(row))
@@ -390,15 +477,76 @@ def step_dali(a: argparse.Namespace) -> dict:
             ok &= same
             rows.append({"check": f"plugin {a.device} vs {'cpu op' if a.device != 'cpu' else 'twin'} {order}",
                          "ok": same})
-    bad = [r.get("check") or f"{r['preset']}/{r['dtype']}" for r in rows if not r["ok"]]
-    n_par = sum("preset" in r for r in rows)
-    n_par_ok = sum("preset" in r and r["ok"] for r in rows)
-    n_plug = len(rows) - n_par
-    return _result("PASS" if ok else "FAIL", f"{n_par_ok}/{n_par} rows within {MAX_LEVELS:g} levels; plugin "
-                   + (f"loaded, {n_plug - sum(1 for r in rows if 'check' in r and not r['ok'])}/{n_plug} "
-                      f"orders bit-exact against {'its CPU op' if a.device != 'cpu' else 'the twin'}"
-                      if plugin else "not loaded")
-                   + (f"; failed: {', '.join(bad)}" if bad else ""), rows=rows)
+    bad = [r.get("check") or f"{r['preset']}/{r['dtype']} {r.get('path', '')}".strip() for r in rows
+           if not r["ok"]]
+    worst = {p: max((r.get("max_levels", float("inf")) for r in rows if r.get("path_key") == p), default=None)
+             for p in ("decode", "rounding")}
+    resize_max = max((r.get("max_levels", 0.0) for r in rows if r.get("path", "").startswith("resize")),
+                     default=None)
+    plug = [r for r in rows if r.get("check", "").startswith("plugin")]
+    e2e = [r for r in rows if r.get("path") == "end to end"]
+    text = (f"decode max {worst['decode']} levels (bound {BOUNDS['decode']['max']:g}); resize max "
+            f"{resize_max} (bound {BOUNDS['resize']['max']:g}); rounding: {rnd['summary']}; "
+            f"{sum(r['ok'] for r in e2e)}/{len(e2e)} end-to-end rows within mean 1 / p99.9 6; "
+            + (f"plugin {sum(r['ok'] for r in plug)}/{len(plug)} orders bit-exact against "
+               f"{'its CPU op' if a.device != 'cpu' else 'the twin'}" if plugin else "plugin not loaded")
+            + (f"; failed: {', '.join(bad)}" if bad else ""))
+    return _result("PASS" if ok else "FAIL", text, rows=rows,
+                   figures={"dali_decode_max_levels": worst["decode"], "dali_resize_max_levels": resize_max,
+                            "dali_device_cast_ties_moved": rnd["device_cast_ties_moved"]})
+
+
+def _pil_decode(data: bytes) -> Any:
+    import io
+
+    import numpy as np
+    from PIL import Image
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def _levels_row(key: str, check: str, got: Any, want: Any, bound: dict) -> dict:
+    """One path's comparison in uint8 levels against its bound (``key``: the injection name is
+    ``dali_<key>``)."""
+    import numpy as np
+    import torch
+    g = corrupt(f"dali_{key}", torch.from_numpy(np.ascontiguousarray(got)))
+    w = torch.from_numpy(np.ascontiguousarray(want))
+    if g.shape != w.shape:
+        return {"check": check, "path_key": key, "ok": False, "error": f"shape {tuple(g.shape)} vs {tuple(w.shape)}"}
+    mx, mean, p999 = _levels(g.float(), w.float(), 1.0)
+    ok = mx <= bound["max"] and mean <= bound["mean"] and p999 <= bound["p999"]
+    return {"check": check, "path_key": key, "max_levels": round(mx, 3), "mean_levels": round(mean, 4),
+            "p999_levels": round(p999, 3), "bound": bound, "ok": bool(ok)}
+
+
+def _rounding_row(dev: str) -> dict:
+    """Exact ties k + 0.5 (k = 0..255) through the device: DALI's own float -> uint8 conversion
+    (fn.cast; on the GPU half to even, so it moves the 128 even ties one level down; on the host
+    none) and the graphs' ``to_levels`` (rounds in the graph: must move none, on either)."""
+    import numpy as np
+    import torch
+    from nvidia.dali import fn, pipeline_def, types
+
+    from vlmprep.backends.dali.lowerings import to_levels
+    x = np.arange(256, dtype=np.float32) + 0.5
+    pillow = np.clip(np.floor(x.astype(np.float64) + 0.5), 0, 255).astype(np.uint8)
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=0 if dev == "gpu" else None)
+    def pipe():
+        v = fn.external_source(source=lambda: [x], batch=True, device=dev)
+        return fn.cast(v, dtype=types.UINT8), to_levels(v, explicit=True)
+    p = pipe()
+    p.build()
+    outs = p.run()
+    own, ours = (np.array((o.as_cpu() if dev == "gpu" else o)[0]) for o in outs)
+    ours = corrupt("dali_rounding", torch.from_numpy(ours.copy())).numpy()
+    moved_own, moved_ours = int((own != pillow).sum()), int((ours != pillow).sum())
+    summary = (f"{moved_own}/256 exact ties moved by DALI's own {dev} conversion, "
+               f"{moved_ours} by to_levels")
+    return {"check": f"rounding of exact ties on the {dev}", "path_key": "rounding",
+            "max_levels": float(np.abs(ours.astype(int) - pillow).max()),
+            "device_cast_ties_moved": moved_own, "to_levels_ties_moved": moved_ours,
+            "summary": summary, "ok": moved_ours == 0}
 
 
 def _plugin_vs_reference(device: str, order: str, P: int, m: int, T: int) -> bool:

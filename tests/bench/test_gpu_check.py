@@ -38,9 +38,23 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     checks = [r["check"] for r in rep["steps"]["kernels"]["rows"]]
     assert sum(c.startswith("strided_crop_vs_twin") for c in checks) == 5  # every order
     assert "bandwidth run output vs twin" in checks  # the timed output is compared, not only timed
-    if st["dali"] == "PASS":  # the plugin op against the twin, every order
-        plug = [r for r in rep["steps"]["dali"]["rows"] if "check" in r]
-        assert len(plug) in (0, 4) and all(r["ok"] for r in plug)
+    env = rep["steps"]["env"]
+    # The machine's Pillow and its pass order are reported, probed against resample_order's rule.
+    assert env["env"]["pillow"] and env["env"]["pass_order_rule"] in ("pillow>=13", "pillow 12.2-12.x",
+                                                                      "pillow<12.2")
+    assert len(env["pass_order"]) == 4 and all(r["ok"] for r in env["pass_order"])
+    if st["dali"] == "PASS":
+        rows = rep["steps"]["dali"]["rows"]
+        plug = [r for r in rows if r.get("check", "").startswith("plugin")]
+        assert len(plug) in (0, 4) and all(r["ok"] for r in plug)  # the plugin op vs the twin
+        # Each path on its own: decode (the CPU decoder here: exact), resize on the same pixels,
+        # the rounding of exact ties (the host's conversion moves none), end to end.
+        dec = [r for r in rows if r.get("path_key") == "decode"]
+        assert len(dec) == 3 and all(r["max_levels"] == 0 for r in dec)  # 720p, 1080p, 333x777
+        assert sum(r.get("path", "").startswith("resize") for r in rows) == 3
+        (rnd,) = [r for r in rows if r.get("path_key") == "rounding"]
+        assert rnd["to_levels_ties_moved"] == 0 and rnd["device_cast_ties_moved"] == 0
+        assert sum(r.get("path") == "end to end" for r in rows) == 6
     parity = rep["steps"]["parity"]["rows"]
     assert len(parity) == 9 and all(r["ok"] and r["batch_invariant"] and r["same_geometry"] for r in parity)
     timing = rep["steps"]["timing"]["rows"]
@@ -65,6 +79,26 @@ def test_an_injected_wrong_result_fails_the_run(tmp_path, step):
     assert f"gpu_check: FAILED 1 step(s): {step}" in p.stderr
     if step not in ("timing", "dali"):  # the steps after a failed one still run and report
         assert rep["steps"]["timing"]["status"] == "PASS"
+
+
+@pytest.mark.parametrize("check,step", [("pass_order", "env"), ("dali_decode", "dali"),
+                                        ("dali_resize", "dali"), ("dali_rounding", "dali")])
+def test_an_injected_error_fails_each_new_check(tmp_path, check, step):
+    # One check of a step alone: the pass-order probe (the rule's order reversed), the dali
+    # decode path, resize path and rounding of ties (one value corrupted).
+    if step == "dali":
+        pytest.importorskip("nvidia.dali", reason="the dali step needs DALI")
+    p, rep = _run(tmp_path, "--only", "env" if step == "env" else "env,dali",
+                  VLMPREP_GPU_CHECK_INJECT=check)
+    assert p.returncode == 1, p.stdout[-2000:]
+    assert rep["failed"] == [step], rep["failed"]
+    res = rep["steps"][step]
+    if step == "env":
+        assert "expected Pillow" in res["summary"] and "fix:" in res["summary"]
+        return
+    bad = [r for r in res["rows"] if not r["ok"]]
+    key = check.removeprefix("dali_")
+    assert bad and all(r.get("path_key") == key or r.get("path", "").startswith(key) for r in bad), bad
 
 
 def test_a_step_past_its_time_box_fails_and_the_rest_still_report(tmp_path):
