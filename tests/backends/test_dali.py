@@ -359,7 +359,15 @@ def _is_jpeg(x) -> bool:
 
 
 def _check_path(key, path: str, ours, ref, scale: float = 1.0):
-    """``ours`` against ``ref`` within the bound of one GPU path (parity.BOUNDS[path])."""
+    """``ours`` against ``ref`` within the bound of one GPU path (parity.BOUNDS[path]).
+
+    What each bound is based on (the comments in parity.BOUNDS say it in full):
+      decode  max 8 / mean 1 / p99.9 6: derived, not measured (no GPU yet): IDCTs within 1 of
+              exact (IEEE 1180) in both decoders, interpolated chroma, one rounding each in
+              the colour conversion; mean 1 is DALI's own mixed-vs-CPU decoder test.
+      resize  max 3 / mean 1 / p99.9 6: the CPU graph's measured max (MAX_LEVELS); the GPU runs
+              the same float passes and, since to_levels, rounds them the same way.
+    bench/gpu_check.py measures both on the first GPU run."""
     from vlmprep.backends.dali.parity import BOUNDS
     b = BOUNDS[path]
     mx, mean, p999 = _levels(ours, ref, scale)
