@@ -413,6 +413,36 @@ def _decode_jpeg_fast(data: bytes) -> "np.ndarray | None":
     return t.permute(1, 2, 0).numpy()  # decode_jpeg's CHW is a view of HWC memory
 
 
+def _fast_still(hdr: "ProbeResult") -> bool:
+    """Whether ``_decode_still_fast`` may decode this file: an opaque WebP still (no alpha, not
+    animated), whose pixels libwebp gives exactly as Pillow does (the same libwebp YUV to RGB
+    conversion); the rest keeps Pillow's compositing and conversions. Not PNG: torchvision
+    0.29's libpng error path crashes the process (SIGSEGV) on a PNG whose IDAT CRC is wrong
+    (tests/hostile, png_bad_crc), so PNGs stay with Pillow's decoder."""
+    return (hdr.format == "webp" and hdr.bit_depth == 8 and not hdr.has_alpha
+            and not hdr.animated and hdr.mode_hint in ("RGB", "L"))
+
+
+def _decode_still_fast(data: bytes) -> "np.ndarray | None":
+    """An opaque WebP still (``_fast_still``) -> uint8 ``(H, W, 3)`` with torchvision's libwebp,
+    before orientation; None when it cannot (then Pillow decodes and reports errors). Pillow's
+    pixels (tests/io/test_decode_fast.py) at about 1.7x its speed: the WebP decode floor
+    (docs/benchmarks.md)."""
+    import warnings
+
+    import numpy as np
+    try:
+        import torch
+        with warnings.catch_warnings():  # torchvision 0.29 deprecates its image io (still here)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from torchvision.io import ImageReadMode, decode_image
+            t = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                             mode=ImageReadMode.RGB, apply_exif_orientation=False)
+    except Exception:  # not installed, corrupt or truncated: Pillow's path decides
+        return None
+    return np.ascontiguousarray(t.permute(1, 2, 0).numpy())
+
+
 def encoded_bytes(src: Source, op: "ops.decode | None" = None) -> bytes:
     """The bytes of an ``"encoded"`` Source, ready for any decoder: its predicted decode within
     ``op.max_decode_bytes``, at most ``op.max_source_bytes`` read, ``check_structure`` passed.
@@ -444,6 +474,11 @@ def _decode_encoded(src: Source, fast: bool, op: "ops.decode | None") -> "np.nda
         return _orient_array(out, hdr.orientation)
     if hdr.format == "png":
         data = _png_without_text(data)
+    if fast and _fast_still(hdr):
+        out = _decode_still_fast(data)
+        if out is not None:
+            del data
+            return _orient_array(out, hdr.orientation)  # the probe's, as Pillow reads it
     with Image.open(io.BytesIO(data)) as img:  # opens at frame 0: an animation gives its first
         img.load()  # raises on truncated data (Image.LOAD_TRUNCATED_IMAGES stays False)
         # what transformers' load_image applies (ImageOps.exif_transpose); Pillow has already
@@ -459,9 +494,10 @@ def decode(src: Source, fast: bool = False, op: "ops.decode | None" = None) -> "
     """Source -> uint8 ``(H, W, 3)`` RGB, C-contiguous; ``shape[:2] == src.hw``.
 
     ``fast``: without the kernels, decode 8-bit JPEGs with torchvision (same pixels as Pillow,
-    about twice as fast). With the kernels' JPEG decoder built, it decodes those JPEGs on every
-    path (Pillow's pixels) and is the judge of their data: libjpeg's warnings are errors.
-    Pillow stays the decoder of everything else. ``op``: the decode op whose limits apply
+    about twice as fast), and opaque WebP stills with torchvision's libwebp (``_fast_still``).
+    With the kernels' JPEG decoder built, it decodes those JPEGs on every path (Pillow's
+    pixels) and is the judge of their data: libjpeg's warnings are errors. Pillow stays the
+    decoder of everything else. ``op``: the decode op whose limits apply
     (``max_source_bytes``: encoded bytes read; ``max_decode_bytes``: predicted peak decode
     memory); None: the defaults.
     Raises ImageError (with the decoder's message as cause) for corrupt or truncated data.
