@@ -79,10 +79,26 @@ def test_resize_rows_changes_no_bit(kernels, chosen, preset, dtype):
 
 def test_tiles_layout_presets_keep_the_canvas_executor(kernels, chosen):
     """Tiling presets (crops, padding, several canvases; the tiles layout) never resize in the
-    rows kernel: the canvases are built first, then the rows kernel writes them."""
-    vlmprep.Processor("llava-1.5")(IMAGES[:1])
-    vlmprep.Processor("internvl")(IMAGES[:1])
+    rows kernel: the canvases are built first, then the rows kernel writes them. With two
+    threads an InternVL JPEG's canvases (source boxes) are resized beside its decode
+    (`DECODE_ROWS`); LLaVA-1.5's padded canvas is not a source box."""
+    with vk.local_threads(1):
+        vlmprep.Processor("llava-1.5")(IMAGES[:1])
+        vlmprep.Processor("internvl")(IMAGES[:1])
     assert chosen == [fusion.ROWS, fusion.ROWS]
+    if not vk.jpeg_available():
+        return
+    chosen.clear()
+    vk.set_num_threads(2)
+    try:
+        vlmprep.Processor("llava-1.5")(IMAGES[:1])
+        got = vlmprep.Processor("internvl")(IMAGES[:1])
+        with fusion.at_most(fusion.ROWS):
+            want = vlmprep.Processor("internvl")(IMAGES[:1])
+    finally:
+        vk.set_num_threads(None)
+    assert chosen == [fusion.ROWS, fusion.DECODE_ROWS, fusion.ROWS]
+    assert torch.equal(got.pixel_values, want.pixel_values)
 
 
 def test_no_normalize_float_runs_op_by_op(kernels, chosen):

@@ -77,9 +77,6 @@ DECODE_RESIZE_ROWS = "decode_resize_rows"
 #: overlap for plans `RESIZE_ROWS` does not take (crops, several canvases: InternVL).
 EXECUTORS = (OP_BY_OP, ROWS, DECODE_ROWS, RESIZE_ROWS, DECODE_RESIZE_ROWS)
 
-#: Whether `DECODE_ROWS` is chosen: only once ``base.Backend.run_image`` runs it (requested).
-_DECODE_ROWS_RUNS = False
-
 #: Patchify orders whose rows the kernel can write while it resizes (a band of patch rows at a
 #: time).
 RESIZE_ORDERS = ("merge_grouped", "raster", "naflex")
@@ -184,7 +181,7 @@ def choose(r: Rules, ctx: "Context", most: str = DECODE_RESIZE_ROWS) -> str:
     cpu = ctx.dest.device.type == "cpu"
     if cap >= 3 and r.resize_rows and cpu and _whole_source_resized(ctx, r.interpolation):
         return DECODE_RESIZE_ROWS if cap >= 4 and _jpeg_in_kernel(ctx) else RESIZE_ROWS
-    if (cap >= 2 and _DECODE_ROWS_RUNS and r.decode_rows and cpu
+    if (cap >= 2 and r.decode_rows and cpu
             and _source_canvases(ctx, r.interpolation) and _jpeg_in_kernel(ctx)):
         return DECODE_ROWS
     return ROWS
