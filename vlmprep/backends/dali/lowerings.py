@@ -78,8 +78,9 @@ def to_levels(x: Any, explicit: bool) -> Any:
     averages with weights k/8). The GPU graphs (``GraphCtx.rounds_in_graph``) therefore round
     here (``round_half_away``: exact float steps) and the cast only sees whole numbers, so no
     device rounding mode is left. The CPU graphs keep DALI's uint8 resize output: rounding in
-    the graph there costs a float image per pass and an arithmetic op (30-70% more time for
-    1080p qwen2-vl, measured on a loaded 2-core box) for a mean change of about 0.001 level."""
+    the graph there costs a float image per pass and an arithmetic op (+15% and +79% in two
+    paired runs of 4 x 1080p qwen2-vl on a loaded 2-core box) for a mean change of about 0.001
+    level."""
     return fn.cast(round_half_away(x) if explicit else x, dtype=types.UINT8)
 
 
