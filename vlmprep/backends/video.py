@@ -5,16 +5,19 @@ The execution path of a video, decided here in one place (``run_video``):
 1. decode only the plan's ``frame_indices`` (``vlmprep.io.video.decode_frames``; each distinct
    frame once, repeats are copies);
 2. resize every frame to the plan's ``resized_hw`` with one antialiased ``tvF.resize`` on uint8
-   (``tv_match.resize``); SmolVLM's rule resizes twice, to ``extras["first_resize_hw"]`` first,
-   as ``SmolVLMVideoProcessor.resize`` does;
-3. rescale + normalize fused as ``TorchvisionBackend.rescale_and_normalize``
-   (``tv_match.normalize_tensor``, float32; skipped for ``dtype="uint8"``; bfloat16 is the float32
-   result cast, as for images);
-4. lay the frames out as the family's video processor does: ``"patches"`` (Qwen,
+   (``tv_match.resize``), the frames spread over vlmprep's threads; SmolVLM's rule resizes twice,
+   to ``extras["first_resize_hw"]`` first, as ``SmolVLMVideoProcessor.resize`` does;
+3. rescale + normalize as ``TorchvisionBackend.rescale_and_normalize`` (float32; skipped for
+   ``dtype="uint8"``; bfloat16 is the float32 result cast, as for images), fused with
+4. the layout of the family's video processor: ``"patches"`` (Qwen,
    ``patchify.order == "merge_grouped"``): consecutive frames grouped by ``temporal_patch_size``
    (the plan already repeats the last frame to fill the last group), rows ``[c, t, py, px]`` in
    merge-grouped order, exactly ``Qwen2VLVideoProcessor.patchify``; ``"tiles"`` (LLaVA-OneVision,
    InternVL, SmolVLM): one ``(C, S, S)`` tile per frame.
+
+Steps 3-4 run in vlmprep's compiled ``normalize_patchify`` with the torchvision normalize as a
+lut (``_kernel_rows``: the same arithmetic applied to every level, so the same bits), or, when
+the kernels are not loaded, op by op in torch as transformers runs them (``_torch_rows``).
 
 transformers 5.24's video processors all run on torchvision (there is no PIL video path), so a
 video's pixels are the torchvision processor's, bit for bit on the CPU in float32, whatever

@@ -5,8 +5,8 @@ The clip is written here, deterministically, from the photos scikit-image ships 
 zoom over a mosaic, so consecutive frames differ): by default 10 s of 1280x720 at 30 fps, sampled
 at 2 fps -> 20 frames, the Qwen2-VL checkpoint config (``Video(clip, fps=2.0)``). The default
 codec is H.264 (``avc1``), written with PyAV's libx264 at its defaults (a keyframe every 250
-frames, 3 B-frames; preset veryfast, 2 encoder threads so the bytes do not depend on the
-machine): this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail to open,
+frames, 3 B-frames; preset veryfast, one encoder thread so the bytes are the same every
+time): this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail to open,
 tests/video). ``--fourcc mp4v`` (or MJPG, ...) writes with OpenCV's ``VideoWriter`` instead.
 The clip is written to a temporary file: both sides read it from its path, as their users do.
 
@@ -181,9 +181,12 @@ def _write_pyav(path: str, codec: str, width: int, height: int, fps: float, n: i
     with av.open(path, "w") as out:
         st: Any = out.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))  # a VideoStream
         st.width, st.height, st.pix_fmt = width, height, "yuv420p"
-        # x264's defaults (keyint 250, 3 B-frames) at preset veryfast; a fixed thread count so
-        # the bytes do not depend on the machine's cores
-        st.options = {"preset": "veryfast", "threads": "2"}
+        # x264's defaults (keyint 250, 3 B-frames) at preset veryfast; one encoder thread, set on
+        # the codec context (PyAV's own threading otherwise wins over a "threads" option): with
+        # more, the bytes differed between runs on a loaded machine (the clip must not)
+        st.options = {"preset": "veryfast"}
+        st.codec_context.thread_count = 1
+        st.codec_context.thread_type = "NONE"
         for f in _frames(width, height, n):
             frame = av.VideoFrame.from_ndarray(f[..., ::-1].copy(), format="rgb24")
             for pkt in st.encode(frame):
