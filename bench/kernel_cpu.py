@@ -1,6 +1,7 @@
 """normalize + patchify + pack of one 1080p Qwen2-VL image on the CPU: before (the backends'
 pure paths) and after (the fused CPU twin: its band path, AVX-512 VBMI, and its row path,
-``VLMPREP_CPU_ISA=avx2``), against the bytes-written floor (output bytes / memset bandwidth);
+``VLMPREP_CPU_ISA=avx2``), against the bytes-written floors (a memset of the output bytes, and
+``kernels.stream_store``: the same bytes with streamed stores, ``vlmprep bench``'s write floor);
 then the resize (1080x1920 -> 1092x1932, Pillow-exact) and the fused op that resizes while it
 writes the rows (``resize_normalize_patchify``, what the torch backend runs end to end:
 ``fusion.RESIZE_ROWS``). Buffers rotate over three (as a Processor's outputs do: each call writes a
@@ -59,6 +60,9 @@ def measure(dtype: str, op_n, op_p, img: np.ndarray, src: torch.Tensor, rows: in
     r = {"output_MB": round(nbytes / 1e6, 1), "memset_floor_ms": round(floor, 2),
          "memset_GB_per_s": round(nbytes / floor / 1e6, 1),
          "memset_same_buffer_ms": round(best_ms(lambda: out.fill_(0)), 2)}
+    # vlmprep bench's output-write floor: streamed stores of the same bytes (no read for ownership)
+    stream = best_ms(lambda: kernels.stream_store(rotating()))
+    r.update(stream_store_ms=round(stream, 2), stream_store_GB_per_s=round(nbytes / stream / 1e6, 1))
     # "before": the backends' own numpy / torch code (the lowerings run op by op; the fused
     # executors are chosen by vlmprep.backends.fusion, never inside a lowering)
     if dtype == "float32":
