@@ -5,9 +5,10 @@ per Processor (``graph.py``): decode, canvases, tiles. The plan's numbers enter 
 per-sample inputs (``feeds.py``, their types declared in ``feeds.ARG_TYPES``); the executor
 (``backend.py``) runs them per batch and copies the rows into the output. When the csrc plugin
 is loaded the tiles graph writes the rows with it (``plugin.py``; ``fusion.choose_graph``).
-Imports run one way: backend -> lowerings -> graph -> feeds, plugin. Files DALI cannot decode
-the way ``vlmprep.io.decode`` does go through that CPU path into the same batch; a failing batch
-is split until each bad image is named.
+Imports run one way: backend -> lowerings -> graph -> feeds, plugin (``parity``, for the tests
+and bench/gpu_check.py, -> lowerings, graph). Files DALI cannot decode the way
+``vlmprep.io.decode`` does go through that CPU path into the same batch; a failing batch is split
+until each bad image is named.
 
 Pixels: decode is bit-exact with Pillow on the CPU (libjpeg-turbo, libpng, libwebp); resizes are
 two one-dimensional passes in the installed Pillow's order with uint8 between and Pillow's edge
