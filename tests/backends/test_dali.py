@@ -475,8 +475,9 @@ def test_a_pass_rounds_ties_up_through_graph_rounding():
     # One horizontal 2x bilinear pass (weights k/8: many exact ties), the canvas graph's kind of
     # pass, through DALI's resize on the CPU: its float output rounded by the GPU graphs' form
     # (to_levels explicit) is Pillow's pass exactly (edges aside: Pillow's window, feeds.py);
-    # DALI's own uint8 output rounds those ties to even, so it is one level low at every tie of
-    # an even level (the CPU graphs keep it; see to_levels).
+    # DALI's own uint8 output differs from it only at exact ties, by one level (measured here:
+    # it rounds them to even, one level low at every tie of an even level; the CPU graphs keep
+    # it, see to_levels).
     from nvidia.dali import fn, types
     from PIL import Image
 
@@ -494,8 +495,11 @@ def test_a_pass_rounds_ties_up_through_graph_rounding():
     assert np.array_equal(rounded[inner], pil[inner])
     ties = floats - np.floor(floats) == 0.5
     assert ties[inner].sum() > 1000, int(ties[inner].sum())  # measured 3,766 of 28,800
-    even = ties & (np.floor(floats) % 2 == 0)
-    assert np.array_equal(dali_uint8.astype(int) - rounded, -even.astype(int))
+    diff = dali_uint8.astype(int) - rounded
+    assert not diff[~ties].any() and np.abs(diff).max() <= 1  # the rounding mode, nothing else
+    record("dali rounding of a 2x bilinear pass (CPU)",
+           f"{int(ties.sum())} exact ties; DALI's uint8 output one level apart at {int((diff != 0).sum())} "
+           f"(even ties: {int((ties & (np.floor(floats) % 2 == 0)).sum())})")
 
 
 @pytest.mark.parametrize("preset", ["qwen2-vl", "idefics3", "llava-next", "siglip"])
