@@ -243,8 +243,10 @@ def probe_video(video: Video | Any, limits: VideoLimits | Any = None, *, decoder
     reads the headers and may parse a few packets). ``video``: a ``Video`` or a bare item;
     ``limits``: ``VideoLimits``, an ``ops.decode`` (its pixel limit) or None (defaults).
     ``decoder``: "auto" (torchcodec when importable, as transformers; else OpenCV), "torchcodec",
-    "opencv" or "dali" ("dali:cpu", "dali:cuda[:N]": OpenCV's metadata, DALI's frames); probe
-    and decode a video with the same one (their metadata may differ slightly: docs/how-to/video.md).
+    "opencv", "pyav" (OpenCV's metadata, PyAV's frames: one pass skipping the non-reference
+    frames between samples) or "dali" ("dali:cpu", "dali:cuda[:N]": OpenCV's metadata, DALI's
+    frames); probe and decode a video with the same one (their metadata may differ slightly:
+    docs/how-to/video.md). FFmpeg decodes on vlmprep's thread count (OpenCV, PyAV).
     Animated GIF/WebP and frame sequences do not depend on it.
 
     Raises ImageError (naming the item: expected / got / fix) for an unreadable or hostile file:
