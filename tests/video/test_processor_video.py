@@ -160,6 +160,20 @@ def test_kernel_bands_and_threads_equal_transformers(bands_per_step, videos, mon
         assert torch.equal(bf16, got.to(torch.bfloat16)), n
 
 
+@pytest.mark.parametrize("kind", ["qwen2-vl", "qwen3-vl", "internvl", "llava-onevision"])
+def test_without_kernels_same_pixels(kind, videos, monkeypatch):
+    """The op-by-op torch path (no compiled kernels) gives the compiled path's bits, every dtype."""
+    from vlmprep.backends import video as vx
+    item = Video(videos.get("mjpg_avi").path, fps=2.0)
+    for dtype in ("float32", "bfloat16", "uint8"):
+        proc = vlmprep.Processor(kind, dtype=dtype)
+        fused = proc(videos=[item]).videos.pixel_values
+        with monkeypatch.context() as m:
+            m.setattr(vx, "_kernels_loaded", lambda: False)
+            plain = proc(videos=[item]).videos.pixel_values
+        assert fused.dtype == plain.dtype and torch.equal(fused, plain), (kind, dtype)
+
+
 def test_qwen2_5_vl_second_per_grid_ts(videos):
     clip = videos.get("mjpg_avi")
     proc = vlmprep.Processor("qwen2-vl", video_options=video_defaults("qwen2.5-vl"))
