@@ -60,7 +60,8 @@ class Processor:
         video_limits: ``vlmprep.io.video.VideoLimits`` bounding each video's probe and decode
             (bytes, frames, seconds, pixels, time); None: the defaults with the decode op's
             per-frame pixel limit.
-        video_decoder: ``"auto"`` | ``"torchcodec"`` | ``"opencv"`` | ``"dali"`` (also
+        video_decoder: ``"auto"`` | ``"torchcodec"`` | ``"opencv"`` | ``"pyav"`` (opt in, where
+            PyAV is installed: skips the frames nothing refers to) | ``"dali"`` (also
             ``"dali:cpu"``, ``"dali:cuda[:N]"``; ``decode_frames``). ``"auto"`` on backend
             ``"dali"`` with a CUDA device is DALI's NVDEC decoder on that GPU (``"dali:cuda:N"``).
         row_form: ``"full"`` (the default: image rows as the model's processor gives them) or
