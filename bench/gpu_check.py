@@ -14,7 +14,8 @@ or a hang costs that step, never the others or the JSON), inside one overall bud
             plus its bandwidth next to a device-to-device copy of the same bytes
   memcheck  compute-sanitizer memcheck over a small ragged batch of every order and dtype
   parity    the torch backend on the device against the reference backend on the CPU, every
-            preset and dtype, in uint8 levels, and batch invariance (each image alone = in a batch)
+            preset and dtype, in uint8 levels, and batch invariance (each image alone = in a batch);
+            its resize alone against PIL.Image.resize, every filter, bit-exact
   timing    qwen2-vl at 720p / 1080p / 4K, JPEG bytes to packed tensors on the device, two ways:
             the Processor on the bytes, and torchvision.io.decode_jpeg on the device (nvJPEG) then
             the Processor on the decoded tensors; the decode floor; transformers' torchvision
@@ -37,7 +38,7 @@ correctness decides the exit status.
 ``--device cpu`` runs the same code on the CPU (a dry run: bench/README.md, ``make
 gpu-check-dry``); ``VLMPREP_GPU_CHECK_INJECT=<step>`` corrupts one compared value in that step,
 to show the check fails when a result is wrong (``pass_order``, ``dali_decode``, ``dali_resize``,
-``dali_rounding``: one check of the env or dali step alone).
+``dali_rounding``, ``torch_resize``: one check of the env, dali or parity step alone).
 """
 from __future__ import annotations
 
@@ -361,11 +362,48 @@ def step_parity(a: argparse.Namespace) -> dict:
             rows.append(row)
             print(json.dumps(row))
     worst = max((r.get("max_levels", 0.0) for r in rows), default=0.0)
+    resize_rows = _torch_resize_rows(a.device, images["1080p"])
+    ok &= all(r["ok"] for r in resize_rows)
     bad = [f"{r['preset']}/{r['dtype']}" for r in rows if not r["ok"]]
-    text = (f"{len(rows) - len(bad)}/{len(rows)} rows within {MAX_LEVELS:g} levels (mean "
-            f"{MEAN_LEVELS:g}), batch invariant, same geometry; worst max {worst:g} levels"
+    bad += [r["check"] for r in resize_rows if not r["ok"]]
+    text = (f"{len(rows) - sum(not r['ok'] for r in rows)}/{len(rows)} rows within {MAX_LEVELS:g} levels "
+            f"(mean {MEAN_LEVELS:g}), batch invariant, same geometry; worst max {worst:g} levels; "
+            f"resize alone {sum(r['ok'] for r in resize_rows)}/{len(resize_rows)} bit-exact with Pillow"
             + (f"; failed: {', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''}" if bad else ""))
-    return _result("PASS" if ok else "FAIL", text, rows=rows, figures={"max_levels": worst})
+    return _result("PASS" if ok else "FAIL", text, rows=rows, resize_rows=resize_rows,
+                   figures={"max_levels": worst})
+
+
+def _torch_resize_rows(device: str, jpeg_1080p: bytes) -> list[dict]:
+    """The torch backend's resize alone against ``PIL.Image.resize``, every filter: the 1080p
+    photo to Qwen2-VL's 1092x1932, and a 100x20000 panorama to 224x224 (a one-axis downscale
+    that ran torch's antialiased CUDA kernels out of shared memory). On a GPU this is Pillow's
+    integer arithmetic in float64 (pil_resample): 0 levels; the dry run runs the same
+    device-generic path on the CPU (resize.EXACT_ON_CPU). Both follow the installed Pillow's
+    pass order, as Pillow itself does. Injection: ``torch_resize``."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from vlmprep.backends.torch import resize as R
+    R.EXACT_ON_CPU = True  # this step's process only: the CPU runs the device path
+    photo = _pil_decode(jpeg_1080p)
+    pano = np.random.default_rng(4).integers(0, 256, (100, 20000, 3), dtype=np.uint8)
+    filters = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS}
+    rows = []
+    for case, img, hw in (("1080p -> 1092x1932", photo, (1092, 1932)), ("100x20000 -> 224x224", pano, (224, 224))):
+        x = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).contiguous().to(device)
+        for name, pil_filter in filters.items():
+            check = f"torch resize vs Pillow {name} {case}"
+            try:
+                got = corrupt("torch_resize", R.resize_like_pil(x, hw, name).permute(1, 2, 0).cpu())
+                want = torch.from_numpy(np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), pil_filter)))
+                mx = float((got.int() - want.int()).abs().max())
+                rows.append({"check": check, "max_levels": mx, "ok": mx == 0})
+            except Exception as e:  # noqa: BLE001 (reported per row; the step fails)
+                rows.append({"check": check, "ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+            print(json.dumps(rows[-1]))
+    return rows
 
 
 def step_timing(a: argparse.Namespace) -> dict:

@@ -57,6 +57,8 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
         assert sum(r.get("path") == "end to end" for r in rows) == 6
     parity = rep["steps"]["parity"]["rows"]
     assert len(parity) == 9 and all(r["ok"] and r["batch_invariant"] and r["same_geometry"] for r in parity)
+    resize = rep["steps"]["parity"]["resize_rows"]  # the resize alone, every filter, bit-exact
+    assert len(resize) == 6 and all(r["ok"] and r["max_levels"] == 0 for r in resize)
     timing = rep["steps"]["timing"]["rows"]
     assert [r["size"] for r in timing] == ["720p", "1080p"] and all(r["output_ok"] for r in timing)
     assert set(rep["goals"]) == {"images_per_s_1080p", "speedup_vs_hf_torchvision",
@@ -81,20 +83,24 @@ def test_an_injected_wrong_result_fails_the_run(tmp_path, step):
         assert rep["steps"]["timing"]["status"] == "PASS"
 
 
-@pytest.mark.parametrize("check,step", [("pass_order", "env"), ("dali_decode", "dali"),
-                                        ("dali_resize", "dali"), ("dali_rounding", "dali")])
+@pytest.mark.parametrize("check,step", [("pass_order", "env"), ("torch_resize", "parity"),
+                                        ("dali_decode", "dali"), ("dali_resize", "dali"),
+                                        ("dali_rounding", "dali")])
 def test_an_injected_error_fails_each_new_check(tmp_path, check, step):
     # One check of a step alone: the pass-order probe (the rule's order reversed), the dali
     # decode path, resize path and rounding of ties (one value corrupted).
     if step == "dali":
         pytest.importorskip("nvidia.dali", reason="the dali step needs DALI")
-    p, rep = _run(tmp_path, "--only", "env" if step == "env" else "env,dali",
+    p, rep = _run(tmp_path, "--only", "env" if step == "env" else f"env,{step}",
                   VLMPREP_GPU_CHECK_INJECT=check)
     assert p.returncode == 1, p.stdout[-2000:]
     assert rep["failed"] == [step], rep["failed"]
     res = rep["steps"][step]
     if step == "env":
         assert "expected Pillow" in res["summary"] and "fix:" in res["summary"]
+        return
+    if step == "parity":  # only the resize rows fail; the preset rows still pass
+        assert all(r["ok"] for r in res["rows"]) and not any(r["ok"] for r in res["resize_rows"])
         return
     bad = [r for r in res["rows"] if not r["ok"]]
     key = check.removeprefix("dali_")
