@@ -90,7 +90,9 @@ int main(int argc, char** argv) {
   const Case cases[] = {{Order::kMergeGrouped, 14, 2, 2}, {Order::kMergeGrouped, 16, 2, 2},
                         {Order::kMergeGrouped, 2, 2, 3},  {Order::kRaster, 16, 1, 1},
                         {Order::kRaster, 3, 1, 1},        {Order::kNaflex, 16, 1, 1},
-                        {Order::kNaflex, 5, 1, 1},        {Order::kTiles, 14, 1, 1}};
+                        {Order::kNaflex, 5, 1, 1},        {Order::kTiles, 14, 1, 1},
+                        // row_form="compact": Qwen rows with the temporal copies left out
+                        {Order::kMergeGrouped, 14, 2, 1}, {Order::kMergeGrouped, 16, 2, 1}};
   const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kUInt8};
   int failures = 0;
   for (const Case& c : cases) {
