@@ -17,6 +17,7 @@ import pytest
 import torch
 from _support.devices import devices
 from _support.imgdata import crop, encode, photo, tiled
+from _support.spies import record_returns
 from _support.videos import pan_zoom
 
 import vlmprep
@@ -87,13 +88,7 @@ def test_every_fused_executor_writes_compact_rows(kernels, monkeypatch, backend,
     """The kernels read the executing pipeline's patchify: each executor (fusion's table) writes
     the compact rows, and each really ran."""
     from vlmprep import kernels as vk
-    seen: list[str] = []
-    choose = fusion.choose
-
-    def spy(*a, **k):
-        seen.append(choose(*a, **k))
-        return seen[-1]
-    monkeypatch.setattr(fusion, "choose", spy)
+    seen = record_returns(monkeypatch, fusion, "choose")
     jpeg = encode(tiled("coffee", 301, 517), "jpeg")
     arr = tiled("astronaut", 640, 203)
     full_p, comp_p = make("qwen2-vl", backend, dtype=dtype), \
@@ -126,13 +121,7 @@ def test_every_fused_executor_writes_compact_rows(kernels, monkeypatch, backend,
 def test_dali_graphs_write_compact_rows(monkeypatch, cap):
     """dali's tiles graph: the stock lowerings (OP_BY_OP) and, where it is loaded, the csrc
     plugin op (ROWS) both take the executing pipeline's temporal_patch_size."""
-    seen: list[str] = []
-    choose = fusion.choose_graph
-
-    def spy(*a, **k):
-        seen.append(choose(*a, **k))
-        return seen[-1]
-    monkeypatch.setattr(fusion, "choose_graph", spy)
+    seen = record_returns(monkeypatch, fusion, "choose_graph")
     imgs = images()[:3]
     with fusion.at_most(cap):  # the graphs are built inside the block
         for dtype in ("float32", "uint8"):

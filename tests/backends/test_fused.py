@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _support.imgdata import encode, tiled
+from _support.spies import record_returns
 
 import vlmprep
 from vlmprep import kernels as vk
@@ -30,14 +31,7 @@ def pure(monkeypatch):
 @pytest.fixture
 def chosen(monkeypatch):
     """The executors ``fusion.choose`` picks, one per image, in order."""
-    seen: list[str] = []
-    choose = fusion.choose
-
-    def spy(*a, **k):
-        seen.append(choose(*a, **k))
-        return seen[-1]
-    monkeypatch.setattr(fusion, "choose", spy)
-    return seen
+    return record_returns(monkeypatch, fusion, "choose")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
