@@ -286,15 +286,8 @@ def _decode_floor(s: ImageSet, repeat: int, device: str = "cpu") -> dict:
         calls, unavailable = bench_decoders.prepare(list(s.items), hws, device)
         decoders = {}
         for name, fns in calls.items():
-            fns[0]()  # warm
-            lat = []
-            for _ in range(repeat):
-                for f in fns:
-                    t0 = time.perf_counter()
-                    f()
-                    lat.append(time.perf_counter() - t0)
-            decoders[name] = {"per_image_p50_ms": _ms(_pct(lat, 50)),
-                              "per_image_min_ms": _ms(min(lat))}
+            p50, least = _floor_times(fns, repeat)
+            decoders[name] = {"per_image_p50_ms": _ms(p50), "per_image_min_ms": _ms(least)}
     out: dict = {"size": s.label, "threads": 1, "decoders": decoders, "unavailable": unavailable}
     if decoders:
         best = min(decoders, key=lambda k: decoders[k]["per_image_p50_ms"])
