@@ -87,7 +87,7 @@ def test_kernel_and_torchvision_orientation_as_pillow(orientation):
     assert tv is not None and np.array_equal(tv, want)
 
 
-# -- opaque WebP stills: torchvision's libwebp (``_decode_still_fast``); PNGs checked to stay Pillow's
+# -- opaque stills: WebP by torchvision's libwebp (``_decode_still_fast``), PNG by OpenCV's decoder
 def _webp(rgb: np.ndarray, **kw) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(rgb).save(buf, "WEBP", **kw)
@@ -108,8 +108,7 @@ STILLS = {
     "png_palette": encode(RGB, "png_palette"),
     "webp_alpha": encode(RGB, "webp_alpha"),
 }
-# PNGs stay with Pillow: torchvision's libpng crashes on a bad IDAT CRC (tests/hostile)
-TAKEN = {"webp_q80", "webp_q20_odd", "webp_lossless"}
+TAKEN = {"png", "png_gray", "png_odd", "png_interlaced", "webp_q80", "webp_q20_odd", "webp_lossless"}
 
 
 @pytest.mark.parametrize("name", list(STILLS))
@@ -125,11 +124,12 @@ def test_stills_same_pixels_as_pillow(name):
 
 @pytest.mark.parametrize("name", sorted(TAKEN))
 def test_still_fast_path_is_taken(name):
-    """The speed claim needs torchvision to decode these, not fall back silently."""
-    assert D._decode_still_fast(STILLS[name]) is not None
+    """The speed claim needs the fast decoders to decode these, not fall back silently."""
+    fast = D._decode_png_fast if name.startswith("png") else D._decode_still_fast
+    assert fast(STILLS[name]) is not None
 
 
-@pytest.mark.parametrize("fmt", ["PNG", "WEBP"])  # PNG: Pillow's path, kept as it was
+@pytest.mark.parametrize("fmt", ["PNG", "WEBP"])
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_stills_exif_orientation_as_pillow(fmt, orientation):
     data = with_exif_orientation(RGB, orientation, fmt)
@@ -139,7 +139,7 @@ def test_stills_exif_orientation_as_pillow(fmt, orientation):
     assert np.array_equal(fast, _pillow(data))
 
 
-@pytest.mark.parametrize("name", ["webp_q80", "webp_lossless"])
+@pytest.mark.parametrize("name", ["png", "png_interlaced", "webp_q80", "webp_lossless"])
 @pytest.mark.parametrize("keep", [0.5, 0.9])
 def test_truncated_still_is_the_same_image_error(name, keep):
     data = STILLS[name]
@@ -149,3 +149,22 @@ def test_truncated_still_is_the_same_image_error(name, keep):
     with pytest.raises(ImageError) as slow:
         D.decode(src, fast=False)
     assert str(fast.value) == str(slow.value)
+
+
+def test_png_ancillary_crc_error_is_pillows_error():
+    """libpng (OpenCV) only warns on a bad CRC in an ancillary chunk where Pillow refuses the
+    file: the fast path leaves such a PNG to Pillow, so every backend gives the same error."""
+    import struct
+    buf = io.BytesIO()
+    Image.fromarray(RGB).save(buf, "PNG", dpi=(72, 72))
+    d = bytearray(buf.getvalue())
+    i = d.find(b"pHYs")
+    d[i + 4 + struct.unpack(">L", d[i - 4:i])[0]] ^= 0xFF  # the chunk's CRC
+    assert D._decode_png_fast(bytes(d)) is None
+    src = resolve(bytes(d))
+    with pytest.raises(ImageError) as fast:
+        D.decode(src, fast=True)
+    with pytest.raises(ImageError) as slow:
+        D.decode(src, fast=False)
+    import re  # Pillow's message names its BytesIO object by address
+    assert re.sub("0x[0-9a-f]+", "", str(fast.value)) == re.sub("0x[0-9a-f]+", "", str(slow.value))
