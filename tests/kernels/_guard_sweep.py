@@ -251,6 +251,21 @@ def sweep_jpeg() -> None:
                     ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, lut, out, 0, order,
                                                          P, m, T, threads)
                     _expect(_same(out, want), f"decode_resize_normalize_patchify {label} {where} {isa}")
+            # decode_resize: the canvases of a crop and of the whole image (InternVL's shape)
+            top, left = H // 3, W // 4
+            boxes = [(top, left, H - top, W - left), (0, 0, H, W)]
+            sizes = [(max(1, (H - top) * 2), max(1, (W - left) // 2 + 1)), (q, q)]
+            canv = [_pil_resize(np.ascontiguousarray(pix[t:t + h, x:x + w]), hw2, f)
+                    for (t, x, h, w), hw2 in zip(boxes, sizes)]
+            for isa in ISAS:
+                _isa(isa)
+                for threads in (1, 2):
+                    _case(f"decode_resize {label} boxes {boxes} -> {sizes} {f} data at the {where} "
+                          f"{isa} {threads} threads")
+                    got = ops.decode_resize(src, H, W, [v for b in boxes for v in b],
+                                            [v for hw2 in sizes for v in hw2], f, threads)
+                    _expect(len(got) == 2 and all(np.array_equal(g.numpy(), c) for g, c in zip(got, canv)),
+                            f"decode_resize {label} {where} {isa} {threads}")
         # Cut short at many points, flush against the page: declined with a reason, no fault.
         for cut in sorted({1, 2, 3, 4, 10, 20, len(data) // 3, len(data) // 2, len(data) - 2, len(data) - 1}):
             if not 0 < cut < len(data):
@@ -268,10 +283,30 @@ def sweep_jpeg() -> None:
                                                      m, T, 2)
             except RuntimeError:
                 pass
+            _case(f"decode_resize {label} cut at {cut}")
+            try:
+                ops.decode_resize(src, H, W, [0, 0, H, W], [q, q], f, 2)
+            except RuntimeError:
+                pass
+
+
+def sweep_stream_store() -> None:
+    """The output-write floor's streamed stores: every byte set, none outside, for sizes around
+    a 64-byte line and buffers flush against either guard page."""
+    ops = torch.ops.vlmprep
+    for isa in ISAS:
+        _isa(isa)
+        for n in (*range(1, 70), 127, 128, 129, 191, 4095, 4096, 4097, 65536 + 63):
+            for where in ("end", "start"):
+                out = _out(n, "uint8", where)
+                _case(f"stream_store {n} bytes at the {where} {isa}")
+                ops.stream_store(out, 0x5C)
+                _expect(bool((out == 0x5C).all()), f"stream_store {n} {where} {isa}")
 
 
 SWEEPS = {"resize": sweep_resize, "normalize_patchify": sweep_normalize_patchify,
-          "resize_normalize_patchify": sweep_resize_normalize_patchify, "jpeg": sweep_jpeg}
+          "resize_normalize_patchify": sweep_resize_normalize_patchify, "jpeg": sweep_jpeg,
+          "stream_store": sweep_stream_store}
 
 
 def main(name: str) -> None:
