@@ -182,11 +182,8 @@ def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: t
             *_patch_ints(op, patch_size, merge_size, temporal_patch_size))
     try:
         torch.ops.vlmprep.decode_resize_normalize_patchify(_bytes_tensor(data), *args, get_num_threads())
-    except RuntimeError as e:  # the op raises "...: declined: <why>" for data it leaves to Pillow
-        msg = str(e).split("\n")[0]
-        if ": declined: " not in msg:
-            raise
-        return msg.split(": declined: ", 1)[1]
+    except RuntimeError as e:
+        return _declined(e)
     return ""
 
 
@@ -209,12 +206,18 @@ def decode_resize(data: bytes, src_hw: tuple[int, int], boxes: Sequence[tuple[in
     try:
         out = torch.ops.vlmprep.decode_resize(_bytes_tensor(data), *_hw(op, "src_hw", src_hw), flat_boxes,
                                               flat_sizes, interpolation, get_num_threads())
-    except RuntimeError as e:  # "...: declined: <why>" for data it leaves to Pillow
-        msg = str(e).split("\n")[0]
-        if ": declined: " not in msg:
-            raise
-        return [], msg.split(": declined: ", 1)[1]
+    except RuntimeError as e:
+        return [], _declined(e)
     return list(out), ""
+
+
+def _declined(e: RuntimeError) -> str:
+    """Why a JPEG op left the file to Pillow: the ops raise "...: declined: <why>" for data
+    they do not take; any other RuntimeError is re-raised (a real failure)."""
+    msg = str(e).split("\n")[0]
+    if ": declined: " not in msg:
+        raise e
+    return msg.split(": declined: ", 1)[1]
 
 
 class JpegDeclined(RuntimeError):
