@@ -93,8 +93,9 @@ def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
                    threads: int) -> list["torch.Tensor"]:
     """uint8 ``(T, H, W, 3)`` -> T uint8 ``(h, w, 3)`` C-contiguous frames, each by
     ``tv_match.resize`` (SmolVLM: to ``extras["first_resize_hw"]`` first). With ``threads`` > 1
-    the frames are spread over a thread pool: torch's resize releases the GIL, and one frame per
-    thread scales better than torch's own split of one small frame (its rows)."""
+    the frames are spread over the images' thread pool (``base.image_pool``): torch's resize
+    releases the GIL, and one frame per thread scales better than torch's own split of one small
+    frame (its rows)."""
     from .torch import tv_match
     first = plan.extras.get("first_resize_hw")
     hw = (int(plan.resized_hw[0]), int(plan.resized_hw[1]))
@@ -109,9 +110,8 @@ def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
 
     if threads <= 1 or len(frames) <= 1:
         return [one(f) for f in frames]
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=min(threads, len(frames))) as pool:
-        return list(pool.map(one, frames))
+    from .base import image_pool  # the images' kept pool: no threads made per video
+    return list(image_pool(threads).map(one, frames))
 
 
 def _torch_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
@@ -192,7 +192,7 @@ def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pi
     pp = p * p
     band_rows = m * gw  # output rows of one band (m source patch rows)
     frame_band = band_rows * 3 * pp  # elements one frame's band gives
-    per = max(1, min(gh // m, BAND_BYTES // (tps * frame_band * _elem_size(tdt))))  # bands a step
+    per = max(1, min(gh // m, BAND_BYTES // (tps * frame_band * tdt.itemsize)))  # bands a step
     out = kernels.empty((gt * gh * gw, 3 * tps * pp), tdt)
     scratch = torch.empty((tps, per * band_rows, 3, pp), dtype=tdt)
     # the interleave is numpy's copy (one thread, no pool to wake: torch's parallel copy of these
@@ -213,11 +213,6 @@ def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pi
             np.copyto(out_np[r0:r0 + nb * band_rows].reshape(nb * band_rows, 3, tps, pp),
                       scratch_np[:, :nb * band_rows].transpose(1, 2, 0, 3))
     return out
-
-
-def _elem_size(dtype: "torch.dtype") -> int:
-    import torch
-    return torch.empty((), dtype=dtype).element_size()
 
 
 def run_video(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
