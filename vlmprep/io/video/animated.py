@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError
-from .sources import timed_out
+from .sources import positions, timed_out
 from .types import VideoMeta
 
 __all__ = ["animation_meta", "read_animation"]
@@ -111,9 +111,7 @@ def read_animation(data: bytes, meta: VideoMeta, indices: Sequence[int], out: np
     """Frames ``indices`` of a GIF/WebP into ``out`` ``(T, H, W, 3)`` uint8 RGB (frames are visited
     in ascending order; Pillow composes each from the ones before)."""
     from PIL import Image
-    where: dict[int, list[int]] = {}
-    for k, i in enumerate(indices):
-        where.setdefault(int(i), []).append(k)
+    where = positions(indices)
     fmt = meta.container.upper()
     with Image.open(io.BytesIO(data)) as im:
         if im.size != (meta.width, meta.height):

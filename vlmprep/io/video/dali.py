@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError
-from .sources import DeadlineStream, timed_out
+from .sources import DeadlineStream, positions, timed_out
 from .types import VideoMeta
 
 __all__ = ["available", "gpu_count", "resolve", "nvdec_for", "codec_family", "check_packets", "read_frames",
@@ -237,9 +237,7 @@ def read_frames(data: bytes, name: str, meta: VideoMeta, indices: Sequence[int],
     than the probed one, or past the deadline (checked before each run)."""
     _check_codec(meta, name)
     buf = np.frombuffer(data, np.uint8)
-    where: dict[int, list[int]] = {}
-    for k, i in enumerate(indices):
-        where.setdefault(int(i), []).append(k)
+    where = positions(indices)
     wanted = sorted(where)
     h, w = meta.height, meta.width
     for lo in range(0, len(wanted), CHUNK):

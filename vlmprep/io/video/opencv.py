@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError
-from .sources import DeadlineStream, timed_out
+from .sources import DeadlineStream, positions, timed_out
 from .types import VideoMeta
 
 __all__ = ["open_capture", "capture_meta", "read_frames", "plan_reads", "SEEK_MIN_GAP", "SEEK_BACK",
@@ -121,9 +121,7 @@ def read_frames(cap: Any, stream: DeadlineStream, meta: VideoMeta, indices: Sequ
                          f"{meta.codec or '0'!r}), which OpenCV's FFmpeg backend cannot convert safely "
                          f"(it corrupts memory); install torchcodec (decoder='torchcodec') or re-encode "
                          f"the video (e.g. H.264 or FFV1)")
-    where: dict[int, list[int]] = {}
-    for k, i in enumerate(indices):
-        where.setdefault(int(i), []).append(k)
+    where = positions(indices)
     pos = 0  # index of the frame the next read returns
     h, w = meta.height, meta.width
     targets = sorted(where)

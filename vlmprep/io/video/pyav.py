@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ...errors import ImageError
-from .sources import DeadlineStream, timed_out
+from .sources import DeadlineStream, positions, timed_out
 from .types import VideoMeta
 
 __all__ = ["available", "read_frames"]
@@ -62,9 +62,7 @@ def read_frames(stream: DeadlineStream, meta: VideoMeta, indices: Sequence[int],
     Raises ImageError when the stream ends before a wanted frame, a frame's size differs from
     the declared one, or past the deadline."""
     import av
-    where: dict[int, list[int]] = {}
-    for k, i in enumerate(indices):
-        where.setdefault(int(i), []).append(k)
+    where = positions(indices)
     last = max(where)
     with av.open(stream, mode="r") as container:
         st = container.streams.video[0]

@@ -15,7 +15,8 @@ from typing import Any
 from ...errors import ImageError
 from ..inputs import encoded_buffer, is_ndarray, is_torch_tensor, open_image_file
 
-__all__ = ["DeadlineStream", "sniff_container", "is_encoded", "open_stream", "head_bytes", "timed_out"]
+__all__ = ["DeadlineStream", "sniff_container", "is_encoded", "open_stream", "head_bytes", "timed_out",
+           "positions"]
 
 _ENCODED = (bytes, bytearray, memoryview)
 
@@ -112,6 +113,15 @@ def head_bytes(source: Any, max_bytes: int) -> bytes:
     stream, head = open_stream(source, max_bytes, float("inf"))
     stream.close()
     return head
+
+
+def positions(indices: Any) -> dict[int, list[int]]:
+    """``{frame index: [positions in indices]}``: each distinct frame is decoded once and copied
+    to every position that asks for it (the readers' shared bookkeeping)."""
+    where: dict[int, list[int]] = {}
+    for k, i in enumerate(indices):
+        where.setdefault(int(i), []).append(k)
+    return where
 
 
 def timed_out(what: str, timeout_s: float) -> ImageError:
