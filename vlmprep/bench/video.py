@@ -5,8 +5,8 @@ The clip is written here, deterministically, from the photos scikit-image ships 
 zoom over a mosaic, so consecutive frames differ): by default 10 s of 1280x720 at 30 fps, sampled
 at 2 fps -> 20 frames, the Qwen2-VL checkpoint config (``Video(clip, fps=2.0)``). The default
 codec is H.264 (``avc1``), written with PyAV's libx264 at its defaults (a keyframe every 250
-frames, 3 B-frames; preset veryfast, one encoder thread so the bytes are the same every
-time): this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail to open,
+frames, 3 B-frames; preset veryfast, one encoder thread and, on AVX-512 CPUs, x264's AVX2 code, so
+the bytes are the same every time): this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail to open,
 tests/video). ``--fourcc mp4v`` (or MJPG, ...) writes with OpenCV's ``VideoWriter`` instead.
 The clip is written to a temporary file: both sides read it from its path, as their users do.
 
@@ -184,7 +184,7 @@ def _write_pyav(path: str, codec: str, width: int, height: int, fps: float, n: i
         # x264's defaults (keyint 250, 3 B-frames) at preset veryfast; one encoder thread, set on
         # the codec context (PyAV's own threading otherwise wins over a "threads" option): with
         # more, the bytes differed between runs on a loaded machine (the clip must not)
-        st.options = {"preset": "veryfast"}
+        st.options = {"preset": "veryfast", **_x264_isa_cap()}
         st.codec_context.thread_count = 1
         st.codec_context.thread_type = "NONE"
         for f in _frames(width, height, n):
@@ -193,6 +193,27 @@ def _write_pyav(path: str, codec: str, width: int, height: int, fps: float, n: i
                 out.mux(pkt)
         for pkt in st.encode():
             out.mux(pkt)
+
+
+def _x264_isa_cap() -> dict[str, str]:
+    """``{"x264-params": "asm=AVX2"}`` on an x86-64 Linux CPU with AVX-512, else ``{}``.
+
+    x264's AVX-512 code made different bytes from the same frames from one process to the next
+    (measured: 96x64 and 160x96 clips, 5 different outputs in 24 processes once OpenCV was
+    imported; widths that are multiples of 64 were stable), so the clip was not repeatable. Its
+    AVX2 code was stable; x264 does not intersect "asm" with the CPU's flags, hence the check."""
+    import platform
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return {}
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return {"x264-params": "asm=AVX2"} if {"avx512f", "avx2"} <= flags else {}
+    except OSError:
+        pass
+    return {}
 
 
 def _write_cv2(path: str, fourcc: str, width: int, height: int, fps: float, n: int) -> None:
