@@ -125,7 +125,7 @@ def kernels_write(ctx: "Context") -> bool:
         return False
     if ctx.dest.device.type == "cpu":
         return True
-    return ctx.dest.device.type == "cuda" and bool(kernels.build_info()["torch_ext"].get("cuda"))
+    return ctx.dest.device.type == "cuda" and kernels.built_with("torch_ext", "cuda")
 
 
 def _whole_source_resized(ctx: "Context", interpolation: str) -> bool:

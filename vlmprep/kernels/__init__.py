@@ -31,13 +31,13 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Sequence
 
-from .loader import build_info, dali_plugin, dali_plugin_loaded, load, why_unavailable
+from .loader import build_info, built_with, dali_plugin, dali_plugin_loaded, load, why_unavailable
 from .threads import get_num_threads, local_threads, set_num_threads
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["available", "why_unavailable", "build_info", "summary", "dali_plugin", "dali_plugin_loaded",
+__all__ = ["available", "why_unavailable", "build_info", "built_with", "summary", "dali_plugin", "dali_plugin_loaded",
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
            "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_available", "JpegDeclined",
            "stream_store", "decode_resize",
@@ -158,7 +158,7 @@ def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interp
 
 def jpeg_available() -> bool:
     """True when the ops are loaded and were built with libjpeg-turbo (the JPEG fast path)."""
-    return available() and bool(build_info().get("torch_ext", {}).get("libjpeg"))
+    return available() and built_with("torch_ext", "libjpeg")
 
 
 def _bytes_tensor(data: bytes | bytearray | memoryview) -> "torch.Tensor":

@@ -38,6 +38,12 @@ def build_info() -> dict:
     return copy.deepcopy(_read_record(os.path.join(_dir(), "_build_info.json")))
 
 
+def built_with(part: str, key: str) -> bool:
+    """Whether the build record says ``part`` ("torch_ext", "dali_plugin") has ``key`` (e.g.
+    "libjpeg", "cuda"): the per-image question, answered without build_info's copy (0.1 ms)."""
+    return bool(_read_record(os.path.join(_dir(), "_build_info.json")).get(part, {}).get(key))
+
+
 @functools.lru_cache(maxsize=8)
 def _read_record(path: str) -> dict:
     try:
