@@ -343,6 +343,19 @@ def test_jpeg_scan_floods_are_refused(monkeypatch):
         D.decode(resolve(flood))
 
 
+def test_jpeg_scan_count_is_bytes_count():
+    """The scan count (numpy, for speed) counts what ``bytes.count`` counts, at every edge."""
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        n = int(rng.integers(0, 40))
+        data = bytes(rng.choice(np.array([0xFF, 0xDA, 0x00, 0xD9], np.uint8), n))
+        a = int(rng.integers(0, n + 1))
+        b = int(rng.integers(a, n + 1))
+        assert D._count_sos(data, a, b) == data.count(b"\xff\xda", a, b), (data, a, b)
+    prog = encode(crop("astronaut", 64, 80), "jpeg_progressive")
+    assert D._count_sos(prog, 0, len(prog)) == prog.count(b"\xff\xda") > 5
+
+
 @pytest.mark.skipif(not any(b == "dali" for b in _backends()), reason="nvidia-dali is not installed")
 def test_dali_cpu_never_hands_hostile_exif_to_dalis_decoder():
     """A PNG whose eXIf IFD0 declares 65,535 entries (2 present) killed the process (SIGSEGV)
