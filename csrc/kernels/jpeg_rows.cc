@@ -35,6 +35,7 @@ void on_message(j_common_ptr cinfo, int level) {
 // (a caller that returns the reason after its decoder is gone used to read freed memory).
 const char* kept(const char* message) {
   thread_local char buf[JMSG_LENGTH_MAX];
+  if (message == buf) return buf;
   std::strncpy(buf, message, sizeof(buf) - 1);
   buf[sizeof(buf) - 1] = 0;
   return buf;
@@ -78,6 +79,33 @@ const char* JpegRows::open(const uint8_t* data, size_t n) {
 int JpegRows::height() const { return int(s_->cinfo.output_height); }
 int JpegRows::width() const { return int(s_->cinfo.output_width); }
 int JpegRows::rows_done() const { return s_->done; }
+
+bool JpegRows::can_skip() const {
+#if defined(LIBJPEG_TURBO_VERSION_NUMBER) && LIBJPEG_TURBO_VERSION_NUMBER >= 2000000
+  return s_->started && !jpeg_has_multiple_scans(&s_->cinfo);
+#else
+  return false;
+#endif
+}
+
+int JpegRows::imcu_rows() const { return s_->cinfo.max_v_samp_factor * DCTSIZE; }
+
+const char* JpegRows::skip_to(int row) {
+  State& s = *s_;
+  if (!can_skip()) return "skipping rows needs libjpeg-turbo 2.0+ and a single-scan JPEG";
+  if (row <= s.done) return nullptr;
+  if (row >= height()) return "a skip must leave rows to decode";
+#if defined(LIBJPEG_TURBO_VERSION_NUMBER) && LIBJPEG_TURBO_VERSION_NUMBER >= 2000000
+  if (setjmp(s.err.jump)) return kept(s.err.message);
+  const JDIMENSION want = JDIMENSION(row - s.done);
+  if (jpeg_skip_scanlines(&s.cinfo, want) != want) return "the decoder stopped early";
+  s.done = row;
+  if (s.err.warnings) return kept(s.err.message);
+#endif
+  return nullptr;
+}
+
+const char* JpegRows::keep(const char* message) { return message ? kept(message) : nullptr; }
 
 const char* JpegRows::read_until(int until, uint8_t* dst, int64_t stride) {
   State& s = *s_;

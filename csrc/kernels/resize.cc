@@ -353,6 +353,12 @@ int ResizeRows::source_rows(int y1) const {
   return w_->cv.bounds[(y1 - 1) * 2] + w_->cv.bounds[(y1 - 1) * 2 + 1];
 }
 
+int ResizeRows::first_source_row(int y0) const {
+  if (y0 <= 0) return 0;
+  if (!w_->need_v) return y0;
+  return w_->cv.bounds[y0 * 2];
+}
+
 void ResizeRows::rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache) const {
   const Weights& w = *w_;
   const ResizeParams& p = p_;

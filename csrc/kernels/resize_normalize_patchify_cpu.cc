@@ -4,16 +4,14 @@
 #include "vlmprep/resize_normalize_patchify.h"
 
 #include <algorithm>
-#include <atomic>
-#include <climits>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "cpu_threads.h"
 #include "normalize_patchify_cpu.h"
 #include "resize_rows.h"
 #if defined(VLMPREP_WITH_LIBJPEG)
+#include "decode_units.h"
 #include "vlmprep/jpeg_rows.h"
 #endif
 
@@ -94,69 +92,6 @@ const char* resize_normalize_patchify_cpu(const ResizeParams& r, const Normalize
 
 #if defined(VLMPREP_WITH_LIBJPEG)
 
-const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
-                                                 const ResizeParams& r_in, const NormalizePatchifyParams& p,
-                                                 int num_threads) {
-  ResizeParams r = r_in;
-  r.in_h = src_h;
-  r.in_w = src_w;
-  r.src_stride = int64_t(3) * src_w;
-  if (const char* bad = check(r, p)) return bad;
-  // The header first: the buffer below is sized by the JPEG's own size, not the caller's word.
-  JpegRows jr;
-  if (const char* bad = jr.open(data, size)) return bad;
-  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
-  // The decoded image: a per-thread buffer kept across calls (no fresh pages to fault in), up to
-  // 64 MiB (a 4K image is 25 MB); a larger one is freed when the call ends.
-  thread_local std::vector<uint8_t> decoded;
-  if (decoded.size() < size_t(src_h) * r.src_stride) decoded.resize(size_t(src_h) * r.src_stride);
-  struct Trim {
-    ~Trim() {
-      if (decoded.size() > (size_t(64) << 20)) std::vector<uint8_t>().swap(decoded);
-    }
-  } trim;
-  r.src = decoded.data();
-  const ResizeRows rr(r);
-  const Bands j(rr, p, p.samples[0]);
-  const int n = threads_for(j.count, j.resized_bytes(), num_threads);
-  if (n == 1) {  // decode just ahead of each band (no faster than decoding first: ~the sum)
-    Worker w(j);
-    for (int b = 0; b < j.count; ++b) {
-      if (const char* bad = jr.read_until(j.source_rows(b), decoded.data(), r.src_stride)) return bad;
-      w.run(b);
-    }
-    return jr.read_until(src_h, decoded.data(), r.src_stride);  // the rest: reports damage there
-  }
-  // This thread decodes (publishing how many rows are done) while the others take the bands
-  // whose rows are there; then it takes bands too.
-  std::atomic<int> ready{0}, next{0};
-  std::atomic<bool> failed{false};
-  auto take_bands = [&] {
-    Worker w(j);
-    for (int b = next.fetch_add(1); b < j.count; b = next.fetch_add(1)) {
-      const int need = j.source_rows(b);
-      for (int have = ready.load(std::memory_order_acquire); have < need;
-           have = ready.load(std::memory_order_acquire))
-        ready.wait(have, std::memory_order_acquire);
-      if (failed.load()) return;
-      w.run(b);
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(take_bands);
-  const char* bad = nullptr;
-  for (int done = 0; done < src_h && !bad;) {
-    bad = jr.read_until(std::min(done + 32, src_h), decoded.data(), r.src_stride);
-    done = jr.rows_done();
-    if (bad) failed.store(true);
-    ready.store(bad ? INT_MAX : done, std::memory_order_release);
-    ready.notify_all();
-  }
-  if (!bad) take_bands();
-  for (auto& th : pool) th.join();
-  return bad;
-}
-
 namespace {
 
 // The decoded source of one call: a per-thread buffer kept across calls (no fresh pages to
@@ -174,6 +109,35 @@ struct DecodedBuffer {
     return decoded;
   }
 };
+
+}  // namespace
+
+const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
+                                                 const ResizeParams& r_in, const NormalizePatchifyParams& p,
+                                                 int num_threads) {
+  ResizeParams r = r_in;
+  r.in_h = src_h;
+  r.in_w = src_w;
+  r.src_stride = int64_t(3) * src_w;
+  if (const char* bad = check(r, p)) return bad;
+  // The header first: the buffer below is sized by the JPEG's own size, not the caller's word.
+  JpegRows jr;
+  if (const char* bad = jr.open(data, size)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  DecodedBuffer decoded(size_t(src_h) * r.src_stride);
+  r.src = decoded.v.data();
+  const ResizeRows rr(r);
+  const Bands j(rr, p, p.samples[0]);
+  std::vector<SourceUnit> units(j.count);
+  for (int b = 0; b < j.count; ++b) units[b] = {rr.first_source_row(b * j.band), j.source_rows(b)};
+  const int n = threads_for(j.count, j.resized_bytes(), num_threads);
+  std::vector<std::unique_ptr<Worker>> workers(n);
+  for (auto& w : workers) w.reset(new Worker(j));
+  return decode_units(jr, data, size, decoded.v.data(), r.src_stride, units, n,
+                      [&](int b, int t) { workers[t]->run(b); });
+}
+
+namespace {
 
 // One unit of decode_resize_cpu: output rows [y0, y1) of canvas k, which need source rows
 // [0, need).
@@ -215,46 +179,34 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
   }
   // In the order the decoder makes their rows ready (each canvas's bands stay in order).
   std::stable_sort(units.begin(), units.end(), [](const CanvasBand& a, const CanvasBand& b) { return a.need < b.need; });
-  auto run = [&](const CanvasBand& u, std::vector<ResizeCache>& caches) {
+  std::vector<SourceUnit> rows(units.size());
+  for (size_t i = 0; i < units.size(); ++i) {
+    const CanvasBand& u = units[i];
+    rows[i] = {box_top[u.k] + rr[u.k]->first_source_row(u.y0), u.need};
+  }
+  const int threads = threads_for(int64_t(units.size()), out_bytes, num_threads);
+  std::vector<std::vector<ResizeCache>> caches(threads, std::vector<ResizeCache>(n));
+  return decode_units(jr, data, size, decoded.v.data(), stride, rows, threads, [&](int i, int t) {
+    const CanvasBand& u = units[i];
     const ResizeParams& r = rs[u.k];
     const int64_t row = int64_t(3) * r.out_w;
-    rr[u.k]->rows(u.y0, u.y1, r.dst + int64_t(u.y0) * row, row, caches[u.k]);
-  };
-  const int threads = threads_for(int64_t(units.size()), out_bytes, num_threads);
-  if (threads < 2) {  // decode, then resize (the same as decoding first)
-    if (const char* bad = jr.read_until(src_h, decoded.v.data(), stride)) return bad;
-    std::vector<ResizeCache> caches(n);
-    for (const CanvasBand& u : units) run(u, caches);
-    return nullptr;
-  }
-  // This thread decodes (publishing how many rows are done) while the others take the units
-  // whose rows are there; then it takes units too.
-  std::atomic<int> ready{0}, next{0};
-  std::atomic<bool> failed{false};
-  auto take_units = [&] {
-    std::vector<ResizeCache> caches(n);
-    for (int i = next.fetch_add(1); i < int(units.size()); i = next.fetch_add(1)) {
-      const int need = units[i].need;
-      for (int have = ready.load(std::memory_order_acquire); have < need;
-           have = ready.load(std::memory_order_acquire))
-        ready.wait(have, std::memory_order_acquire);
-      if (failed.load()) return;
-      run(units[i], caches);
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(take_units);
-  const char* bad = nullptr;
-  for (int done = 0; done < src_h && !bad;) {
-    bad = jr.read_until(std::min(done + 32, src_h), decoded.v.data(), stride);
-    done = jr.rows_done();
-    if (bad) failed.store(true);
-    ready.store(bad ? INT_MAX : done, std::memory_order_release);
-    ready.notify_all();
-  }
-  if (!bad) take_units();
-  for (auto& th : pool) th.join();
-  return bad;
+    rr[u.k]->rows(u.y0, u.y1, r.dst + int64_t(u.y0) * row, row, caches[t][u.k]);
+  });
+}
+
+const char* decode_jpeg_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
+                            const std::function<uint8_t*()>& dst, int num_threads) {
+  JpegRows jr;
+  if (const char* bad = jr.open(data, size)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  const int threads = threads_for(2, int64_t(src_h) * src_w * 3, num_threads);
+  return decode_units(jr, data, size, dst(), int64_t(3) * src_w, {}, threads, [](int, int) {});
+}
+
+int jpeg_split_row_cpu(const uint8_t* data, size_t size) {
+  JpegRows jr;
+  if (jr.open(data, size)) return -1;
+  return split_row(jr);
 }
 
 #endif

@@ -33,6 +33,8 @@ class ResizeRows {
   // Source rows [0, n) that output rows [0, y1) read (for a producer that fills the source
   // row by row, as a streaming decoder does).
   int source_rows(int y1) const;
+  // The first source row that output row y0 reads (y0 in [0, out_h)).
+  int first_source_row(int y0) const;
 
   // Output rows [y0, y1) into dst (rows dst_stride bytes apart). Any order is correct; calls
   // in increasing y0 with one cache reuse the source rows that neighbouring bands share.

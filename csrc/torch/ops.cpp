@@ -334,21 +334,39 @@ std::vector<at::Tensor> decode_resize(const at::Tensor& data, int64_t src_h, int
   return outs;
 }
 
-// data: a JPEG file's bytes, src_h x src_w (probed) -> (src_h, src_w, 3) uint8 RGB, Pillow's pixels.
-at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w) {
+// data: a JPEG file's bytes, src_h x src_w (probed) -> (src_h, src_w, 3) uint8 RGB, Pillow's pixels
+// (num_threads >= 2: the decode split in two, decode_units.h).
+at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w, int64_t num_threads) {
   check_jpeg_input("decode_jpeg", data, src_h, src_w);
 #if defined(VLMPREP_WITH_LIBJPEG)
-  // The header first: the output is allocated for the JPEG's own size, not the caller's word.
-  vlmprep::JpegRows jr;
-  const char* bad = jr.open(data.data_ptr<uint8_t>(), size_t(data.numel()));
-  if (bad == nullptr && (jr.height() != src_h || jr.width() != src_w)) bad = "the JPEG's size is not the probed size";
-  TORCH_CHECK(bad == nullptr, "decode_jpeg: ", bad ? bad : "", "; decode it with Pillow to see the error");
-  at::Tensor out = at::empty({src_h, src_w, 3}, data.options());
-  bad = jr.read_until(int(src_h), out.data_ptr<uint8_t>(), 3 * src_w);
+  // The kernel reads the header first: the output is allocated for the JPEG's own size, not the
+  // caller's word.
+  at::Tensor out;
+  const char* bad = vlmprep::decode_jpeg_cpu(
+      data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h), int(src_w),
+      [&] {
+        out = at::empty({src_h, src_w, 3}, data.options());
+        return out.data_ptr<uint8_t>();
+      },
+      threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, "decode_jpeg: ", bad ? bad : "", "; decode it with Pillow to see the error");
   return out;
 #else
   return at::Tensor();  // not reached: check_jpeg_input raised
+#endif
+}
+
+// data: a JPEG file's bytes -> the row where a decode on 2+ threads starts its second decoder
+// (0: not split; -1: the header does not open).
+int64_t jpeg_split_row(const at::Tensor& data) {
+  TORCH_CHECK(data.is_cpu() && data.dim() == 1 && data.scalar_type() == at::kByte && data.is_contiguous(),
+              "jpeg_split_row: data: expected a contiguous 1-D uint8 CPU tensor, got ", data.sizes(), " ",
+              data.scalar_type(), " on ", data.device(), "; pass torch.frombuffer(bytearray(data), dtype=torch.uint8)");
+#if defined(VLMPREP_WITH_LIBJPEG)
+  return vlmprep::jpeg_split_row_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()));
+#else
+  TORCH_CHECK(false, "jpeg_split_row: built without libjpeg-turbo; reinstall with libjpeg-turbo's dev package");
+  return 0;
 #endif
 }
 
@@ -388,7 +406,8 @@ TORCH_LIBRARY(vlmprep, m) {
   m.def("decode_resize_normalize_patchify(Tensor data, int src_h, int src_w, int height, int width, "
         "str interpolation, Tensor? lut, Tensor(a!) out, int offset, str order, int patch_size, "
         "int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
-  m.def("decode_jpeg(Tensor data, int src_h, int src_w) -> Tensor");
+  m.def("decode_jpeg(Tensor data, int src_h, int src_w, int num_threads=1) -> Tensor");
+  m.def("jpeg_split_row(Tensor data) -> int");
   m.def("stream_store(Tensor(a!) out, int value=0) -> ()");
   m.def("decode_resize(Tensor data, int src_h, int src_w, int[] boxes, int[] sizes, str interpolation, "
         "int num_threads=1) -> Tensor[]");
@@ -400,6 +419,7 @@ TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {
   m.impl("resize_normalize_patchify", &resize_normalize_patchify);
   m.impl("decode_resize_normalize_patchify", &decode_resize_normalize_patchify);
   m.impl("decode_jpeg", &decode_jpeg);
+  m.impl("jpeg_split_row", &jpeg_split_row);
   m.impl("stream_store", &stream_store);
   m.impl("decode_resize", &decode_resize);
 }

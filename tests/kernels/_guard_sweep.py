@@ -290,6 +290,39 @@ def sweep_jpeg() -> None:
                 pass
 
 
+def sweep_jpeg_split() -> None:
+    """A JPEG large enough for the two-thread split (a second decoder skips to the split row),
+    whole and cut, flush against either page."""
+    from vlmprep import kernels
+    if not kernels.jpeg_available():
+        print("SKIP: built without libjpeg-turbo", flush=True)
+        return
+    ops = torch.ops.vlmprep
+    rng = _rng()
+    img = (rng.integers(0, 256, (300, 640, 3), dtype=np.uint8) // 16 * 16).astype(np.uint8)
+    for sub in (0, 2):
+        b = io.BytesIO()
+        Image.fromarray(img).save(b, "JPEG", quality=90, subsampling=sub)
+        data = b.getvalue()
+        assert kernels.jpeg_split_row(data) > 0
+        pix = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        want = _pil_resize(pix, (448, 448), "bilinear")
+        for where in ("end", "start"):
+            src = _guarded_bytes(data, where)
+            _case(f"decode_jpeg 300x640 s{sub} on 2 threads, data at the {where}")
+            _expect(np.array_equal(ops.decode_jpeg(src, 300, 640, 2).numpy(), pix), f"split decode s{sub} {where}")
+            _case(f"decode_resize 300x640 s{sub} -> 448x448 on 2 threads, data at the {where}")
+            got = ops.decode_resize(src, 300, 640, [0, 0, 300, 640], [448, 448], "bilinear", 2)
+            _expect(np.array_equal(got[0].numpy(), want), f"split decode_resize s{sub} {where}")
+        for cut in (len(data) // 5, len(data) // 2, len(data) * 4 // 5, len(data) - 1):
+            src = _guarded_bytes(data[:cut], "end")
+            _case(f"decode_jpeg 300x640 s{sub} cut at {cut} of {len(data)} on 2 threads")
+            try:
+                ops.decode_jpeg(src, 300, 640, 2)
+            except RuntimeError:
+                pass  # declined
+
+
 def sweep_stream_store() -> None:
     """The output-write floor's streamed stores: every byte set, none outside, for sizes around
     a 64-byte line and buffers flush against either guard page."""
@@ -306,6 +339,7 @@ def sweep_stream_store() -> None:
 
 SWEEPS = {"resize": sweep_resize, "normalize_patchify": sweep_normalize_patchify,
           "resize_normalize_patchify": sweep_resize_normalize_patchify, "jpeg": sweep_jpeg,
+          "jpeg_split": sweep_jpeg_split,
           "stream_store": sweep_stream_store}
 
 

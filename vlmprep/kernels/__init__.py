@@ -19,7 +19,9 @@ raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` 
     decode_resize_normalize_patchify(data, src_hw, (h, w), ...): the same from a JPEG's bytes,
         decoding (libjpeg-turbo, Pillow's pixels) just ahead of the bands; returns "" or why
         the fast path declined (then decode with Pillow). ``jpeg_available()`` says if built.
-    decode_jpeg(data, src_hw) -> ``(H, W, 3)`` uint8: that decoder alone.
+    decode_jpeg(data, src_hw, num_threads=None) -> ``(H, W, 3)`` uint8: that decoder alone; on
+        2+ threads every JPEG op splits a single-scan decode in two (a second decoder skips to
+        ``jpeg_split_row(data)`` and decodes the rest), the same bytes.
     decode_resize(data, src_hw, boxes, sizes, interpolation) -> (canvases, why): a JPEG's source
         boxes resized, each ``(h, w, 3)`` uint8 (the bytes of decode_jpeg, crop, resize), the
         resizing beside the decode when 2+ threads; why: "" or why the fast path declined.
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["available", "why_unavailable", "build_info", "built_with", "summary", "dali_plugin", "dali_plugin_loaded",
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
-           "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_available", "JpegDeclined",
+           "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_split_row", "jpeg_available", "JpegDeclined",
            "stream_store", "decode_resize",
            "RESIZE_INTERPOLATIONS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
@@ -193,7 +195,8 @@ def decode_resize(data: bytes, src_hw: tuple[int, int], boxes: Sequence[tuple[in
     """An 8-bit JPEG's bytes (``src_hw`` as probed) -> ``(canvases, "")``: canvas k is
     ``boxes[k]`` = (top, left, h, w), inside the image, resized to ``sizes[k]``, uint8
     ``(h, w, 3)``, the bytes of ``decode_jpeg`` then ``resize`` of the crop. With 2+ threads the
-    decode runs on one while the others resize the bands whose source rows are decoded. When
+    decode is split in two (``jpeg_split_row``) and the bands are resized as their source rows
+    are decoded. When
     the fast path declines (damaged or unusual data): ``([], why)``; decode with Pillow."""
     import torch
     _require()
@@ -229,19 +232,32 @@ class JpegDeclined(RuntimeError):
         self.reason = reason
 
 
-def decode_jpeg(data: bytes, src_hw: tuple[int, int]) -> "torch.Tensor":
+def decode_jpeg(data: bytes, src_hw: tuple[int, int], num_threads: int | None = None) -> "torch.Tensor":
     """An 8-bit JPEG's bytes (``src_hw`` as probed) -> uint8 ``(H, W, 3)`` RGB, Pillow's pixels
-    (libjpeg-turbo, islow IDCT, fancy upsampling). Raises JpegDeclined (a RuntimeError) on
-    damaged data or a file it does not take."""
+    (libjpeg-turbo, islow IDCT, fancy upsampling). ``num_threads`` (default: the kernels'
+    setting, ``get_num_threads``) of 2 or more split a single-scan JPEG's decode in two: a
+    second decoder skips to the row ``jpeg_split_row`` names and decodes the rest. Raises
+    JpegDeclined (a RuntimeError) on damaged data or a file it does not take."""
     import torch
     _require()
+    threads = get_num_threads() if num_threads is None else _int("decode_jpeg", "num_threads", num_threads, 1, 1024)
     try:
-        return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), *_hw("decode_jpeg", "src_hw", src_hw))
+        return torch.ops.vlmprep.decode_jpeg(_bytes_tensor(data), *_hw("decode_jpeg", "src_hw", src_hw), threads)
     except RuntimeError as e:  # the op raises "decode_jpeg: <why>; decode it with Pillow ..."
         msg = str(e).split("\n")[0]
         if not msg.startswith("decode_jpeg: "):
             raise
         raise JpegDeclined(msg[len("decode_jpeg: "):].split("; decode it with Pillow")[0]) from e
+
+
+def jpeg_split_row(data: bytes) -> int:
+    """The row at which a JPEG decode on 2+ threads starts its second decoder (``decode_jpeg``,
+    the fused JPEG ops): about 65% of the height, on an iMCU row. 0 when it does not split
+    (progressive or multi-scan files decode every scan first; images under 8 iMCU rows); -1
+    when the header does not open."""
+    import torch
+    _require()
+    return int(torch.ops.vlmprep.jpeg_split_row(_bytes_tensor(data)))
 
 
 def stream_store(out: "torch.Tensor", value: int = 0) -> None:

@@ -30,6 +30,22 @@ class JpegRows {
   // dst + r * stride). nullptr or the reason it failed.
   const char* read_until(int until, uint8_t* dst, int64_t stride);
 
+  // Whether skip_to works here: libjpeg-turbo 2.0 or later, and a single-scan file (a
+  // progressive or multi-scan one decodes every scan before its first row, so a skip saves
+  // nothing). Valid after open().
+  bool can_skip() const;
+  // Rows of one iMCU row (8 or 16 at 1:1 scale): the decoder's unit; a skip to a multiple of
+  // it decodes no row twice.
+  int imcu_rows() const;
+  // Entropy-decodes rows [rows_done(), row) without writing them (jpeg_skip_scanlines: the rows
+  // after are the bytes a full decode gives, checked per subsampling in tests/kernels). Damage
+  // in the skipped rows is reported as in read_until. nullptr or the reason it failed.
+  const char* skip_to(int row);
+
+  // `message` copied into this thread's message buffer (one from another thread's JpegRows
+  // outlives that thread).
+  static const char* keep(const char* message);
+
  private:
   struct State;
   std::unique_ptr<State> s_;

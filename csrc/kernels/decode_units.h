@@ -1,0 +1,133 @@
+// Internal to the CPU kernels: one JPEG decoded into a source buffer while units of work that
+// read it (resized bands, canvas bands) run as soon as their source rows are there. The one
+// home of that schedule for decode_resize_normalize_patchify_cpu and decode_resize_cpu.
+//
+// One thread: decode just ahead of each unit. Two or more: the entropy decode is serial, so a
+// second decoder on the same bytes skips to a split row (entropy decoding the rows above without
+// the IDCT, upsampling and colour conversion) and decodes the rest, while the first decodes the
+// rows above; each thread then takes units not yet taken. Without a skip (libjpeg < turbo 2.0,
+// progressive or multi-scan files, short images) the first thread decodes and the others take
+// units. Every row comes from a decoder that read all the data before it, so any damage is
+// reported as a whole-image decode reports it.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vlmprep/jpeg_rows.h"
+
+namespace vlmprep {
+
+// Source rows [lo, hi) that one unit reads.
+struct SourceUnit {
+  int lo, hi;
+};
+
+// Where the second decoder starts: 0 for no split. The rows above cost it only the entropy
+// decode, measured at ~46% of a whole decode on 4:2:0 photos (56% at 4:4:4), so the first
+// decoder takes about 1 / (2 - 0.46) = 0.65 of the rows for both to finish together; rounded
+// to the iMCU row. Images under 8 iMCU rows are not split (two starts cost more than they save).
+inline int split_row(const JpegRows& jr) {
+  const int h = jr.height(), m = jr.imcu_rows();
+  if (!jr.can_skip() || m < 1 || h < 8 * m) return 0;
+  const int s = (h * 65 / 100) / m * m;
+  return s > 0 && s < h ? s : 0;
+}
+
+// Decodes the JPEG (`top` opened on data[0, size)) into dst (row r at dst + r * stride) and
+// calls run(i, t) once for every unit i, on thread t in [0, threads), after its source rows are
+// decoded. `units` are in increasing order of hi. nullptr or why the decode failed (the units
+// not run then; a run in flight finishes).
+template <typename Run>
+const char* decode_units(JpegRows& top, const uint8_t* data, size_t size, uint8_t* dst, int64_t stride,
+                         const std::vector<SourceUnit>& units, int threads, Run&& run) {
+  const int H = top.height();
+  const int n = int(units.size());
+  if (threads < 2) {
+    for (int i = 0; i < n; ++i) {
+      if (const char* bad = top.read_until(units[i].hi, dst, stride)) return bad;
+      run(i, 0);
+    }
+    return top.read_until(H, dst, stride);  // the rest: reports damage there
+  }
+  const int split = split_row(top);
+  const int first_end = split ? split : H;  // the first decoder's rows: [0, first_end)
+  std::atomic<int> top_ready{0}, bottom_ready{first_end};
+  std::atomic<bool> failed{false};
+  std::unique_ptr<std::atomic<bool>[]> taken(new std::atomic<bool>[size_t(std::max(n, 1))]());
+  std::string second_error;  // the second decoder's message, copied before its thread ends
+  auto publish = [](std::atomic<int>& a, int v) {
+    a.store(v, std::memory_order_release);
+    a.notify_all();
+  };
+  auto fail = [&] {
+    failed.store(true);
+    publish(top_ready, INT_MAX);
+    publish(bottom_ready, INT_MAX);
+  };
+  auto wait_for = [](std::atomic<int>& a, int need) {
+    for (int v = a.load(std::memory_order_acquire); v < need; v = a.load(std::memory_order_acquire))
+      a.wait(v, std::memory_order_acquire);
+  };
+  // Takes the units of `order` not yet taken, each once its rows are decoded.
+  auto take = [&](const std::vector<int>& order, int t) {
+    for (int i : order) {
+      if (taken[i].exchange(true)) continue;
+      const SourceUnit u = units[i];
+      if (u.lo < first_end) wait_for(top_ready, std::min(u.hi, first_end));
+      if (u.hi > first_end) wait_for(bottom_ready, u.hi);
+      if (failed.load()) return;
+      run(i, t);
+    }
+  };
+  std::vector<int> forward(n), second_order;
+  for (int i = 0; i < n; ++i) forward[i] = i;
+  if (split) {  // the second decoder's rows first, then the rest from the split upwards
+    for (int i = 0; i < n; ++i)
+      if (units[i].lo >= split) second_order.push_back(i);
+    for (int i = n - 1; i >= 0; --i)
+      if (units[i].lo < split) second_order.push_back(i);
+  }
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) {
+    if (t == 1 && split) {
+      pool.emplace_back([&] {
+        JpegRows jr;
+        const char* bad = jr.open(data, size);
+        if (!bad) bad = jr.skip_to(split);
+        for (int done = split; !bad && done < H && !failed.load();) {
+          bad = jr.read_until(std::min(done + 32, H), dst, stride);
+          done = jr.rows_done();
+          if (!bad) publish(bottom_ready, done);
+        }
+        if (bad) {
+          second_error = bad;
+          fail();
+          return;
+        }
+        take(second_order, 1);
+      });
+    } else if (n > 0) {
+      pool.emplace_back([&, t] { take(forward, t); });
+    }
+  }
+  const char* bad = nullptr;
+  for (int done = 0; done < first_end && !bad;) {
+    bad = top.read_until(std::min(done + 32, first_end), dst, stride);
+    done = top.rows_done();
+    if (bad) fail();
+    else publish(top_ready, done);
+  }
+  if (!bad) take(forward, 0);
+  for (auto& th : pool) th.join();
+  if (bad) return bad;
+  return second_error.empty() ? nullptr : JpegRows::keep(second_error.c_str());
+}
+
+}  // namespace vlmprep
