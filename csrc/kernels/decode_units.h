@@ -15,11 +15,13 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cpu_threads.h"
 #include "vlmprep/jpeg_rows.h"
 
 namespace vlmprep {
@@ -32,21 +34,34 @@ struct SourceUnit {
 // Where the second decoder starts: 0 for no split. The rows above cost it only the entropy
 // decode, measured at ~46% of a whole decode on 4:2:0 photos (56% at 4:4:4), so the first
 // decoder takes about 1 / (2 - 0.46) = 0.65 of the rows for both to finish together; rounded
-// to the iMCU row. Images under 8 iMCU rows are not split (two starts cost more than they save).
-inline int split_row(const JpegRows& jr) {
+// to the iMCU row. Not split: images under 8 iMCU rows (two starts cost more than they save),
+// and units that write more than half the source's pixels (`output_pixels`): their resize and
+// write already keep the second thread busy beside one decoder, and the second entropy decode
+// only adds work (1080p Qwen2-VL rows on 2 threads: 12.3 ms one decoder, 13.6 split; llava-1.5's
+// 336x336: 18.3 one decoder, 14.7 split). VLMPREP_JPEG_SPLIT=0 turns it off (read per call: A/B
+// runs in one process).
+inline int split_row(const JpegRows& jr, int64_t output_pixels) {
+  if (const char* env = std::getenv("VLMPREP_JPEG_SPLIT"); env && env[0] == '0') return 0;
   const int h = jr.height(), m = jr.imcu_rows();
-  if (!jr.can_skip() || m < 1 || h < 8 * m) return 0;
+  if (!jr.can_skip() || m < 1 || h < 8 * m || output_pixels * 2 > int64_t(h) * jr.width()) return 0;
   const int s = (h * 65 / 100) / m * m;
   return s > 0 && s < h ? s : 0;
 }
 
+// Threads worth using to decode a JPEG of `source_bytes` while units write `output_bytes`: the
+// decode alone may use two (threads_for: one per ~256 KiB of either).
+inline int decode_threads(int units, int64_t source_bytes, int64_t output_bytes, int num_threads) {
+  return threads_for(std::max(units, 2), std::max(source_bytes, output_bytes), num_threads);
+}
+
 // Decodes the JPEG (`top` opened on data[0, size)) into dst (row r at dst + r * stride) and
 // calls run(i, t) once for every unit i, on thread t in [0, threads), after its source rows are
-// decoded. `units` are in increasing order of hi. nullptr or why the decode failed (the units
-// not run then; a run in flight finishes).
+// decoded. `units` are in increasing order of hi; together they write `output_pixels`. nullptr
+// or why the decode failed (the units not run then; a run in flight finishes).
 template <typename Run>
 const char* decode_units(JpegRows& top, const uint8_t* data, size_t size, uint8_t* dst, int64_t stride,
-                         const std::vector<SourceUnit>& units, int threads, Run&& run) {
+                         const std::vector<SourceUnit>& units, int64_t output_pixels, int threads,
+                         Run&& run) {
   const int H = top.height();
   const int n = int(units.size());
   if (threads < 2) {
@@ -56,7 +71,7 @@ const char* decode_units(JpegRows& top, const uint8_t* data, size_t size, uint8_
     }
     return top.read_until(H, dst, stride);  // the rest: reports damage there
   }
-  const int split = split_row(top);
+  const int split = split_row(top, output_pixels);
   const int first_end = split ? split : H;  // the first decoder's rows: [0, first_end)
   std::atomic<int> top_ready{0}, bottom_ready{first_end};
   std::atomic<bool> failed{false};

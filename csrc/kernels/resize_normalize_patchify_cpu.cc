@@ -130,10 +130,10 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   const Bands j(rr, p, p.samples[0]);
   std::vector<SourceUnit> units(j.count);
   for (int b = 0; b < j.count; ++b) units[b] = {rr.first_source_row(b * j.band), j.source_rows(b)};
-  const int n = threads_for(j.count, j.resized_bytes(), num_threads);
+  const int n = decode_threads(j.count, int64_t(src_h) * r.src_stride, j.resized_bytes(), num_threads);
   std::vector<std::unique_ptr<Worker>> workers(n);
   for (auto& w : workers) w.reset(new Worker(j));
-  return decode_units(jr, data, size, decoded.v.data(), r.src_stride, units, n,
+  return decode_units(jr, data, size, decoded.v.data(), r.src_stride, units, int64_t(r.out_h) * r.out_w, n,
                       [&](int b, int t) { workers[t]->run(b); });
 }
 
@@ -184,9 +184,9 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
     const CanvasBand& u = units[i];
     rows[i] = {box_top[u.k] + rr[u.k]->first_source_row(u.y0), u.need};
   }
-  const int threads = threads_for(int64_t(units.size()), out_bytes, num_threads);
+  const int threads = decode_threads(int(units.size()), int64_t(src_h) * stride, out_bytes, num_threads);
   std::vector<std::vector<ResizeCache>> caches(threads, std::vector<ResizeCache>(n));
-  return decode_units(jr, data, size, decoded.v.data(), stride, rows, threads, [&](int i, int t) {
+  return decode_units(jr, data, size, decoded.v.data(), stride, rows, out_bytes / 3, threads, [&](int i, int t) {
     const CanvasBand& u = units[i];
     const ResizeParams& r = rs[u.k];
     const int64_t row = int64_t(3) * r.out_w;
@@ -199,14 +199,14 @@ const char* decode_jpeg_cpu(const uint8_t* data, size_t size, int src_h, int src
   JpegRows jr;
   if (const char* bad = jr.open(data, size)) return bad;
   if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
-  const int threads = threads_for(2, int64_t(src_h) * src_w * 3, num_threads);
-  return decode_units(jr, data, size, dst(), int64_t(3) * src_w, {}, threads, [](int, int) {});
+  const int threads = decode_threads(0, int64_t(src_h) * src_w * 3, 0, num_threads);
+  return decode_units(jr, data, size, dst(), int64_t(3) * src_w, {}, 0, threads, [](int, int) {});
 }
 
-int jpeg_split_row_cpu(const uint8_t* data, size_t size) {
+int jpeg_split_row_cpu(const uint8_t* data, size_t size, int64_t output_pixels) {
   JpegRows jr;
   if (jr.open(data, size)) return -1;
-  return split_row(jr);
+  return split_row(jr, output_pixels);
 }
 
 #endif

@@ -306,13 +306,14 @@ def sweep_jpeg_split() -> None:
         data = b.getvalue()
         assert kernels.jpeg_split_row(data) > 0
         pix = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-        want = _pil_resize(pix, (448, 448), "bilinear")
+        want = _pil_resize(pix, (150, 300), "bilinear")  # under half the pixels: split
+        assert kernels.jpeg_split_row(data, 150 * 300) > 0
         for where in ("end", "start"):
             src = _guarded_bytes(data, where)
             _case(f"decode_jpeg 300x640 s{sub} on 2 threads, data at the {where}")
             _expect(np.array_equal(ops.decode_jpeg(src, 300, 640, 2).numpy(), pix), f"split decode s{sub} {where}")
-            _case(f"decode_resize 300x640 s{sub} -> 448x448 on 2 threads, data at the {where}")
-            got = ops.decode_resize(src, 300, 640, [0, 0, 300, 640], [448, 448], "bilinear", 2)
+            _case(f"decode_resize 300x640 s{sub} -> 150x300 on 2 threads, data at the {where}")
+            got = ops.decode_resize(src, 300, 640, [0, 0, 300, 640], [150, 300], "bilinear", 2)
             _expect(np.array_equal(got[0].numpy(), want), f"split decode_resize s{sub} {where}")
         for cut in (len(data) // 5, len(data) // 2, len(data) * 4 // 5, len(data) - 1):
             src = _guarded_bytes(data[:cut], "end")

@@ -1,9 +1,9 @@
 """The JPEG ops on two threads split one decode in two (csrc/kernels/decode_units.h): a second
 libjpeg-turbo decoder skips to ``jpeg_split_row`` (entropy decoding the rows above, nothing
 else) and decodes the rest. Checked here: the split happens where the rule says (and not on
-progressive files or short images); the bytes on 2 and 3 threads equal 1 thread's and Pillow's
-for every op; damaged or cut files are declined on 2 threads exactly when on 1, and accepted
-damage gives the same bytes."""
+progressive files, short images or outputs over half the source's pixels); the bytes on 2
+and 3 threads equal 1 thread's and Pillow's for every op; damaged or cut files are declined
+on 2 threads exactly when on 1, and accepted damage gives the same bytes."""
 from __future__ import annotations
 
 import io
@@ -17,7 +17,8 @@ from PIL import Image
 
 
 @pytest.fixture
-def jpeg(kernels):
+def jpeg(kernels, monkeypatch):
+    monkeypatch.delenv("VLMPREP_JPEG_SPLIT", raising=False)  # the A/B switch: off would skip the split
     if not kernels.jpeg_available():
         if os.environ.get("VLMPREP_REQUIRE_KERNELS") and not os.environ.get("VLMPREP_NO_LIBJPEG"):
             pytest.fail("VLMPREP_REQUIRE_KERNELS is set but the JPEG fast path was not built")
@@ -50,8 +51,12 @@ def _pil(data: bytes) -> np.ndarray:
 @pytest.mark.parametrize("label,make,imcu", JPEGS, ids=[j[0] for j in JPEGS])
 def test_split_row_follows_the_rule(jpeg, label, make, imcu):
     data = make()
-    h = _pil(data).shape[0]
-    assert jpeg.jpeg_split_row(data) == (h * 65 // 100) // imcu * imcu > 0
+    h, w = _pil(data).shape[:2]
+    s = (h * 65 // 100) // imcu * imcu
+    assert jpeg.jpeg_split_row(data) == s > 0
+    # what the ops write beside the decode: up to half the source's pixels, still split
+    assert jpeg.jpeg_split_row(data, h * w // 2) == s
+    assert jpeg.jpeg_split_row(data, h * w // 2 + 1) == 0
 
 
 def test_no_split_where_it_saves_nothing(jpeg):
@@ -77,23 +82,26 @@ def test_two_threads_give_the_same_bytes(jpeg, label, make, imcu):
     s = jpeg.jpeg_split_row(data)
     for threads in (1, 2, 3):
         assert np.array_equal(jpeg.decode_jpeg(data, (H, W), num_threads=threads).numpy(), pix), (label, threads)
-    # rows: a resize to about 1.1x, the units' source rows straddling the split
-    h, w = (28 * max(1, round(v * 1.1 / 28)) for v in (H, W))
-    n = (h // 14) * (w // 14) * 3 * 14 * 14 * 2
-    lut = torch.randn(3, 256, generator=torch.Generator().manual_seed(1))
     flat = _save(np.full((H, W, 3), 77, np.uint8), quality=90)
-    outs = []
-    for threads in (2, 1):
-        _poison(jpeg, flat, (H, W))
-        jpeg.set_num_threads(threads)
-        out = torch.empty(n)
-        assert jpeg.decode_resize_normalize_patchify(data, (H, W), (h, w), "bicubic", lut, out, 0,
-                                                     "merge_grouped", 14, 2, 2) == ""
-        outs.append(out)
-    assert torch.equal(outs[0], outs[1]), label
+    lut = torch.randn(3, 256, generator=torch.Generator().manual_seed(1))
+    # rows: a resize to half (split) and to 1.1x (one decoder), bands straddling the split
+    for scale, split in ((0.5, True), (1.1, False)):
+        h, w = (28 * max(1, round(v * scale / 28)) for v in (H, W))
+        assert (jpeg.jpeg_split_row(data, h * w) > 0) == split, (label, scale)
+        n = (h // 14) * (w // 14) * 3 * 14 * 14 * 2
+        outs = []
+        for threads in (2, 1):
+            _poison(jpeg, flat, (H, W))
+            jpeg.set_num_threads(threads)
+            out = torch.empty(n)
+            assert jpeg.decode_resize_normalize_patchify(data, (H, W), (h, w), "bicubic", lut, out, 0,
+                                                         "merge_grouped", 14, 2, 2) == ""
+            outs.append(out)
+        assert torch.equal(outs[0], outs[1]), (label, scale)
     # canvases: the whole image, a box across the split, a box below it (InternVL's shapes)
     boxes = [(0, 0, H, W), (max(0, s - 40), 3, min(80, H - max(0, s - 40)), W - 3), (s, 0, H - s, W // 2)]
-    sizes = [(448, 448), (200, 300), (150, 90)]
+    sizes = [(H // 2, W // 2), (40, 60), (30, 20)]
+    assert jpeg.jpeg_split_row(data, sum(a * b for a, b in sizes)) == s
     want = [np.asarray(Image.fromarray(np.ascontiguousarray(pix[t:t + bh, x:x + bw])).resize(
         (sw, sh), Image.Resampling.BICUBIC)) for (t, x, bh, bw), (sh, sw) in zip(boxes, sizes)]
     for threads in (2, 1):
@@ -127,7 +135,7 @@ def _damaged(data: bytes):
 def test_damage_is_declined_alike_on_two_threads(jpeg):
     data = dict((j[0], j[1]) for j in JPEGS)["4:2:0 q90"]()
     H, W = _pil(data).shape[:2]
-    assert jpeg.jpeg_split_row(data) > 0
+    assert jpeg.jpeg_split_row(data) > 0 and jpeg.jpeg_split_row(data, 300 * 340) > 0
     declined = accepted = 0
     for label, d in _damaged(data):
         res = {}

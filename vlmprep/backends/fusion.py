@@ -164,8 +164,9 @@ def _source_canvases(ctx: "Context", interpolation: str) -> bool:
 
 def _jpeg_in_kernel(ctx: "Context") -> bool:
     """An 8-bit RGB / gray JPEG with no EXIF rotation, a kernel built with libjpeg-turbo, and two
-    threads or more for this image (the kernel decodes on one while the others resize and write
-    the bands already decoded; on one thread it is no faster than decoding first)."""
+    threads or more for this image (the kernel resizes and writes the bands already decoded
+    beside the decode, itself split over two decoders when the output is small; on one thread it
+    is no faster than decoding first)."""
     h = ctx.source.header
     return (ctx.source.kind == "encoded" and h is not None and h.format == "jpeg"
             and h.bit_depth == 8 and h.mode_hint in ("RGB", "L") and h.orientation == 1

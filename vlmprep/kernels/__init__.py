@@ -250,14 +250,16 @@ def decode_jpeg(data: bytes, src_hw: tuple[int, int], num_threads: int | None = 
         raise JpegDeclined(msg[len("decode_jpeg: "):].split("; decode it with Pillow")[0]) from e
 
 
-def jpeg_split_row(data: bytes) -> int:
-    """The row at which a JPEG decode on 2+ threads starts its second decoder (``decode_jpeg``,
-    the fused JPEG ops): about 65% of the height, on an iMCU row. 0 when it does not split
-    (progressive or multi-scan files decode every scan first; images under 8 iMCU rows); -1
-    when the header does not open."""
+def jpeg_split_row(data: bytes, output_pixels: int = 0) -> int:
+    """The row at which a JPEG op on 2+ threads starts its second decoder when what it writes
+    beside the decode is ``output_pixels`` (0: ``decode_jpeg``): about 65% of the height, on an
+    iMCU row. 0 when it does not split: progressive or multi-scan files (every scan is decoded
+    first), images under 8 iMCU rows, and outputs over half the source's pixels (their resize
+    keeps the second thread busy beside one decoder). -1 when the header does not open."""
     import torch
     _require()
-    return int(torch.ops.vlmprep.jpeg_split_row(_bytes_tensor(data)))
+    n = _int("jpeg_split_row", "output_pixels", output_pixels, 0, 2**62)
+    return int(torch.ops.vlmprep.jpeg_split_row(_bytes_tensor(data), n))
 
 
 def stream_store(out: "torch.Tensor", value: int = 0) -> None:

@@ -30,9 +30,10 @@ const char* resize_normalize_patchify_cpu(const ResizeParams& r, const Normalize
 
 // One 8-bit JPEG -> the rows of its (r.out_h, r.out_w) resize in p's order (one sample, as
 // resize_normalize_patchify_cpu takes it; r.src is ignored: the decoded image is used). The
-// JPEG must be src_h x src_w (the probed size). With num_threads >= 2 the decode is split in
-// two (decode_units.h: a second decoder skips to ~65% of the rows) and both threads resize and
-// write the bands whose source rows are decoded.
+// JPEG must be src_h x src_w (the probed size). With num_threads >= 2 both threads resize and
+// write the bands whose source rows are decoded, beside one decoder or, when the output is at
+// most half the source's pixels, two (decode_units.h: a second decoder skips to ~65% of the
+// rows).
 // Returns nullptr on success, else the reason (then the output is partly written: redo it).
 // Defined only when built with libjpeg-turbo (VLMPREP_WITH_LIBJPEG; decoder: jpeg_rows.h).
 const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, int src_h, int src_w,
@@ -43,8 +44,8 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, 
 // at row box_top[k], column box_left[k], inside the src_h x src_w image; rs[k].src and
 // src_stride are set here) resized to rs[k].out_h x rs[k].out_w into rs[k].dst (contiguous
 // HWC). The same bytes as decoding, then resize_cpu of each box. With num_threads >= 2 the
-// decode is split in two as above, and the 32-row bands whose source rows are decoded are
-// resized beside it (InternVL: the tile canvas and the thumbnail). Returns
+// 32-row bands whose source rows are decoded are resized beside the decode, split in two as
+// above (InternVL: the tile canvas and the thumbnail). Returns
 // nullptr on success, else the reason (outputs partly written: redo it). libjpeg builds only.
 const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int src_w, ResizeParams* rs,
                               const int* box_top, const int* box_left, int n, int num_threads);
@@ -56,9 +57,10 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
 const char* decode_jpeg_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
                             const std::function<uint8_t*()>& dst, int num_threads);
 
-// The row where a decode on two or more threads starts its second decoder; 0 when it does not
-// split this JPEG (a progressive or multi-scan file, a short image, libjpeg < turbo 2.0); -1
-// when the header does not open. libjpeg builds only.
-int jpeg_split_row_cpu(const uint8_t* data, size_t size);
+// The row where a decode on two or more threads starts its second decoder when its units write
+// `output_pixels` (0: decode_jpeg); 0 when it does not split (a progressive or multi-scan file,
+// a short image, output over half the source's pixels, libjpeg < turbo 2.0); -1 when the header
+// does not open. libjpeg builds only.
+int jpeg_split_row_cpu(const uint8_t* data, size_t size, int64_t output_pixels);
 
 }  // namespace vlmprep
