@@ -31,20 +31,31 @@ struct SourceUnit {
   int lo, hi;
 };
 
-// Where the second decoder starts: 0 for no split. The rows above cost it only the entropy
-// decode, measured at ~46% of a whole decode on 4:2:0 photos (56% at 4:4:4), so the first
-// decoder takes about 1 / (2 - 0.46) = 0.65 of the rows for both to finish together; rounded
-// to the iMCU row. Not split: images under 8 iMCU rows (two starts cost more than they save),
-// and units that write more than half the source's pixels (`output_pixels`): their resize and
-// write already keep the second thread busy beside one decoder, and the second entropy decode
-// only adds work (1080p Qwen2-VL rows on 2 threads: 12.3 ms one decoder, 13.6 split; llava-1.5's
-// 336x336: 18.3 one decoder, 14.7 split). VLMPREP_JPEG_SPLIT=0 turns it off (read per call: A/B
-// runs in one process).
-inline int split_row(const JpegRows& jr, int64_t output_pixels) {
+// The units' work beside the decode over the decode's, estimated from what they write: ~1.7 ns
+// per output pixel (the exact resize) and ~0.16 ns per output byte (the stores, weighed up for
+// the bandwidth two threads share: float32 compact Qwen2-VL rows split at 0.29 were 11.4 ms
+// against 11.0 unsplit), against ~5.3 ns per source pixel for libjpeg-turbo (1080p, 2-core CI
+// VM, session 16).
+inline double rest_ratio(int64_t source_pixels, int64_t output_pixels, int64_t output_bytes) {
+  return (0.32 * double(output_pixels) + 0.03 * double(output_bytes)) / double(std::max<int64_t>(source_pixels, 1));
+}
+
+// Where the second decoder starts: 0 for no split. It entropy decodes the rows above the split
+// (h = ~46% of a whole decode on 4:2:0 photos, 56% at 4:4:4) and decodes the rest; the first
+// decoder decodes the rows above and then takes units. Both threads finish together when the
+// split is at s = (1 - r) / (2 - h) of the rows, r = rest_ratio: 0.65 for a decode alone, less
+// the more the units write (Qwen2-VL 1080p rows, A/B over s: uint8 best near 0.35, 11.5 ms
+// against 13.7 with one decoder; float32, whose stores are bandwidth-bound, equal at any s).
+// Rounded down to the iMCU row; no split below 0.2 (the saving is within the second start's
+// cost), under one iMCU row, or for images under 8 iMCU rows.
+// VLMPREP_JPEG_SPLIT=0 turns it off (read per call: A/B runs in one process).
+inline int split_row(const JpegRows& jr, double rest) {
   if (const char* env = std::getenv("VLMPREP_JPEG_SPLIT"); env && env[0] == '0') return 0;
   const int h = jr.height(), m = jr.imcu_rows();
-  if (!jr.can_skip() || m < 1 || h < 8 * m || output_pixels * 2 > int64_t(h) * jr.width()) return 0;
-  const int s = (h * 65 / 100) / m * m;
+  if (!jr.can_skip() || m < 1 || h < 8 * m || !(rest < 1.0)) return 0;
+  const double frac = std::min(0.65, (1.0 - std::max(rest, 0.0)) / (2.0 - 0.46));
+  if (frac < 0.2) return 0;  // float32 Qwen2-VL rows split at 0.14: 12.9 ms, 12.2 unsplit
+  const int s = int(h * frac) / m * m;
   return s > 0 && s < h ? s : 0;
 }
 
@@ -56,11 +67,12 @@ inline int decode_threads(int units, int64_t source_bytes, int64_t output_bytes,
 
 // Decodes the JPEG (`top` opened on data[0, size)) into dst (row r at dst + r * stride) and
 // calls run(i, t) once for every unit i, on thread t in [0, threads), after its source rows are
-// decoded. `units` are in increasing order of hi; together they write `output_pixels`. nullptr
-// or why the decode failed (the units not run then; a run in flight finishes).
+// decoded. `units` are in increasing order of hi; `rest` is their work over the decode's
+// (rest_ratio). nullptr or why the decode failed (the units not run then; a run in flight
+// finishes).
 template <typename Run>
 const char* decode_units(JpegRows& top, const uint8_t* data, size_t size, uint8_t* dst, int64_t stride,
-                         const std::vector<SourceUnit>& units, int64_t output_pixels, int threads,
+                         const std::vector<SourceUnit>& units, double rest, int threads,
                          Run&& run) {
   const int H = top.height();
   const int n = int(units.size());
@@ -71,7 +83,7 @@ const char* decode_units(JpegRows& top, const uint8_t* data, size_t size, uint8_
     }
     return top.read_until(H, dst, stride);  // the rest: reports damage there
   }
-  const int split = split_row(top, output_pixels);
+  const int split = split_row(top, rest);
   const int first_end = split ? split : H;  // the first decoder's rows: [0, first_end)
   std::atomic<int> top_ready{0}, bottom_ready{first_end};
   std::atomic<bool> failed{false};

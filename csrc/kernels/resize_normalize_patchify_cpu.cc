@@ -133,7 +133,10 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   const int n = decode_threads(j.count, int64_t(src_h) * r.src_stride, j.resized_bytes(), num_threads);
   std::vector<std::unique_ptr<Worker>> workers(n);
   for (auto& w : workers) w.reset(new Worker(j));
-  return decode_units(jr, data, size, decoded.v.data(), r.src_stride, units, int64_t(r.out_h) * r.out_w, n,
+  const int64_t out_px = int64_t(r.out_h) * r.out_w;
+  const double rest = rest_ratio(int64_t(src_h) * src_w, out_px,
+                                 num_rows(p, r.out_h, r.out_w) * row_length(p, r.out_h, r.out_w) * dtype_size(p.dtype));
+  return decode_units(jr, data, size, decoded.v.data(), r.src_stride, units, rest, n,
                       [&](int b, int t) { workers[t]->run(b); });
 }
 
@@ -186,7 +189,8 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
   }
   const int threads = decode_threads(int(units.size()), int64_t(src_h) * stride, out_bytes, num_threads);
   std::vector<std::vector<ResizeCache>> caches(threads, std::vector<ResizeCache>(n));
-  return decode_units(jr, data, size, decoded.v.data(), stride, rows, out_bytes / 3, threads, [&](int i, int t) {
+  const double rest = rest_ratio(int64_t(src_h) * src_w, out_bytes / 3, out_bytes);
+  return decode_units(jr, data, size, decoded.v.data(), stride, rows, rest, threads, [&](int i, int t) {
     const CanvasBand& u = units[i];
     const ResizeParams& r = rs[u.k];
     const int64_t row = int64_t(3) * r.out_w;
@@ -200,13 +204,13 @@ const char* decode_jpeg_cpu(const uint8_t* data, size_t size, int src_h, int src
   if (const char* bad = jr.open(data, size)) return bad;
   if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
   const int threads = decode_threads(0, int64_t(src_h) * src_w * 3, 0, num_threads);
-  return decode_units(jr, data, size, dst(), int64_t(3) * src_w, {}, 0, threads, [](int, int) {});
+  return decode_units(jr, data, size, dst(), int64_t(3) * src_w, {}, 0.0, threads, [](int, int) {});
 }
 
-int jpeg_split_row_cpu(const uint8_t* data, size_t size, int64_t output_pixels) {
+int jpeg_split_row_cpu(const uint8_t* data, size_t size, int64_t output_pixels, int64_t output_bytes) {
   JpegRows jr;
   if (jr.open(data, size)) return -1;
-  return split_row(jr, output_pixels);
+  return split_row(jr, rest_ratio(int64_t(jr.height()) * jr.width(), output_pixels, output_bytes));
 }
 
 #endif

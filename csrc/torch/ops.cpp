@@ -356,15 +356,17 @@ at::Tensor decode_jpeg(const at::Tensor& data, int64_t src_h, int64_t src_w, int
 #endif
 }
 
-// data: a JPEG file's bytes -> the row where a decode on 2+ threads whose units write
-// output_pixels starts its second decoder (0: not split; -1: the header does not open).
-int64_t jpeg_split_row(const at::Tensor& data, int64_t output_pixels) {
+// data: a JPEG file's bytes -> the row where a decode on 2+ threads that writes output_pixels
+// resized pixels in output_bytes beside it starts its second decoder (0: not split; -1: the
+// header does not open).
+int64_t jpeg_split_row(const at::Tensor& data, int64_t output_pixels, int64_t output_bytes) {
   TORCH_CHECK(data.is_cpu() && data.dim() == 1 && data.scalar_type() == at::kByte && data.is_contiguous(),
               "jpeg_split_row: data: expected a contiguous 1-D uint8 CPU tensor, got ", data.sizes(), " ",
               data.scalar_type(), " on ", data.device(), "; pass torch.frombuffer(bytearray(data), dtype=torch.uint8)");
 #if defined(VLMPREP_WITH_LIBJPEG)
-  TORCH_CHECK(output_pixels >= 0, "jpeg_split_row: output_pixels: expected >= 0, got ", output_pixels);
-  return vlmprep::jpeg_split_row_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()), output_pixels);
+  TORCH_CHECK(output_pixels >= 0 && output_bytes >= 0, "jpeg_split_row: expected output_pixels and output_bytes "
+              ">= 0, got ", output_pixels, " and ", output_bytes);
+  return vlmprep::jpeg_split_row_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()), output_pixels, output_bytes);
 #else
   TORCH_CHECK(false, "jpeg_split_row: built without libjpeg-turbo; reinstall with libjpeg-turbo's dev package");
   return 0;
@@ -408,7 +410,7 @@ TORCH_LIBRARY(vlmprep, m) {
         "str interpolation, Tensor? lut, Tensor(a!) out, int offset, str order, int patch_size, "
         "int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
   m.def("decode_jpeg(Tensor data, int src_h, int src_w, int num_threads=1) -> Tensor");
-  m.def("jpeg_split_row(Tensor data, int output_pixels=0) -> int");
+  m.def("jpeg_split_row(Tensor data, int output_pixels=0, int output_bytes=0) -> int");
   m.def("stream_store(Tensor(a!) out, int value=0) -> ()");
   m.def("decode_resize(Tensor data, int src_h, int src_w, int[] boxes, int[] sizes, str interpolation, "
         "int num_threads=1) -> Tensor[]");

@@ -307,7 +307,7 @@ def sweep_jpeg_split() -> None:
         assert kernels.jpeg_split_row(data) > 0
         pix = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
         want = _pil_resize(pix, (150, 300), "bilinear")  # under half the pixels: split
-        assert kernels.jpeg_split_row(data, 150 * 300) > 0
+        assert kernels.jpeg_split_row(data, 150 * 300, 150 * 300 * 3) > 0
         for where in ("end", "start"):
             src = _guarded_bytes(data, where)
             _case(f"decode_jpeg 300x640 s{sub} on 2 threads, data at the {where}")

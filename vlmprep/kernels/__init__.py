@@ -250,16 +250,19 @@ def decode_jpeg(data: bytes, src_hw: tuple[int, int], num_threads: int | None = 
         raise JpegDeclined(msg[len("decode_jpeg: "):].split("; decode it with Pillow")[0]) from e
 
 
-def jpeg_split_row(data: bytes, output_pixels: int = 0) -> int:
-    """The row at which a JPEG op on 2+ threads starts its second decoder when what it writes
-    beside the decode is ``output_pixels`` (0: ``decode_jpeg``): about 65% of the height, on an
-    iMCU row. 0 when it does not split: progressive or multi-scan files (every scan is decoded
-    first), images under 8 iMCU rows, and outputs over half the source's pixels (their resize
-    keeps the second thread busy beside one decoder). -1 when the header does not open."""
+def jpeg_split_row(data: bytes, output_pixels: int = 0, output_bytes: int = 0) -> int:
+    """The row at which a JPEG op on 2+ threads starts its second decoder when beside the decode
+    it writes ``output_pixels`` resized pixels in ``output_bytes`` (0, 0: ``decode_jpeg``): 65%
+    of the height for a decode alone, lower the more is written (then the first thread, done
+    with its rows, resizes and writes while the second decodes), on an iMCU row. 0 when it does
+    not split: progressive or multi-scan files (every scan is decoded first), images under 8
+    iMCU rows, outputs whose work keeps the second thread busy anyway. -1 when the header does
+    not open."""
     import torch
     _require()
-    n = _int("jpeg_split_row", "output_pixels", output_pixels, 0, 2**62)
-    return int(torch.ops.vlmprep.jpeg_split_row(_bytes_tensor(data), n))
+    px = _int("jpeg_split_row", "output_pixels", output_pixels, 0, 2**62)
+    nb = _int("jpeg_split_row", "output_bytes", output_bytes, 0, 2**62)
+    return int(torch.ops.vlmprep.jpeg_split_row(_bytes_tensor(data), px, nb))
 
 
 def stream_store(out: "torch.Tensor", value: int = 0) -> None:

@@ -31,9 +31,8 @@ const char* resize_normalize_patchify_cpu(const ResizeParams& r, const Normalize
 // One 8-bit JPEG -> the rows of its (r.out_h, r.out_w) resize in p's order (one sample, as
 // resize_normalize_patchify_cpu takes it; r.src is ignored: the decoded image is used). The
 // JPEG must be src_h x src_w (the probed size). With num_threads >= 2 both threads resize and
-// write the bands whose source rows are decoded, beside one decoder or, when the output is at
-// most half the source's pixels, two (decode_units.h: a second decoder skips to ~65% of the
-// rows).
+// write the bands whose source rows are decoded, beside one decoder or two (decode_units.h: a
+// second decoder skips to a split row, up to 65% of the rows, lower the more the bands write).
 // Returns nullptr on success, else the reason (then the output is partly written: redo it).
 // Defined only when built with libjpeg-turbo (VLMPREP_WITH_LIBJPEG; decoder: jpeg_rows.h).
 const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t n, int src_h, int src_w,
@@ -57,10 +56,11 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
 const char* decode_jpeg_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
                             const std::function<uint8_t*()>& dst, int num_threads);
 
-// The row where a decode on two or more threads starts its second decoder when its units write
-// `output_pixels` (0: decode_jpeg); 0 when it does not split (a progressive or multi-scan file,
-// a short image, output over half the source's pixels, libjpeg < turbo 2.0); -1 when the header
-// does not open. libjpeg builds only.
-int jpeg_split_row_cpu(const uint8_t* data, size_t size, int64_t output_pixels);
+// The row where a decode on two or more threads starts its second decoder when beside it the op
+// writes `output_pixels` resized pixels in `output_bytes` (0, 0: decode_jpeg); 0 when it does
+// not split (a progressive or multi-scan file, a short image, an output whose work would keep
+// the second thread busy anyway, libjpeg < turbo 2.0); -1 when the header does not open.
+// libjpeg builds only.
+int jpeg_split_row_cpu(const uint8_t* data, size_t size, int64_t output_pixels, int64_t output_bytes);
 
 }  // namespace vlmprep
