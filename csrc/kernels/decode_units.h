@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -122,27 +123,35 @@ const char* decode_units(JpegRows& top, const uint8_t* data, size_t size, uint8_
       if (units[i].lo < split) second_order.push_back(i);
   }
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) {
-    if (t == 1 && split) {
-      pool.emplace_back([&] {
-        JpegRows jr;
-        const char* bad = jr.open(data, size);
-        if (!bad) bad = jr.skip_to(split);
-        for (int done = split; !bad && done < H && !failed.load();) {
-          bad = jr.read_until(std::min(done + 32, H), dst, stride);
-          done = jr.rows_done();
-          if (!bad) publish(bottom_ready, done);
-        }
-        if (bad) {
-          second_error = bad;
-          fail();
-          return;
-        }
-        take(second_order, 1);
-      });
-    } else if (n > 0) {
-      pool.emplace_back([&, t] { take(forward, t); });
+  // A thread that cannot start (resource limits) declines the image: the started ones see
+  // `failed` and end, so none is left joinable (std::terminate) or waiting.
+  try {
+    for (int t = 1; t < threads; ++t) {
+      if (t == 1 && split) {
+        pool.emplace_back([&] {
+          JpegRows jr;
+          const char* bad = jr.open(data, size);
+          if (!bad) bad = jr.skip_to(split);
+          for (int done = split; !bad && done < H && !failed.load();) {
+            bad = jr.read_until(std::min(done + 32, H), dst, stride);
+            done = jr.rows_done();
+            if (!bad) publish(bottom_ready, done);
+          }
+          if (bad) {
+            second_error = bad;
+            fail();
+            return;
+          }
+          take(second_order, 1);
+        });
+      } else if (n > 0) {
+        pool.emplace_back([&, t] { take(forward, t); });
+      }
     }
+  } catch (const std::system_error&) {
+    fail();
+    for (auto& th : pool) th.join();
+    return "could not start a decoding thread";
   }
   const char* bad = nullptr;
   for (int done = 0; done < first_end && !bad;) {
