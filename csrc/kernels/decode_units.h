@@ -1,13 +1,14 @@
 // Internal to the CPU kernels: one JPEG decoded into a source buffer while units of work that
 // read it (resized bands, canvas bands) run as soon as their source rows are there. The one
-// home of that schedule for decode_resize_normalize_patchify_cpu and decode_resize_cpu.
+// home of that schedule for decode_resize_normalize_patchify_cpu, decode_resize_cpu and
+// decode_jpeg_cpu (no units).
 //
 // One thread: decode just ahead of each unit. Two or more: the entropy decode is serial, so a
 // second decoder on the same bytes skips to a split row (entropy decoding the rows above without
 // the IDCT, upsampling and colour conversion) and decodes the rest, while the first decodes the
-// rows above; each thread then takes units not yet taken. Without a skip (libjpeg < turbo 2.0,
-// progressive or multi-scan files, short images) the first thread decodes and the others take
-// units. Every row comes from a decoder that read all the data before it, so any damage is
+// rows above; each thread then takes units not yet taken. Without a split (libjpeg < turbo 2.0,
+// progressive or multi-scan files, short images, units whose work fills the second thread
+// anyway: split_row) the first thread decodes and the others take units. Every row comes from a decoder that read all the data before it, so any damage is
 // reported as a whole-image decode reports it.
 #pragma once
 
