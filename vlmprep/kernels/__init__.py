@@ -20,8 +20,9 @@ raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` 
         decoding (libjpeg-turbo, Pillow's pixels) just ahead of the bands; returns "" or why
         the fast path declined (then decode with Pillow). ``jpeg_available()`` says if built.
     decode_jpeg(data, src_hw, num_threads=None) -> ``(H, W, 3)`` uint8: that decoder alone; on
-        2+ threads every JPEG op splits a single-scan decode in two (a second decoder skips to
-        ``jpeg_split_row(data)`` and decodes the rest), the same bytes.
+        2+ threads the JPEG ops may split a single-scan decode in two (a second decoder skips to
+        ``jpeg_split_row(data, output_pixels, output_bytes)`` and decodes the rest), the same
+        bytes.
     decode_resize(data, src_hw, boxes, sizes, interpolation) -> (canvases, why): a JPEG's source
         boxes resized, each ``(h, w, 3)`` uint8 (the bytes of decode_jpeg, crop, resize), the
         resizing beside the decode when 2+ threads; why: "" or why the fast path declined.
