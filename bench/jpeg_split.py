@@ -73,7 +73,7 @@ def main() -> None:
     rows.append({"case": "decode_jpeg", "split_row": kernels.jpeg_split_row(data), **r})
     for preset, dtype, form in CASES:
         proc = Processor(preset, backend="torch", dtype=dtype, row_form=form)
-        r = _ab(lambda: proc([data]), a.rounds)
+        r = _ab(lambda proc=proc: proc([data]), a.rounds)
         rows.append({"case": f"{preset} {dtype} {form}", **r})
     result = {"tool": "bench/jpeg_split.py", "input": "1080p mosaic JPEG q90 4:2:0 (bench.images)",
               "rounds": a.rounds, "load_average_1min": {"before": round(load, 2),
