@@ -8,8 +8,9 @@
 // the IDCT, upsampling and colour conversion) and decodes the rest, while the first decodes the
 // rows above; each thread then takes units not yet taken. Without a split (libjpeg < turbo 2.0,
 // progressive or multi-scan files, short images, units whose work fills the second thread
-// anyway: split_row) the first thread decodes and the others take units. Every row comes from a decoder that read all the data before it, so any damage is
-// reported as a whole-image decode reports it.
+// anyway: split_row) the first thread decodes and the others take units. Every row comes from
+// a decoder that read all the data before it, so any damage is reported as a whole-image
+// decode reports it.
 #pragma once
 
 #include <algorithm>
@@ -27,6 +28,14 @@
 #include "vlmprep/jpeg_rows.h"
 
 namespace vlmprep {
+
+// Opens `jr` on data[0, size) and checks the header's size against the probed one (every
+// buffer is then sized by the JPEG's own size). nullptr or why not.
+inline const char* open_probed(JpegRows& jr, const uint8_t* data, size_t size, int src_h, int src_w) {
+  if (const char* bad = jr.open(data, size)) return bad;
+  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  return nullptr;
+}
 
 // Source rows [lo, hi) that one unit reads.
 struct SourceUnit {

@@ -26,7 +26,7 @@ struct Bands {
   NPSample s;            // the whole output sample (src unused)
   int band = 0;          // image rows per band: one row of merge groups (or of patches)
   int count = 0;         // bands
-  int64_t band_rows = 0, row_len = 0;
+  int64_t band_rows = 0, row_len = 0, out_bytes = 0;  // out_bytes: the whole sample's output
   bool stream = false, vector_path = false;
 
   Bands(const ResizeRows& rr_, const NormalizePatchifyParams& p_, const NPSample& s_) : rr(rr_), p(p_), s(s_) {
@@ -35,7 +35,8 @@ struct Bands {
     count = s.height / band;
     band_rows = num_rows(p, band, s.width);
     row_len = row_length(p, band, s.width);
-    stream = normalize_patchify_streams(num_rows(p, s.height, s.width) * row_len * dtype_size(p.dtype));
+    out_bytes = num_rows(p, s.height, s.width) * row_len * dtype_size(p.dtype);
+    stream = normalize_patchify_streams(out_bytes);
     vector_path = BandPath::usable(p);
   }
   // Source rows band b (and all before it) read.
@@ -122,8 +123,7 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   if (const char* bad = check(r, p)) return bad;
   // The header first: the buffer below is sized by the JPEG's own size, not the caller's word.
   JpegRows jr;
-  if (const char* bad = jr.open(data, size)) return bad;
-  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  if (const char* bad = open_probed(jr, data, size, src_h, src_w)) return bad;
   DecodedBuffer decoded(size_t(src_h) * r.src_stride);
   r.src = decoded.v.data();
   const ResizeRows rr(r);
@@ -133,9 +133,7 @@ const char* decode_resize_normalize_patchify_cpu(const uint8_t* data, size_t siz
   const int n = decode_threads(j.count, int64_t(src_h) * r.src_stride, j.resized_bytes(), num_threads);
   std::vector<std::unique_ptr<Worker>> workers(n);
   for (auto& w : workers) w.reset(new Worker(j));
-  const int64_t out_px = int64_t(r.out_h) * r.out_w;
-  const double rest = rest_ratio(int64_t(src_h) * src_w, out_px,
-                                 num_rows(p, r.out_h, r.out_w) * row_length(p, r.out_h, r.out_w) * dtype_size(p.dtype));
+  const double rest = rest_ratio(int64_t(src_h) * src_w, int64_t(r.out_h) * r.out_w, j.out_bytes);
   return decode_units(jr, data, size, decoded.v.data(), r.src_stride, units, rest, n,
                       [&](int b, int t) { workers[t]->run(b); });
 }
@@ -164,8 +162,7 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
     if (const char* bad = ResizeRows::check(r)) return bad;
   }
   JpegRows jr;  // the header first: the buffer is sized by the JPEG's own size
-  if (const char* bad = jr.open(data, size)) return bad;
-  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  if (const char* bad = open_probed(jr, data, size, src_h, src_w)) return bad;
   DecodedBuffer decoded(size_t(src_h) * stride);
   std::vector<std::unique_ptr<ResizeRows>> rr;
   std::vector<CanvasBand> units;
@@ -190,19 +187,19 @@ const char* decode_resize_cpu(const uint8_t* data, size_t size, int src_h, int s
   const int threads = decode_threads(int(units.size()), int64_t(src_h) * stride, out_bytes, num_threads);
   std::vector<std::vector<ResizeCache>> caches(threads, std::vector<ResizeCache>(n));
   const double rest = rest_ratio(int64_t(src_h) * src_w, out_bytes / 3, out_bytes);
-  return decode_units(jr, data, size, decoded.v.data(), stride, rows, rest, threads, [&](int i, int t) {
+  auto run = [&](int i, int t) {
     const CanvasBand& u = units[i];
     const ResizeParams& r = rs[u.k];
     const int64_t row = int64_t(3) * r.out_w;
     rr[u.k]->rows(u.y0, u.y1, r.dst + int64_t(u.y0) * row, row, caches[t][u.k]);
-  });
+  };
+  return decode_units(jr, data, size, decoded.v.data(), stride, rows, rest, threads, run);
 }
 
 const char* decode_jpeg_cpu(const uint8_t* data, size_t size, int src_h, int src_w,
                             const std::function<uint8_t*()>& dst, int num_threads) {
   JpegRows jr;
-  if (const char* bad = jr.open(data, size)) return bad;
-  if (jr.height() != src_h || jr.width() != src_w) return "the JPEG's size is not the probed size";
+  if (const char* bad = open_probed(jr, data, size, src_h, src_w)) return bad;
   const int threads = decode_threads(0, int64_t(src_h) * src_w * 3, 0, num_threads);
   return decode_units(jr, data, size, dst(), int64_t(3) * src_w, {}, 0.0, threads, [](int, int) {});
 }

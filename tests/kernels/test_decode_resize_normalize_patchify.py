@@ -7,7 +7,6 @@ damaged data is declined with libjpeg's reason, never a crash."""
 from __future__ import annotations
 
 import io
-import os
 
 import numpy as np
 import pytest
@@ -15,16 +14,6 @@ import torch
 from _support.imgdata import tiled
 from _support.seed import SEED
 from PIL import Image
-
-
-@pytest.fixture
-def jpeg(kernels):
-    if not kernels.jpeg_available():
-        if os.environ.get("VLMPREP_REQUIRE_KERNELS") and not os.environ.get("VLMPREP_NO_LIBJPEG"):
-            pytest.fail("VLMPREP_REQUIRE_KERNELS is set but the JPEG fast path was not built: "
-                        + str(kernels.build_info().get("torch_ext", {}).get("libjpeg_reason")))
-        pytest.skip("built without libjpeg-turbo's headers")
-    return kernels
 
 
 def _jpegs():

@@ -1,30 +1,18 @@
 """The JPEG ops on two threads split one decode in two (csrc/kernels/decode_units.h): a second
 libjpeg-turbo decoder skips to ``jpeg_split_row`` (entropy decoding the rows above, nothing
 else) and decodes the rest. Checked here: the split happens where the rule says (and not on
-progressive files, short images or outputs over half the source's pixels); the bytes on 2
+progressive files, short images or outputs whose resize and stores fill a thread); the bytes on 2
 and 3 threads equal 1 thread's and Pillow's for every op; damaged or cut files are declined
 on 2 threads exactly when on 1, and accepted damage gives the same bytes."""
 from __future__ import annotations
 
 import io
-import os
 
 import numpy as np
 import pytest
 import torch
 from _support.imgdata import tiled
 from PIL import Image
-
-
-@pytest.fixture
-def jpeg(kernels, monkeypatch):
-    monkeypatch.delenv("VLMPREP_JPEG_SPLIT", raising=False)  # the A/B switch: off would skip the split
-    if not kernels.jpeg_available():
-        if os.environ.get("VLMPREP_REQUIRE_KERNELS") and not os.environ.get("VLMPREP_NO_LIBJPEG"):
-            pytest.fail("VLMPREP_REQUIRE_KERNELS is set but the JPEG fast path was not built")
-        pytest.skip("built without libjpeg-turbo's headers")
-    yield kernels
-    kernels.set_num_threads(None)
 
 
 def _save(img: np.ndarray, **kw) -> bytes:

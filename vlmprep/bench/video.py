@@ -5,9 +5,9 @@ The clip is written here, deterministically, from the photos scikit-image ships 
 zoom over a mosaic, so consecutive frames differ): by default 10 s of 1280x720 at 30 fps, sampled
 at 2 fps -> 20 frames, the Qwen2-VL checkpoint config (``Video(clip, fps=2.0)``). The default
 codec is H.264 (``avc1``), written with PyAV's libx264 at its defaults (a keyframe every 250
-frames, 3 B-frames; preset veryfast, one encoder thread and, on AVX-512 CPUs, x264's AVX2 code, so
-the bytes are the same every time): this OpenCV's FFmpeg has no H.264 encoder (avc1 / H264 / X264 fail to open,
-tests/video). ``--fourcc mp4v`` (or MJPG, ...) writes with OpenCV's ``VideoWriter`` instead.
+frames, 3 B-frames; preset veryfast, one encoder thread and, on AVX-512 CPUs, x264's AVX2
+code, so the bytes are the same every time): this OpenCV's FFmpeg has no H.264 encoder (avc1 /
+H264 / X264 fail to open, tests/video). ``--fourcc mp4v`` (or MJPG, ...) writes with OpenCV's ``VideoWriter`` instead.
 The clip is written to a temporary file: both sides read it from its path, as their users do.
 
 Measured per thread count (torch, OpenCV and vlmprep's own threads, ``harness.thread_count``):
@@ -199,9 +199,10 @@ def _x264_isa_cap() -> dict[str, str]:
     """``{"x264-params": "asm=AVX2"}`` on an x86-64 Linux CPU with AVX-512, else ``{}``.
 
     x264's AVX-512 code made different bytes from the same frames from one process to the next
-    (measured: 96x64 and 160x96 clips, 5 different outputs in 24 processes once OpenCV was
-    imported; widths that are multiples of 64 were stable), so the clip was not repeatable. Its
-    AVX2 code was stable; x264 does not intersect "asm" with the CPU's flags, hence the check."""
+    once OpenCV was imported (measured: a 96x64 clip in 6 processes x 3 encodes, 3 different
+    outputs; 160x96 varied too; 128x64 and 1280x720 were stable), so the clip was not
+    repeatable. Forced to its AVX2 code: 1 output. x264 does not intersect "asm" with the CPU's
+    flags, hence the check."""
     import platform
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return {}

@@ -35,13 +35,18 @@ def build_info() -> dict:
     the wheel, or into the source tree for an editable install), or why nothing was. A copy of
     the record read once per folder: callers ask per image (fusion, jpeg_available), and the
     library a process has loaded does not change under it."""
-    return copy.deepcopy(_read_record(os.path.join(_dir(), "_build_info.json")))
+    return copy.deepcopy(_record())
 
 
 def built_with(part: str, key: str) -> bool:
     """Whether the build record says ``part`` ("torch_ext", "dali_plugin") has ``key`` (e.g.
     "libjpeg", "cuda"): the per-image question, answered without build_info's copy (0.1 ms)."""
-    return bool(_read_record(os.path.join(_dir(), "_build_info.json")).get(part, {}).get(key))
+    return bool(_record().get(part, {}).get(key))
+
+
+def _record() -> dict:
+    """The cached build record of the ops' folder (shared: callers must not change it)."""
+    return _read_record(os.path.join(_dir(), "_build_info.json"))
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,0 +1,22 @@
+"""Fixtures of the kernel tests."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture
+def jpeg(kernels, monkeypatch):
+    """``vlmprep.kernels`` with the JPEG fast path (libjpeg-turbo); skips where it was not built,
+    except under VLMPREP_REQUIRE_KERNELS (CI) unless VLMPREP_NO_LIBJPEG says it was left out.
+    The split switch is cleared (off would skip the two-decoder path) and the thread count is
+    restored after."""
+    if not kernels.jpeg_available():
+        if os.environ.get("VLMPREP_REQUIRE_KERNELS") and not os.environ.get("VLMPREP_NO_LIBJPEG"):
+            pytest.fail("VLMPREP_REQUIRE_KERNELS is set but the JPEG fast path was not built: "
+                        + str(kernels.build_info().get("torch_ext", {}).get("libjpeg_reason")))
+        pytest.skip("built without libjpeg-turbo's headers")
+    monkeypatch.delenv("VLMPREP_JPEG_SPLIT", raising=False)
+    yield kernels
+    kernels.set_num_threads(None)
