@@ -12,7 +12,8 @@ All three go where the build puts the package: the build folder for a wheel or `
 torch is found at build time only without build isolation (``pip install --no-build-isolation .``):
 the library is built for the torch that is installed, the one it will load into.
 Set VLMPREP_NO_BUILD=1 for a pure-Python install; VLMPREP_REQUIRE_KERNELS=1 (CI) turns a failed
-build into an error.
+build into an error. A pure-Python build nobody asked for (torch hidden by pip's build isolation, no
+compiler) prints a WARNING with the fix on stderr (``pure_warning``; pip shows it with -v).
 
 VLMPREP_SANITIZE=1 (``make sanitize``): the torch ops' CPU code only, with AddressSanitizer and
 UBSan, for ``setup.py build_ext --build-lib DIR``: the library and its build record go to DIR
@@ -124,6 +125,18 @@ def _not_built(reason: str) -> tuple[None, dict]:
     return None, {"reason": reason}
 
 
+def pure_warning(cfg: dict) -> str | None:
+    """The warning for a build without kernels that nobody asked for (cfg: ``_torch_extension``'s
+    second value), or None (kernels built, or VLMPREP_NO_BUILD set). Printed to stderr by the
+    build itself: pip shows the build's output with -v (and on a failure) only."""
+    reason = cfg.get("reason")
+    if reason is None or reason.startswith("VLMPREP_NO_BUILD"):
+        return None
+    return (f"WARNING: vlmprep is being built WITHOUT its compiled kernels (a pure-Python package: "
+            f"correct, but the torch ops, the JPEG fast path and the DALI plugin are missing): "
+            f"{reason}. Set VLMPREP_NO_BUILD=1 to build pure Python on purpose (no warning).")
+
+
 def _torch_extension():
     """(the torch extension, its build config), or (None, {"reason": why}) when it cannot be
     built here (the reason is printed, and recorded by the build)."""
@@ -138,8 +151,10 @@ def _torch_extension():
         from torch.utils import cpp_extension as ce
     except ImportError as e:
         # pip's default build isolation hides the installed torch from this build
-        return _not_built(f"torch was not importable at build time ({e}); install torch first, then "
-                          f"build without isolation: pip install --no-build-isolation . (or -e .)")
+        return _not_built(f"torch was not importable at build time ({e}; pip's default build "
+                          f"isolation hides an installed torch); fix: install torch, then build "
+                          f"without isolation: pip wheel --no-build-isolation --no-deps . (or pip "
+                          f"install --no-build-isolation ., -e . to edit)")
     cxx = shutil.which(os.environ.get("CXX", "c++"))
     if not cxx:
         return _not_built("no C++ compiler (c++ or $CXX) at build time")
@@ -307,6 +322,10 @@ class BuildPy(build_py):
         if EXT is None:
             in_tree = bool(getattr(self, "editable_mode", False))
             _write_record(_out_dir(self, in_tree, PURE_STALE), _pure_record())
+            warning = pure_warning(TORCH_CFG)
+            if warning:  # the build itself, not a metadata run: once, on stderr and in the log
+                _log(warning)
+                print(f"vlmprep setup: {warning}", file=sys.stderr, flush=True)
 
 
 # setup.py is also run only for metadata (pip, `setup.py --version`): nothing below writes a file.

@@ -56,7 +56,7 @@ def test_missing_repo_or_file_is_a_clear_error(tmp_path):
         msg = str(ei.value)
         assert isinstance(ei.value, ValueError) and isinstance(ei.value, FileNotFoundError)
         assert msg.startswith("expected preprocessor_config.json of hub repo") and words in msg
-        assert "huggingface-cli download" in msg and "Traceback" not in msg
+        assert "hf download" in msg and "huggingface-cli" not in msg and "Traceback" not in msg
     # A local path that is not there says so and never goes to the hub.
     with pytest.raises(ConfigNotFoundError, match="never downloads for a local path"):
         vlmprep.Processor.from_pretrained(tmp_path / "missing" / "preprocessor_config.json")

@@ -50,6 +50,18 @@ def parse_value(v: str) -> Any:
     return text
 
 
+def _path_fix(name: str) -> str:
+    """How to get the checkpoint ``name`` names: a hub repo id ("Org/Name", which is also a
+    relative path) is downloaded with the ``hf`` CLI that huggingface_hub installs."""
+    from ..processor import _REPO_ID
+    if _REPO_ID.match(name) and not name.lower().endswith(".json"):
+        local = name.rsplit("/", 1)[1]
+        return (f"if it is a hub repo id, download its config first: hf download {name} "
+                f"preprocessor_config.json --local-dir {local}, then pass --preset {local} "
+                f"(vlmprep run also takes --checkpoint {name})")
+    return "give a preset name"
+
+
 def load_pipeline(preset: str, sets: Sequence[str] = ()) -> Pipeline:
     """A preset name, or a checkpoint folder / preprocessor_config.json, with ``FIELD=VALUE``
     overrides (``--set``). A wrong field name or value raises UsageError naming the fields."""
@@ -65,8 +77,10 @@ def load_pipeline(preset: str, sets: Sequence[str] = ()) -> Pipeline:
         overrides[k.strip()] = parse_value(v)
     if os.path.exists(preset):
         base = presets.from_config(presets.load_config(preset))
-    else:
+    elif preset.lower().replace("_", "-") in presets.names():
         base = presets.get(preset)
+    else:  # a typo, or a checkpoint path that is not there: say which was checked
+        raise UsageError(presets.unknown_preset(preset, _path_fix(preset)))
     known = sorted({f for op in base.ops for f in op.field_names()})
     for k in overrides:
         fld = k.split("__", 1)[-1]

@@ -23,6 +23,8 @@ decoder (or ``decoder=False``): both decode every image with PIL on the CPU, the
                         compute=ray.data.ActorPoolStrategy(size=4), num_gpus=0.25,
                         batch_size=64, batch_format="numpy")
 
+The pool must leave CPUs for the read and write tasks (4 actors take 4 CPUs): a pool that takes
+every CPU hangs with no error (docs/how-to/batch.md sizes it from ``ray.cluster_resources()``).
 ``num_gpus`` is ``map_batches``' own argument (fractional: 0.25 puts four actors on one GPU);
 Ray sets ``CUDA_VISIBLE_DEVICES`` per actor, so the config says ``device="cuda"``, not ``cuda:N``.
 """

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 from ..pipeline import Pipeline
 from . import gemma3, idefics3, internvl, llava, llava_next, mllama, pixtral, qwen, siglip, siglip2
 
-__all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES"]
+__all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES", "path_shaped",
+           "unknown_preset"]
 
 #: The family modules, in the order their configs are tried by ``from_config``. Each has
 #: ``PRESETS`` (name -> builder), ``IMAGE_PROCESSOR_TYPES``, ``matches(cfg)``, ``from_config(cfg)``
@@ -43,9 +44,42 @@ def names() -> list[str]:
 def _key(name: str) -> str:
     key = name.lower().replace("_", "-") if isinstance(name, str) else name
     if key not in _FAMILY_OF:
-        raise KeyError(f"unknown preset {name!r}; expected one of {names()}, or build a "
-                       f"vlmprep.Pipeline yourself")
+        raise KeyError(unknown_preset(name))
     return key
+
+
+def path_shaped(name: str) -> bool:
+    """Whether ``name`` reads as a file system path (a separator, ``~`` or ``.`` first, or a
+    ``.json`` end) rather than a preset name; ``Org/Name`` hub repo ids are path-shaped too."""
+    return (os.sep in name or "/" in name or name.startswith(("~", "."))
+            or name.lower().endswith(".json"))
+
+
+def unknown_preset(name: object, path_fix: str = "pass the checkpoint folder (or hub repo id "
+                   "'Org/Name') to vlmprep.Processor.from_pretrained") -> str:
+    """The message for a preset name not registered: the names, the nearest ones ("did you
+    mean"), and for a path-shaped name the absolute path that was checked (it does not exist)."""
+    import difflib
+    msg = f"unknown preset {name!r}; expected one of {names()}"
+    if not isinstance(name, str):
+        return msg
+    key = name.lower().replace("_", "-")
+    # compare with and without dashes: "qwen2vl" and "qwen-2-vl" both mean "qwen2-vl"
+    bare = {n.replace("-", ""): n for n in names()}
+    near = [n for n in names() if len(key) >= 3 and n.startswith(key)]  # "siglip2", "qwen"
+    near += [n for n in difflib.get_close_matches(key, names(), n=3, cutoff=0.6) if n not in near]
+    near += [bare[b] for b in difflib.get_close_matches(key.replace("-", ""), bare, n=3,
+                                                        cutoff=0.8) if bare[b] not in near]
+    if near:
+        msg += f"; did you mean {' or '.join(repr(n) for n in near[:3])}?"
+    full = os.path.abspath(os.path.expanduser(name))
+    if os.path.exists(full):  # Processor('<a checkpoint folder>'): a preset name is expected there
+        msg += f"; {full} exists as a path: {path_fix}"
+    elif path_shaped(name):
+        msg += f"; as a path it does not exist (checked {full}): check the path, or {path_fix}"
+    else:
+        msg += "; or build a vlmprep.Pipeline yourself"
+    return msg
 
 
 def family(name: str) -> Any:

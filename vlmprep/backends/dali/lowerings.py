@@ -20,6 +20,7 @@ import numpy as np
 import nvidia.dali.fn as fn
 import nvidia.dali.math as dmath
 import nvidia.dali.types as dali_types
+from nvidia.dali.pipeline import do_not_convert
 
 from ... import ops
 from ..base import register_sizing
@@ -108,6 +109,10 @@ def _strip(x: Any, side: str, a: dict, it: Any, g: "GraphCtx") -> Any:
     return fn.slice(levels, start=[0, 0], shape=k("keep"), axes=[0, 1])
 
 
+# Branches on a Python value only (g.rounds_in_graph, fixed when the graph is built), so
+# AutoGraph (enable_conditionals) has nothing to convert; left to it, it fails on the annotated
+# name and logs a warning on every graph build, through the root logger.
+@do_not_convert
 def _pil_pass(x, axis: int, a: dict, it, g: "GraphCtx"):
     """One one-dimensional uint8 pass along ``axis`` (0: rows): DALI's antialiased resize inside,
     Pillow's truncated-and-renormalised filter in the edge strips. Where the graph rounds
