@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar, cast
 
+from ..budget import Hold, MemoryBudget, image_bytes, process_budget
 from ..errors import ImageError
 from ..kernels import get_num_threads, local_threads
 from ..pipeline import Pipeline
@@ -134,15 +135,46 @@ class Backend:
 
     def _map(self, jobs: list[Context]) -> list[ImageError | None]:
         """Run every image; on the CPU with several threads allowed, images run side by side
-        (decoders and kernels release the GIL), each with one kernel thread."""
+        (decoders and kernels release the GIL), each with one kernel thread. Each image holds
+        its planned bytes from the process's memory budget (``vlmprep.budget``) while it runs;
+        this thread waits for them, in order, so an image thread never waits on the budget."""
+        budget = process_budget()  # a bad VLMPREP_MEMORY_BUDGET fails the call, not an image
         n = min(get_num_threads(), len(jobs))
         if n <= 1 or not self.device.startswith("cpu"):
-            return [self._one(c) for c in jobs]
+            out: list[ImageError | None] = []
+            for c in jobs:
+                hold, err = self._admit(budget, c)
+                if hold is not None:
+                    with hold:
+                        err = self._one(c)
+                out.append(err)
+            return out
 
-        def one(c: Context) -> ImageError | None:
-            with local_threads(1):
-                return self._one(c)
-        return list(image_pool(get_num_threads()).map(one, jobs))
+        def one(c: Context, hold: Hold) -> ImageError | None:
+            try:
+                with local_threads(1):
+                    return self._one(c)
+            finally:
+                hold.release()
+        pool = image_pool(get_num_threads())
+        runs: list[Any] = []
+        for c in jobs:
+            hold, err = self._admit(budget, c)
+            if hold is None:
+                runs.append(err)
+                continue
+            try:
+                runs.append(pool.submit(one, c, hold))
+            except BaseException:
+                hold.release()
+                raise
+        return [r if r is None or isinstance(r, ImageError) else r.result() for r in runs]
+
+    def _admit(self, budget: MemoryBudget, ctx: Context) -> tuple[Hold | None, ImageError | None]:
+        """``(the image's hold of its planned bytes, None)``, or ``(None, its ImageError)`` when
+        the budget refuses it or its wait runs out."""
+        return self.guarded(ctx, lambda: budget.acquire(image_bytes(ctx.source, ctx.plan),
+                                                        what="this image"))
 
     def run_image(self, ctx: Context) -> None:
         """Run one image by the executor ``fusion.choose`` names (see fusion's table)."""

@@ -218,13 +218,27 @@ def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pi
 def run_video(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
               limits: "VideoLimits", decoder: str = "auto") -> "torch.Tensor":
     """One planned video -> its rows (``row_shape``, ``dtype``, CPU). Raises ImageError (naming
-    the item) when decoding fails; the plan must have no error."""
+    the item) when decoding fails, or when the process's memory budget (``vlmprep.budget``)
+    refuses its planned bytes or has no room for them within its ``timeout_s``; the plan must
+    have no error."""
+    from ..budget import process_budget, video_bytes
+    if plan.error is not None:
+        raise plan.error
+    # the video's planned bytes, held from the process's memory budget until its rows are made;
+    # the wait counts against its timeout_s
+    with process_budget().acquire(video_bytes(plan), limits.timeout_s, "this video") as hold:
+        if hold.waited_s > 0:
+            from dataclasses import replace
+            limits = replace(limits, timeout_s=max(limits.timeout_s - hold.waited_s, 1e-3))
+        return _decoded_rows(video, plan, pipeline, dtype, limits, decoder)
+
+
+def _decoded_rows(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
+                  limits: "VideoLimits", decoder: str) -> "torch.Tensor":
     import numpy as np
     import torch
 
     from ..io.video import decode_frames
-    if plan.error is not None:
-        raise plan.error
     wanted = list(dict.fromkeys(plan.frame_indices))  # each distinct frame decoded once
     frames = decode_frames(video, sorted(wanted), limits, decoder=decoder)
     where = {k: i for i, k in enumerate(sorted(wanted))}

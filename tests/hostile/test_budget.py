@@ -1,0 +1,263 @@
+"""The process-wide memory budget (vlmprep.budget; issue 33, deliverable 3): the items processed
+at once hold their planned bytes from one budget, so N items never plan more than it between
+them; an item over the whole budget is refused; a waiting item gives up at its deadline; the
+pixels are the same with or without a budget. The peak-RSS measurement of eight decode bombs at
+once runs in child processes (slow)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from _support.figures import record
+from _support.imgdata import crop, encode
+from PIL import Image
+
+import vlmprep
+from vlmprep import budget
+from vlmprep.io.video import VideoLimits
+from vlmprep.kernels import local_threads
+
+
+@pytest.fixture
+def use_budget(monkeypatch):
+    """``use_budget(value, wait_s=None)``: the process budget made again from
+    VLMPREP_MEMORY_BUDGET=value (both restored after the test)."""
+    def use(value, wait_s=None):
+        monkeypatch.setenv(budget.ENV, str(value))
+        monkeypatch.setattr(budget, "_PROCESS", None)
+        b = budget.process_budget()
+        if wait_s is not None:
+            monkeypatch.setattr(b, "wait_s", wait_s)
+        return b
+    return use
+
+
+def _images(n=8, h=240, w=320):
+    """``n`` different PNGs of the same size (so the same planned bytes)."""
+    names = ("astronaut", "coffee", "chelsea", "rocket")
+    return [encode(crop(names[k % 4], h, w, top=8 * (k // 4)), "png") for k in range(n)]
+
+
+def _spy_concurrency(monkeypatch, proc):
+    """Record how many images run at once (each held ~30 ms so that overlaps show)."""
+    seen = {"now": 0, "max": 0, "calls": 0}
+    lock = threading.Lock()
+    real = proc._backend.run_image
+
+    def spy(ctx):
+        with lock:
+            seen["now"] += 1
+            seen["calls"] += 1
+            seen["max"] = max(seen["max"], seen["now"])
+        try:
+            time.sleep(0.03)
+            return real(ctx)
+        finally:
+            with lock:
+                seen["now"] -= 1
+    monkeypatch.setattr(proc._backend, "run_image", spy)
+    return seen
+
+
+def _planned(proc, images):
+    sources, plans = proc.prepare(images)
+    return [budget.image_bytes(s, p) for s, p in zip(sources, plans)]
+
+
+def test_eight_items_run_at_most_three_at_once_with_a_budget_of_three(monkeypatch, use_budget):
+    images = _images()
+    proc = vlmprep.Processor("qwen2-vl", errors="skip")
+    ref = proc(images)  # the default budget: all eight fit
+    sizes = _planned(proc, images)
+    x = sizes[0]
+    assert set(sizes) == {x} and x > 240 * 320 * 3
+    b = use_budget(3 * x + x // 2)
+    seen = _spy_concurrency(monkeypatch, proc)
+    with local_threads(8):  # eight image threads: without the budget all eight overlap
+        got = proc(images)
+    assert seen["calls"] == 8 and seen["max"] == 3, seen
+    assert b.peak == 3 * x and b.in_use == 0
+    assert not got.errors and torch.equal(got.pixel_values, ref.pixel_values)
+    assert torch.equal(got.grid_thw, ref.grid_thw)
+    # the same spy without a budget: the overlap the budget removed is really there
+    use_budget("off")
+    seen.update(max=0, calls=0)
+    with local_threads(8):
+        again = proc(images)
+    assert seen["max"] > 3 and torch.equal(again.pixel_values, ref.pixel_values), seen
+
+
+def test_outputs_are_bit_identical_with_and_without_a_budget(use_budget):
+    images = _images(4) + [encode(crop("coffee", 200, 300), "jpeg")]
+    proc = vlmprep.Processor("internvl", dtype="bfloat16", errors="skip")
+    use_budget("off")
+    ref = proc(images)
+    use_budget(max(_planned(proc, images)) + 1)  # room for one image at a time
+    with local_threads(4):
+        got = proc(images)
+    assert not got.errors and torch.equal(got.pixel_values, ref.pixel_values)
+    assert got.num_tokens == ref.num_tokens
+
+
+def test_an_item_over_the_whole_budget_is_refused_the_others_run(use_budget):
+    small = encode(crop("coffee", 64, 64), "png")
+    big = _images(1, 400, 500)[0]
+    proc = vlmprep.Processor("qwen2-vl", errors="skip")
+    need = _planned(proc, [small, big])
+    use_budget(need[0] + 1000)
+    out = proc([small, big, small])
+    assert sorted(out.errors) == [1]
+    msg = str(out.errors[1])
+    assert msg.startswith("image 1") and f"plan at most {need[0] + 1000:,} bytes" in msg, msg
+    assert f"got {need[1]:,} planned" in msg and budget.ENV in msg and "max_decode_bytes" in msg
+    ref = vlmprep.Processor("qwen2-vl")([small])
+    assert torch.equal(out.pixel_values[: ref.pixel_values.shape[0]], ref.pixel_values)
+    with pytest.raises(vlmprep.ImageError, match="process's memory budget"):
+        vlmprep.Processor("qwen2-vl")([big])
+
+
+def test_a_waiting_image_times_out_and_the_budget_recovers(use_budget):
+    img = _images(1)[0]
+    proc = vlmprep.Processor("qwen2-vl", errors="skip")
+    b = use_budget(_planned(proc, [img])[0] * 2, wait_s=0.3)
+    hold = b.acquire(b.total)  # another item holds everything
+    t = time.perf_counter()
+    out = proc([img])
+    took = time.perf_counter() - t
+    assert 0.3 <= took < 2.0 and sorted(out.errors) == [0], took
+    assert "within 0.3 s" in str(out.errors[0]) and budget.ENV in str(out.errors[0])
+    hold.release()
+    assert not proc([img]).errors and b.in_use == 0
+
+
+def _gif(frames=4, h=96, w=128) -> bytes:
+    rng = np.random.default_rng(0)
+    ims = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).convert("P")
+           for _ in range(frames)]
+    buf = io.BytesIO()
+    ims[0].save(buf, "GIF", save_all=True, append_images=ims[1:], duration=100, loop=0)
+    return buf.getvalue()
+
+
+def test_a_waiting_video_times_out_at_its_timeout_s(use_budget):
+    gif = _gif()
+    proc = vlmprep.Processor("qwen2-vl", errors="skip", video_limits=VideoLimits(timeout_s=0.3))
+    ref = proc(videos=[gif]).videos
+    assert not ref.errors
+    b = use_budget(1 << 30)
+    hold = b.acquire(b.total)
+    t = time.perf_counter()
+    out = proc(videos=[gif]).videos
+    took = time.perf_counter() - t
+    assert 0.3 <= took < 2.0 and sorted(out.errors) == [0], took
+    assert str(out.errors[0]).startswith("video 0") and "within 0.3 s" in str(out.errors[0])
+    hold.release()
+    again = proc(videos=[gif]).videos
+    assert not again.errors and torch.equal(again.pixel_values, ref.pixel_values)
+
+
+def test_budget_semantics():
+    b = budget.MemoryBudget(100, wait_s=5)
+    h1 = b.acquire(60)
+    order = []
+
+    def take(n, tag):
+        with b.acquire(n):
+            order.append(tag)
+    t1 = threading.Thread(target=take, args=(50, "first"))  # waits: 60 + 50 > 100
+    t1.start()
+    time.sleep(0.05)
+    t2 = threading.Thread(target=take, args=(10, "second"))  # fits, but queues behind "first"
+    t2.start()
+    time.sleep(0.05)
+    assert order == [] and b.in_use == 60
+    h1.release()
+    h1.release()  # once only
+    t1.join(2)
+    t2.join(2)
+    assert order == ["first", "second"] and b.in_use == 0 and b.peak == 60
+    with pytest.raises(vlmprep.ImageError, match="plan at most 100 bytes.*got 101 planned"):
+        b.acquire(101)
+    assert budget.MemoryBudget(None).acquire(10**18).nbytes == 0  # off: nothing held
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="total expected"):
+            budget.MemoryBudget(bad)
+
+
+@pytest.mark.parametrize("value,want", [("1000", 1000), ("512M", 512 << 20), ("1.5G", 3 << 29),
+                                        ("off", None), ("OFF", None)])
+def test_env_values(use_budget, value, want):
+    assert use_budget(value).total == want
+
+
+@pytest.mark.parametrize("value", ["lots", "-5", "0", "8GB", "150%", "0%"])
+def test_bad_env_value_fails_the_call_naming_it(use_budget, monkeypatch, value):
+    monkeypatch.setenv(budget.ENV, value)
+    monkeypatch.setattr(budget, "_PROCESS", None)
+    with pytest.raises(ValueError, match=rf"{budget.ENV}: expected bytes .* got {value!r}"):
+        vlmprep.Processor("qwen2-vl", errors="skip")([_images(1, 32, 32)[0]])
+
+
+def test_default_is_half_the_host_memory(monkeypatch):
+    monkeypatch.delenv(budget.ENV, raising=False)
+    monkeypatch.setattr(budget, "_PROCESS", None)
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert budget.process_budget().total == budget.host_memory() // 2 <= phys // 2
+    assert budget.process_budget() is budget.process_budget()
+
+
+# -- eight decode bombs at once: peak RSS in child processes -----------------------------------
+_CHILD = r"""
+import json, resource, sys, time
+import numpy as np, vlmprep
+from vlmprep.kernels import local_threads
+proc = vlmprep.Processor("siglip", errors="skip")
+proc([np.zeros((64, 64, 3), np.uint8)])  # warm (kernels, pools) without raising the peak
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+t = time.perf_counter()
+with local_threads(8):
+    out = proc(sys.argv[1:])
+print(json.dumps({"base": base, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10,
+                  "errors": len(out.errors), "s": time.perf_counter() - t,
+                  "sum": float(out.pixel_values.double().sum())}))
+"""
+
+
+@pytest.mark.slow
+def test_eight_bombs_at_once_peak_rss_bounded_by_the_budget(tmp_path):
+    """Eight legal PNGs of 4000^2 (one colour plane each: ~50 KB files, 112 MB planned decode
+    each), processed at once on eight image threads, in a child process each way."""
+    side = 4000
+    paths = []
+    for k in range(8):
+        a = np.zeros((side, side, 3), np.uint8)
+        a[:, :, k % 3] = 40 + 25 * k
+        paths.append(str(tmp_path / f"bomb{k}.png"))
+        Image.fromarray(a).save(paths[-1], "PNG", compress_level=1)
+
+    def child(value):
+        env = dict(os.environ, VLMPREP_MEMORY_BUDGET=value)
+        r = subprocess.run([sys.executable, "-c", _CHILD, *paths], env=env, timeout=300,
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    one = side * side * 7 + 384 * 384 * 3  # decode_cost of an RGB PNG + the resized canvas
+    free = child("off")
+    held = child(str(one + one // 2))  # one image at a time
+    for r in (free, held):
+        assert r["errors"] == 0
+    assert held["sum"] == free["sum"]
+    grew_free, grew_held = free["peak"] - free["base"], held["peak"] - held["base"]
+    record("memory budget", f"eight {side}^2 PNG bombs at once: peak RSS +{grew_free >> 20} MiB "
+           f"in {free['s']:.1f} s without a budget, +{grew_held >> 20} MiB in {held['s']:.1f} s "
+           f"with a budget of {(one + one // 2) >> 20} MiB")
+    assert grew_held < 2 * one + (64 << 20), grew_held  # one item's plan, with slack
+    assert grew_held < grew_free / 2, (grew_held, grew_free)
