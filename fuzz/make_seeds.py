@@ -50,7 +50,130 @@ def main() -> None:
         for k in range(3):
             seed = bytes([op]) + hashlib.sha256(b"%d-%d" % (op, k)).digest() * (4 + 8 * k)
             _write("kernels", f"op{op}-{k}.bin", seed)
-    print("seeds:", {h: len(os.listdir(os.path.join(HERE, "seeds", h))) for h in ("probe", "pipeline", "kernels")})
+    png = encode(crop("astronaut", 4, 6, top=40, left=150), "png")
+    for name, data in _tar_seeds(png).items():
+        _write("tar", f"{name}.bin", data)
+    for name, data in _parquet_seeds(png).items():
+        _write("parquet", f"{name}.bin", data)
+    for name, data in _data_uri_seeds(png).items():
+        _write("data_uri", f"{name}.bin", data)
+    for name, data in _animated_seeds().items():
+        _write("animated", f"{name}.bin", b"\x00" + data)  # the first byte picks the frames
+    print("seeds:", {h: len(os.listdir(os.path.join(HERE, "seeds", h)))
+                     for h in ("probe", "pipeline", "kernels", "tar", "parquet", "data_uri", "animated")})
+
+
+def _tar(members: list[tuple[str, bytes]], fmt: int, end: bool = True) -> bytes:
+    """A tar of ``members`` without the writer's padding to a 10 KiB record (smaller seeds);
+    ``end``: with the two zero blocks that end an archive."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 1_700_000_000
+            tf.addfile(info, io.BytesIO(data))
+        used = tf.offset
+    return buf.getvalue()[:used + (1024 if end else 0)]
+
+
+def _tar_seeds(png: bytes) -> dict[str, bytes]:
+    """WebDataset shards: ustar (an image + caption group, and one cut inside the caption, as
+    the issue-33 data loss), pax with a long name, a gzip GNU tar of three groups (one without an
+    image, one with a long name)."""
+    import gzip
+    import tarfile
+    pair = _tar([("000000.png", png), ("000000.txt", b"a caption")], tarfile.USTAR_FORMAT)
+    gnu = _tar([("000000.png", png), ("000001.txt", b"no image"), ("d" * 120 + "/000002.png", png),
+                ("000002.json", b"{}")], tarfile.GNU_FORMAT)
+    return {
+        "ustar_pair": pair,
+        "ustar_cut_in_caption": pair[:512 + 512 + 512 + 4],
+        "pax_long_name": _tar([("p" * 110 + "/000000.png", png)], tarfile.PAX_FORMAT),
+        "gnu_gz_groups": gzip.compress(gnu, mtime=0),
+    }
+
+
+def _parquet_seeds(png: bytes) -> dict[str, bytes]:
+    """Small pyarrow files: binary and struct<bytes, path> image columns, snappy and zstd pages,
+    v1 and v2 data pages, dictionary pages, nulls, a value over the harness's 256-byte cap,
+    several row groups."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    big = png + bytes(300)
+
+    def write(table, **kw) -> bytes:
+        buf = io.BytesIO()
+        pq.write_table(table, buf, store_schema=False, **kw)
+        return buf.getvalue()
+
+    binary = pa.table({"id": ["a", "b", None, "d", "e"], "image": [png, None, png[:20], big, b"x"]})
+    struct_t = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    hf = pa.table({"image": pa.array([{"bytes": png, "path": "a.png"}, {"bytes": None, "path": "missing.png"},
+                                      {"bytes": None, "path": None}, None], struct_t)})
+    dictionary = pa.table({"id": pa.array([7, 8, 9, 10], pa.int64()),
+                           "jpg": pa.array([png, png, b"y", png], pa.large_binary())})
+    return {
+        "binary_snappy_v1": write(binary, compression="snappy", row_group_size=2, use_dictionary=False),
+        "struct_zstd_v2": write(hf, compression="zstd", data_page_version="2.0", use_dictionary=False),
+        "large_binary_zstd_dict": write(dictionary, compression="zstd", row_group_size=3, use_dictionary=True),
+    }
+
+
+def _data_uri_seeds(png: bytes) -> dict[str, bytes]:
+    """First byte even: the rest is the URI's text after "data:"; odd: the harness builds a URI of
+    the rest (the second byte picks header, encoding and cap); bits 4-6 of the first byte: the
+    decoder's chunk size (see fuzz_data_uri.py)."""
+    import base64
+    import urllib.parse
+    b64 = base64.b64encode(png).decode()
+    return {
+        "raw_base64": b"\x00image/png;base64," + b64.encode(),
+        "raw_percent": b"\x02image/png," + urllib.parse.quote_from_bytes(png).encode(),
+        "raw_urlsafe_unpadded": b"\x04;base64," + base64.urlsafe_b64encode(png).rstrip(b"=") + b"\n",
+        "raw_lines": b"\x00image/png;base64," + "\r\n".join(b64[i:i + 16] for i in range(0, len(b64), 16)).encode(),
+        "raw_small_cap_percent": b"\x00," + urllib.parse.quote_from_bytes(png[:24]).encode(),
+        "raw_not_image": b"\x00text/plain;base64,aGVsbG8=",
+        "raw_percent_chunk3": b"\x62image/png," + urllib.parse.quote_from_bytes(png).encode(),
+        "raw_lines_chunk1": b"\x40;base64," + "\n".join(b64[i:i + 9] for i in range(0, len(b64), 9)).encode(),
+        "built_base64": b"\x01\x00" + png,
+        "built_unpadded_chunk4": b"\x71\x90" + png[:31],
+        "built_urlsafe_small_cap": b"\x01\x48" + png,
+        "built_percent_all": b"\x01\xfd" + png[:40],
+    }
+
+
+def _animated_seeds() -> dict[str, bytes]:
+    """Tiny animations: GIFs with every disposal, transparency, local palettes, sub-rectangle
+    frames and a zero delay; WebPs lossless and lossy with alpha."""
+    import io
+
+    import numpy as np
+    from _support.imgdata import crop
+    from PIL import Image
+    a, b, c = (crop(n, 6, 8, top=60, left=160) for n in ("astronaut", "coffee", "chelsea"))
+    patched = a.copy()
+    patched[2:4, 3:6] = b[2:4, 3:6]  # a frame that differs in a sub-rectangle only
+
+    def save(frames: list[np.ndarray], fmt: str, **kw) -> bytes:
+        buf = io.BytesIO()
+        ims = [Image.fromarray(f) for f in frames]
+        if fmt == "GIF":
+            ims = [im.quantize(16) for im in ims]
+        ims[0].save(buf, fmt, save_all=True, append_images=ims[1:], **kw)
+        return buf.getvalue()
+
+    rgba = np.dstack([a, np.full(a.shape[:2], 255, np.uint8)])
+    rgba[:3, :4, 3] = 0
+    return {
+        "gif_disposals": save([a, b, c, a], "GIF", duration=[40, 0, 70, 20], disposal=[0, 1, 2, 3], loop=0),
+        "gif_subrect_transparent": save([a, patched, a], "GIF", duration=50, transparency=0, optimize=False),
+        "webp_lossless": save([a, patched, c], "WEBP", duration=[30, 60, 90], lossless=True),
+        "webp_lossy_alpha": save([rgba, rgba[::-1].copy()], "WEBP", duration=40, quality=50),
+    }
 
 
 if __name__ == "__main__":
