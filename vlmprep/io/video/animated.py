@@ -7,6 +7,16 @@ this OpenCV's FFmpeg; torchcodec uses the same demuxer), other delays as written
 frame rate is the average one, frames / total duration, as torchcodec's ``average_fps``: an
 animation with unequal delays (variable frame rate) is indexed by frame, not by time.
 Frames are Pillow's composited frames converted to RGB (alpha dropped, as FFmpeg's rgb24 output).
+
+Cost: Pillow composes every frame up to the last sampled one at full canvas size, whatever the
+frames' own sizes (a GIF of 1x1 frames on a 13000x13000 screen composes 169 M pixels per frame).
+So before any pixel is decoded the canvas is checked against ``max_source_pixels``
+(``decode._check_meta``, from the walked header: a GIF frame reaching outside its screen, which
+Pillow would grow the canvas for, is refused) and the pixels to compose, frames up to the last
+sampled one x canvas, against ``max_total_pixels``, the plan's bound on the output; the deadline
+is checked before each composed frame and each band of the conversion to RGB. Memory: the output,
+Pillow's working canvases (at most about 16 bytes per canvas pixel: libwebp's two RGBA canvases
+and the frame it hands over) and one band of rows at a time, never a whole RGB copy.
 """
 from __future__ import annotations
 
@@ -19,7 +29,7 @@ import numpy as np
 
 from ...errors import ImageError
 from .sources import positions, timed_out
-from .types import VideoMeta
+from .types import DEFAULT_MAX_VIDEO_TOTAL_PIXELS, VideoMeta
 
 __all__ = ["animation_meta", "read_animation"]
 
@@ -33,11 +43,19 @@ def _bad(fmt: str, why: str) -> ImageError:
 
 def _gif_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]:
     """(width, height, frames, delays in ms) from the GIF's blocks."""
+    w, h, delays, _ = _gif_walk(data, max_frames)
+    return w, h, len(delays), delays
+
+
+def _gif_walk(data: bytes, max_frames: int) -> tuple[int, int, list[int], tuple[int, int, int] | None]:
+    """(screen width, height, delays in ms, the first frame reaching outside the screen as
+    (index, right, bottom) or None) from the GIF's blocks."""
     if len(data) < 13:
         raise _bad("GIF", f"{len(data)} bytes (no screen descriptor)")
     w, h, flags = struct.unpack_from("<HHB", data, 6)
     pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
     delays: list[int] = []
+    outside = None
     delay = 0
     n = len(data)
     while pos < n:
@@ -51,6 +69,9 @@ def _gif_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]
         elif kind == 0x2C:  # image descriptor (9 bytes), local colour table, LZW code size
             if pos + 10 > n:
                 break
+            x, y, fw, fh = struct.unpack_from("<HHHH", data, pos + 1)
+            if outside is None and (x + fw > w or y + fh > h):
+                outside = (len(delays), x + fw, y + fh)
             packed = data[pos + 9]
             pos += 10 + (3 << ((packed & 7) + 1) if packed & 0x80 else 0) + 1
             delays.append(10 * (delay if delay >= _GIF_MIN_DELAY_CS else _GIF_DEFAULT_DELAY_CS))
@@ -64,7 +85,7 @@ def _gif_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]
             pos += 1 + size
             if not size:
                 break
-    return w, h, len(delays), delays
+    return w, h, delays, outside
 
 
 def _webp_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]:
@@ -88,8 +109,11 @@ def _webp_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]
         pos = body + size + (size & 1)
     if not delays and still:  # a still WebP: one frame (Pillow reads its size)
         from PIL import Image
-        with Image.open(io.BytesIO(data)) as im:
-            w, h = im.size
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                w, h = im.size
+        except Exception as e:  # noqa: BLE001 (as in read_animation)
+            raise _bad("WebP", f"a file Pillow cannot open ({type(e).__name__}: {e})") from e
         delays = [0]
     return w, h, len(delays), delays
 
@@ -106,27 +130,77 @@ def animation_meta(data: bytes, container: str, max_frames: int) -> VideoMeta:
                      rotation=0, codec=container.upper(), container=container)
 
 
+#: Rows per step of the conversion to RGB: about 4 M pixels (16 MB of Pillow's RGB) at a time.
+_BAND_PIXELS = 1 << 22
+
+
 def read_animation(data: bytes, meta: VideoMeta, indices: Sequence[int], out: np.ndarray,
-                   deadline: float, timeout_s: float) -> None:
-    """Frames ``indices`` of a GIF/WebP into ``out`` ``(T, H, W, 3)`` uint8 RGB (frames are visited
-    in ascending order; Pillow composes each from the ones before)."""
+                   deadline: float, timeout_s: float,
+                   max_pixels: int = DEFAULT_MAX_VIDEO_TOTAL_PIXELS) -> None:
+    """Frames ``indices`` of a GIF/WebP into ``out`` ``(T, H, W, 3)`` uint8 RGB: every frame up to
+    the last one sampled is composed, in order (Pillow composes each from the ones before), and
+    the sampled ones converted into ``out`` a band of rows at a time.
+
+    Refused before anything is decoded: composing more than ``max_pixels`` (VideoLimits.
+    max_total_pixels) canvas pixels in all, or a GIF frame reaching outside the screen. Past
+    ``deadline`` (checked per composed frame and per band) an ImageError naming ``timeout_s``;
+    whatever Pillow raises on a damaged file, an ImageError too."""
     from PIL import Image
     where = positions(indices)
     fmt = meta.container.upper()
-    with Image.open(io.BytesIO(data)) as im:
+    last = max(where)
+    composed = (last + 1) * meta.width * meta.height
+    if composed > max_pixels:
+        raise ImageError(
+            f"expected an animated {fmt} whose sampled frames need at most {max_pixels:,} composed pixels "
+            f"(VideoLimits.max_total_pixels), got frame {last} of a {meta.width}x{meta.height} (WxH) canvas: "
+            f"{last + 1:,} frames composed x {meta.width * meta.height:,} = {composed:,} (each frame is "
+            f"composed at full canvas size); sample earlier frames, re-encode it as a video (e.g. MP4), "
+            f"or raise max_total_pixels if it is trusted")
+    if meta.container == "gif":
+        outside = _gif_walk(data, last)[3]
+        if outside is not None and outside[0] <= last:
+            k, right, bottom = outside
+            raise ImageError(f"expected the GIF's frames inside its {meta.width}x{meta.height} (WxH) screen, "
+                             f"got frame {k} reaching to {right}x{bottom}; the file is corrupt or hostile: "
+                             f"re-encode it")
+    try:
+        im = Image.open(io.BytesIO(data))
+    except Exception as e:  # noqa: BLE001 (Pillow's plugins raise whatever a damaged file makes them meet)
+        raise _bad(fmt, f"a file Pillow cannot open ({type(e).__name__}: {e})") from e
+    with im:
         if im.size != (meta.width, meta.height):
             raise ImageError(f"expected a {meta.width}x{meta.height} (WxH) {fmt} as its header declares, "
                              f"Pillow reads {im.size[0]}x{im.size[1]}; the file is corrupt: re-encode it")
-        for target in sorted(where):
+        for f in range(last + 1):
             if time.monotonic() > deadline:
-                raise timed_out(f"decode frame {target}", timeout_s)
+                raise timed_out(f"compose frame {f}", timeout_s)
             try:
-                im.seek(target)
-                frame: Any = np.asarray(im.convert("RGB"))
+                im.seek(f)
+                im.load()
+                if f in where:
+                    first, *rest = where[f]
+                    _to_rgb(im, out[first], deadline, timeout_s, f)
+                    for k in rest:
+                        out[k] = out[first]
+            except (ImageError, MemoryError):
+                raise
             except EOFError as e:
-                raise ImageError(f"expected frame {target} of the {meta.total_num_frames} frames the {fmt} "
+                raise ImageError(f"expected frame {f} of the {meta.total_num_frames} frames the {fmt} "
                                  f"declares, it has fewer; the file is truncated: re-encode it") from e
-            first, *rest = where[target]
-            out[first] = frame
-            for k in rest:
-                out[k] = frame
+            except Exception as e:  # noqa: BLE001 (as at open)
+                raise _bad(fmt, f"frame {f} unreadable ({type(e).__name__}: {e})") from e
+
+
+def _to_rgb(im: Any, dst: np.ndarray, deadline: float, timeout_s: float, frame: int) -> None:
+    """Pillow's frame ``im`` -> ``dst`` ``(H, W, 3)`` uint8, as ``np.asarray(im.convert("RGB"))``
+    (a pixelwise conversion) a band of rows at a time: no whole-canvas copy beside ``dst``."""
+    w, h = im.size
+    rows = max(1, _BAND_PIXELS // w)
+    for y in range(0, h, rows):
+        if time.monotonic() > deadline:
+            raise timed_out(f"convert frame {frame}", timeout_s)
+        band = im.crop((0, y, w, min(h, y + rows)))
+        if band.mode != "RGB":
+            band = band.convert("RGB")
+        dst[y:y + band.size[1]] = np.frombuffer(band.tobytes(), np.uint8).reshape(band.size[1], w, 3)
