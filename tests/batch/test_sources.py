@@ -272,13 +272,16 @@ def test_tar_hostile(tmp_path, wds_tar):
     assert [s.id for s in got] == ["000001", "000002"]
     assert got[0].data == wds_tar.data["000001"]
     assert got[1].data is None and "damaged" in got[1].error
-    # a corrupt header in the middle: the groups before it, then one error sample for the rest
+    # a corrupt header in the middle: an error sample for its region, then the walk resumes at
+    # the next valid header (its group lost the image member: no image); every later group reads
     name, off, size = offs[6]
     hdr = off - 512
     (tmp_path / "mid.tar").write_bytes(raw[:hdr] + b"\x7f" * 512 + raw[hdr + 512:])
     got = _all(discover([str(tmp_path / "mid.tar")])[0])
-    assert [s.id for s in got] == ["000001", "000002", f"@{hdr}"]
-    assert "corrupt header" in got[-1].error and got[-1].data is None
+    assert [s.id for s in got] == ["000001", "000002", f"@{hdr}"] + wds_tar.ids[2:]
+    assert f"expected a tar header at byte {hdr:,}" in got[2].error and got[2].data is None
+    assert got[2].damaged and "no image member" in got[3].error and not got[3].damaged
+    assert all(s.data == wds_tar.data[s.id] for s in got[4:] if s.id not in wds_tar.unreadable)
     # a member over the cap
     got = _all(discover([str(wds_tar.path)], max_bytes=15_000)[0])
     assert all((s.data is None) == (s.id in wds_tar.unreadable or len(wds_tar.data[s.id]) > 15_000)

@@ -655,7 +655,16 @@ def test_error_messages_say_what_to_do():
         probe(b"\x00\x01\x02\x03garbage")
     msg = str(info.value)
     assert msg.startswith("bytes[11]: expected a JPEG/PNG/WebP/BMP/GIF/TIFF file")
-    assert "b'\\x00\\x01\\x02\\x03garb'" in msg and "pass an encoded image file" in msg
+    # what the data looks like, never its bytes (a batch error row must not carry a file's content)
+    assert "got binary data of no known image format" in msg and "pass an encoded image file" in msg
+    assert "garb" not in msg and "\\x00" not in msg
+    for data, what in ((b"root:x:0:0:root:/root:/bin/bash\n", "got text,"),
+                       (b"  <!DOCTYPE html><html>", "starts like HTML"), (b'{"error": "no"}', "like JSON"),
+                       (b"PK\x03\x04secret-in-zip", "a ZIP archive"), (b"\x1f\x8b\x08secret", "gzip"),
+                       (b"\x00\x00\x00\x18ftypisom-secret", "MP4/MOV video")):
+        with pytest.raises(ImageError, match=what) as info:
+            probe(data)
+        assert "root" not in str(info.value) and "secret" not in str(info.value), info.value
 
 
 # --------------------------------------------------------------------------

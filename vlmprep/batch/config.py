@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -60,6 +61,10 @@ class JobConfig:
         shard_size: images per output shard (the last shard of an input unit may hold fewer);
             a worker holds one shard's output in memory (a 1080p qwen2-vl image is ~50 MB in
             float32), hence 100 by default.
+        input_root: the folder that paths inside the data (list lines, parquet ``path``
+            values) must resolve under (``vlmprep.batch.sources.discover``); None: each
+            input's own folder. Kept absolute. Left out of ``to_json()`` when None, so a
+            config without it keeps the hash it had before the field existed.
 
     Invalid values raise ValueError saying expected / got / fix at construction.
     """
@@ -72,6 +77,7 @@ class JobConfig:
     overrides: tuple[tuple[str, Any], ...] = ()
     format: str = "parquet"
     shard_size: int = 100
+    input_root: str | None = None
 
     def __post_init__(self) -> None:
         from .. import backends
@@ -104,6 +110,12 @@ class JobConfig:
                 or self.shard_size < 1:
             raise ValueError(f"JobConfig: shard_size: expected a positive int (images per shard), "
                              f"got {self.shard_size!r}")
+        if self.input_root is not None:
+            if not isinstance(self.input_root, str) or not self.input_root or "\0" in self.input_root:
+                raise ValueError(f"JobConfig: input_root: expected a folder path (a non-empty str) "
+                                 f"or None, got {self.input_root!r}")
+            # absolute: workers and Ray actors may run from another folder
+            object.__setattr__(self, "input_root", os.path.abspath(self.input_root))
         object.__setattr__(self, "overrides", self._normalized_overrides(self.overrides))
         self._check_fields()
 
@@ -132,8 +144,6 @@ class JobConfig:
     def _check_fields(self) -> None:
         """The overrides name real fields with valid values (checked on the preset's pipeline;
         a checkpoint's only when it is a local path, as it is read without the hub)."""
-        import os
-
         from .. import presets
         try:
             if self.preset is not None:
@@ -161,6 +171,8 @@ class JobConfig:
         """JSON-safe dict (overrides as ``{field: value}``, lists for tuples)."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["overrides"] = {k: _thawed(v) for k, v in self.overrides}
+        if out["input_root"] is None:  # the hash of a config without it, as before the field
+            del out["input_root"]
         return out
 
     @classmethod

@@ -21,7 +21,10 @@ rest (deterministic names and bytes: a shard done but not yet listed is written 
 same), so a kill at any point and a resume give every sample exactly once. A different config
 (``JobConfig.hash``) or different inputs on resume are refused, naming the differences. A
 non-empty folder that is not a vlmprep output (no manifest.json) is never written into without
-``overwrite=True``; ``overwrite`` deletes only the old job's shards (by name) and manifest.
+``overwrite=True``; ``overwrite`` deletes only the old job's shards (the files named as the writer
+names a shard of a unit the old manifest names: one listing of the folder, so a damaged manifest
+cannot make it loop or aim elsewhere) and manifest. Every manifest read is checked first
+(``shards.check_manifest``: types, counts, sizes, names).
 Ctrl-C stops the workers, removes ``*.tmp`` and re-raises KeyboardInterrupt with the manifest
 consistent.
 """
@@ -81,7 +84,9 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
     shard (``shards.shard_name(unit.name, part, config.format)``, tmp + rename) into ``output``.
 
     Returns write_shard's info plus ``unit``, ``part``, ``reasons`` ({short reason: count} of the
-    error rows) and ``timing`` ({"process_s", "write_s"}, not stored in the manifest).
+    error rows), ``damaged`` (error rows for parts of the input that could not be read:
+    ``Sample.damaged``; a job with any is not complete) and ``timing`` ({"process_s",
+    "write_s"}, not stored in the manifest).
     ``on_images(images, tokens)`` is called after each small group of images (progress)."""
     from ..kernels.threads import get_num_threads
     from . import rows as rows_mod
@@ -91,6 +96,7 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
     t0 = time.perf_counter()
     rows: list[dict] = []
     pending: list[Any] = []
+    damaged = 0
 
     def flush() -> None:
         new = rows_mod.process_samples(proc, pending)
@@ -100,6 +106,7 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
         pending.clear()
 
     for s in unit.samples(start, start + config.shard_size):
+        damaged += bool(getattr(s, "damaged", False))
         pending.append(s)
         if len(pending) >= group:
             flush()
@@ -115,7 +122,7 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
         if r["status"] != "ok":
             key = _reason_key(r["error"])
             reasons[key] = reasons.get(key, 0) + 1
-    info.update(unit=unit.name, part=part, reasons=reasons,
+    info.update(unit=unit.name, part=part, reasons=reasons, damaged=damaged,
                 timing={"process_s": t1 - t0, "write_s": t2 - t1})
     return info
 
@@ -276,14 +283,27 @@ def _remove_tmp(output: str) -> int:
 def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: bool,
                     units_now: dict[str, dict]) -> dict | None:
     """Check ``output`` against the flags; returns the manifest to resume from, or None for a
-    fresh job (``overwrite`` has then removed the files an old manifest listed)."""
+    fresh job (``overwrite`` has then removed the old job's shards: the files named as the writer
+    names a shard of a unit its manifest names). A manifest is checked
+    (``shards.check_manifest``) before it is acted on; ``overwrite`` trusts only its unit names."""
     from . import shards
     if os.path.exists(output) and not os.path.isdir(output):
         raise ValueError(f"output: expected a folder (new or a vlmprep output), got the file "
                          f"{output!r}; pick another --output")
     os.makedirs(output, exist_ok=True)
     entries = [e for e in os.listdir(output) if not e.startswith(".")]
-    manifest = shards.read_manifest(output)
+    if overwrite and os.path.lexists(os.path.join(output, shards.MANIFEST)):
+        # the old job's shards, listed or renamed but not yet listed when it died: the files
+        # named as the writer names a shard of a unit the old manifest names. One listing of
+        # the folder; nothing else of a (possibly damaged) manifest is trusted.
+        if os.path.isdir(os.path.join(output, shards.MANIFEST)):
+            raise ValueError(f"output: expected {shards.MANIFEST} in {output!r} to be a file, got "
+                             f"a folder; remove it, or pick another --output")
+        shards.remove_job_shards(output, shards.job_units(output))
+        _remove_tmp(output)
+        os.remove(os.path.join(output, shards.MANIFEST))
+        return None
+    manifest = shards.read_manifest(output)  # checked (shards.check_manifest) before any use
     if manifest is None:
         if entries and not overwrite:
             shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
@@ -291,21 +311,6 @@ def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: boo
                              f"{shards.MANIFEST}), got {output!r} holding {len(entries)} other "
                              f"entries ({shown}); pick an empty --output, or pass --overwrite "
                              f"to write shards into it (files of other names are kept)")
-        return None
-    if overwrite:  # the old job's shards: listed, or renamed but not yet listed when it died
-        names = set(manifest.get("shards", {}))
-        for unit, info in (manifest.get("units") or {}).items():
-            parts = info.get("parts", 0) if isinstance(info, dict) else 0
-            names |= {shards.shard_name(unit, p, f) for p in range(parts) for f in shards.FORMATS}
-        for name in names:
-            if os.path.basename(name) != name:  # a damaged manifest must not aim elsewhere
-                continue
-            try:
-                os.remove(os.path.join(output, name))
-            except FileNotFoundError:
-                pass
-        _remove_tmp(output)
-        os.remove(os.path.join(output, shards.MANIFEST))
         return None
     done = len(manifest.get("shards", {}))
     state = "complete" if manifest.get("complete") else "incomplete"
@@ -330,8 +335,10 @@ def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: boo
         for k in sorted(set(units_then) | set(units_now)):
             a, b = units_then.get(k), units_now.get(k)
             if a != b:
-                diffs.append(f"{k}: {a['count'] if a else 'absent'} -> "
-                             f"{b['count'] if b else 'absent'} samples")
+                diffs.append(f"{k}: {a.get('count', '?') if a else 'absent'} -> "
+                             f"{b['count'] if b else 'absent'} samples"
+                             + (f" in {a.get('parts', '?')} -> {b['parts']} parts"
+                                if a and b and a.get("count") == b["count"] else ""))
         shown = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
         raise ValueError(f"--resume: expected the inputs of the job in {output!r}, got different "
                          f"ones ({shown}); pass the same --input, or --overwrite to redo it")
@@ -346,8 +353,22 @@ def _shard_done(output: str, name: str, info: dict) -> bool:
         return False
 
 
+def _damaged(manifest: dict, paths: dict[str, str]) -> dict[str, int]:
+    """{input path: error rows for parts of it that could not be read} over the job's shards
+    (resumed ones included; a value that is not a count counts as one)."""
+    out: dict[str, int] = {}
+    for info in manifest["shards"].values():
+        d = info.get("damaged", 0)
+        if d:
+            n = d if isinstance(d, int) and not isinstance(d, bool) and d > 0 else 1
+            where = paths.get(info.get("unit"), str(info.get("unit")))
+            out[where] = out.get(where, 0) + n
+    return out
+
+
 def _summary(manifest: dict, run_images: int, run_tokens: int, shards_written: int,
-             wall_s: float, startup_s: float | None, write_s: float, process_s: float) -> dict:
+             wall_s: float, startup_s: float | None, write_s: float, process_s: float,
+             damaged: dict[str, int]) -> dict:
     infos = manifest["shards"].values()
     reasons: dict[str, int] = {}
     for info in infos:
@@ -356,6 +377,7 @@ def _summary(manifest: dict, run_images: int, run_tokens: int, shards_written: i
     images = sum(i["count"] for i in infos)
     return {
         "output": manifest["output"], "complete": manifest["complete"],
+        "damaged": sum(damaged.values()), "damaged_inputs": damaged,
         "images": images, "processed": sum(i["ok"] for i in infos),
         "skipped": sum(i["errors"] for i in infos),
         "skipped_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -379,7 +401,8 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
 
     Args:
         inputs: folders, WebDataset ``.tar`` files, parquet files, text lists of paths
-            (``vlmprep.batch.sources.discover``; ``glob``, ``column``, ``id_column`` go there).
+            (``vlmprep.batch.sources.discover``; ``glob``, ``column``, ``id_column`` and
+            ``config.input_root`` go there).
         output: the output folder (created; see the module docstring for what it may hold).
         config: the JobConfig (processing, shard format and size).
         workers: local worker processes (engine "local"), or Ray actors (engine "ray").
@@ -391,13 +414,20 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
             ``config.device``.
         progress: a tqdm bar on stderr (None: when stderr is a terminal; ``vlmprep.progress``).
 
-    Summary keys: output, complete, images, processed (ok rows), skipped (error rows),
-    skipped_by_reason, tokens, bytes, shards (the whole job, resumed shards included); run_images,
+    Summary keys: output, complete (every shard written and every input read whole), damaged
+    (error rows for parts of inputs that could not be read: a cut or damaged tar, a damaged
+    parquet page) and damaged_inputs ({input path: those rows}), images, processed (ok rows),
+    skipped (error rows), skipped_by_reason, tokens, bytes, shards (the whole job, resumed shards
+    included); run_images,
     run_tokens, run_shards, wall_s, startup_s (until the first image was done: discovery, the
     Processor, the workers; None if nothing was done; the Ray engine reports per shard, so its
     first shard's time is included), images_per_s, tokens_per_s (over wall_s), write_fraction
     (shard writing time / reading+processing time, summed over this run's shards) for this call.
-    Bad images never stop the job: they are error rows with their reason.
+    Bad images never stop the job: they are error rows with their reason. A damaged input does
+    not stop it either (its readable samples are processed, the rest are error rows), but the
+    job then ends with ``complete`` False (manifest and summary): it could not read all of its
+    inputs. A reader that gives a part fewer or more rows than the unit's count is a JobFailed
+    naming the input.
     """
     from .. import __version__
     from .. import progress as progress_mod
@@ -425,10 +455,11 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
     # read cap bounds every sample the readers return
     proc = config.processor()
     units = sources.discover([os.fspath(i) for i in inputs], glob=glob, column=column,
-                             id_column=id_column,
+                             id_column=id_column, input_root=config.input_root,
                              max_bytes=cast("decode", proc.pipeline["decode"]).max_source_bytes)
     size = config.shard_size
     counts = {u.name: u.count() for u in units}
+    paths = {u.name: u.path for u in units}
     units_now = {u.name: {"count": counts[u.name], "parts": math.ceil(counts[u.name] / size)}
                  for u in units}
     old = _prepare_output(output, config, resume, overwrite, units_now)
@@ -485,7 +516,15 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
             process_s += timing.get("process_s", 0.0)
             if engine == "ray":  # shard granularity: the actors report nothing in between
                 on_images(info["count"], info["tokens"])
-            manifest["shards"][info.pop("name")] = info
+            name = info.pop("name")
+            want = min(size, counts[info["unit"]] - info["part"] * size)
+            if info["count"] != want:  # a reader must give every sample it counted
+                raise JobFailed(f"{paths[info['unit']]}: expected {want} rows in part "
+                                f"{info['part']} (what discover counted), got {info['count']} "
+                                f"from its reader; the input changed or lost samples (shard "
+                                f"{name} is not listed); fix the input and run again with "
+                                f"--overwrite")
+            manifest["shards"][name] = info
             written += 1
             # at most once per _RECORD_EVERY_S: a job of 10,000 shards must not rewrite its
             # manifest 10,000 times; a kill loses at most that much (redone on --resume)
@@ -504,8 +543,11 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         raise
     finally:
         bar.close()
-    manifest["complete"] = True
+    # complete: every shard written, and no part of an input that could not be read
+    damaged = _damaged(manifest, paths)
+    manifest["complete"] = not damaged
     manifest["summary"] = _summary(manifest, run_images, run_tokens, written,
-                                   time.perf_counter() - t_start, first, write_s, process_s)
+                                   time.perf_counter() - t_start, first, write_s, process_s,
+                                   damaged)
     record()
     return manifest["summary"]

@@ -1,7 +1,8 @@
 """Shards: the files of a ``vlmprep run`` output folder, written atomically, read back bit-exact.
 
 A folder holds ``manifest.json`` (``write_manifest``: the job's config, counts and per-shard
-``sha256``) and shards named ``shard_name(unit, part, fmt)`` = ``"{unit}-{part:05d}.{ext}"``.
+``sha256``; ``read_manifest`` checks it with ``check_manifest`` before anything uses it) and
+shards named ``shard_name(unit, part, fmt)`` = ``"{unit}-{part:05d}.{ext}"``.
 A shard holds the rows of ``vlmprep.batch.rows`` (one per sample, error rows included):
 
 - **parquet** (needs pyarrow): one Arrow row per sample with the columns ``ROW_COLUMNS``:
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
     from ..pack import PackedBatch
     from ..pipeline import Pipeline
 
-__all__ = ["FORMATS", "shard_name", "write_shard", "read_manifest", "write_manifest",
+__all__ = ["FORMATS", "shard_name", "write_shard", "read_manifest", "check_manifest",
+           "write_manifest", "job_units", "remove_job_shards",
            "read_shards", "read_shard_rows", "manifest_pipeline", "ShardSource", "MANIFEST",
            "ids_sha256", "file_sha256", "arrow_schema", "rows_table"]
 
@@ -53,6 +55,13 @@ SCHEMA_KEY = "vlmprep.shard_schema"
 SCHEMA_VERSION = "1"
 _ROWS_KEY = "vlmprep.rows"
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SHARD_RE = re.compile(r"^([A-Za-z0-9._-]+)-(\d{5,})\.(parquet|safetensors)$")  # shard_name's
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MAX_MANIFEST_BYTES = 256 << 20  # ~600,000 shards' entries; a larger file is not read
+_MAX_COUNT = 2**53 - 1  # JSON-exact ints: rows, tokens, samples
+_MAX_BYTES = 1 << 40  # one shard file
+_FIX = ("the manifest is damaged or was edited: rerun the job with vlmprep run ... --overwrite "
+        "(it removes only files named as its shards), or delete the folder")
 _ROW_GROUP_BYTES = 64 << 20
 _ST_DTYPES = {"float32": "F32", "bfloat16": "BF16", "uint8": "U8"}
 _ST_ITEMSIZE = {"F32": 4, "BF16": 2, "U8": 1, "I32": 4, "I64": 8}
@@ -115,28 +124,212 @@ def _replace_atomic(out_dir: Path, name: str, write) -> None:
         raise
 
 
-def read_manifest(out_dir: str | os.PathLike) -> dict | None:
-    """``out_dir/manifest.json`` as a dict; None when there is none. A manifest that is not a
-    JSON object is a ValueError (expected / got / fix)."""
-    path = Path(out_dir) / MANIFEST
+def _load_manifest(path: Path) -> Any:
+    """The parsed JSON of ``path`` (None when there is no file); bounded: a regular file of at
+    most ``MAX_MANIFEST_BYTES`` (a FIFO or /dev/zero named manifest.json is never read)."""
+    import stat
     try:
-        text = path.read_text(encoding="utf-8")
+        st = os.stat(path)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise ValueError(f"read_manifest: expected a readable {path}, got {type(e).__name__}: "
+                         f"{e}; fix its permissions, or rerun the job into a new folder") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
+        got = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"{st.st_size:,} bytes"
+        raise ValueError(f"read_manifest: expected {path} to be a regular file of at most "
+                         f"{MAX_MANIFEST_BYTES:,} bytes, got {got}; {_FIX}")
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_MANIFEST_BYTES + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"read_manifest: expected a readable UTF-8 {path}, got "
                          f"{type(e).__name__}: {e}; fix its permissions, or rerun the job into "
                          f"a new folder") from None
     try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"read_manifest: expected JSON in {path}, got a parse error ({e}); the "
                          f"file is damaged: rerun the job into a new folder (shards are not "
                          f"trusted without their manifest)") from None
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict | None:
+    """``out_dir/manifest.json`` as a dict, checked by ``check_manifest`` before anything acts
+    on it; None when there is none. A manifest that is not a JSON object, or fails a check, is a
+    ValueError naming the file and the field (expected / got / fix)."""
+    path = Path(out_dir) / MANIFEST
+    d = _load_manifest(path)
+    if d is None:
+        return None
     if not isinstance(d, dict):
         raise ValueError(f"read_manifest: expected a JSON object in {path}, got "
                          f"{type(d).__name__}; rerun the job into a new folder")
-    return d
+    return check_manifest(d, path)
+
+
+def _shard_parts(name: str) -> tuple[str, int, str] | None:
+    """``(unit, part, fmt)`` when ``name`` is exactly what ``shard_name`` makes, else None."""
+    m = _SHARD_RE.match(name)
+    if m is None or f"{int(m.group(2)):05d}" != m.group(2):
+        return None
+    return m.group(1), int(m.group(2)), m.group(3)
+
+
+def _show(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def check_manifest(manifest: dict, path: str | os.PathLike) -> dict:
+    """Check a manifest read from disk before anything acts on it; returns it unchanged.
+
+    Every field is checked when present (older and hand-made manifests may lack some): types;
+    ``format`` one of ``FORMATS``; every count, size and part number an int within bounds tied to
+    the rest (``ok + errors == count <= shard_size``, ``damaged <= count``, ``count <= bytes``
+    (a row is at least a byte), ``bytes <= 2**40``, a unit's ``parts == ceil(count / shard_size) <= count``, a shard's
+    part below its unit's ``parts``); unit names as ``shard_name`` takes them; shard names exactly
+    as ``shard_name`` makes them (no folder part, no ``..``: nothing outside the folder is named),
+    in the manifest's format; sha256 fields 64 hex digits. Unknown keys are left alone (nothing
+    reads them). Refusal: ValueError naming the file and the field (expected / got / fix).
+    """
+    def bad(field: str, expected: str, got: Any) -> ValueError:
+        return ValueError(f"read_manifest: {path} expected {expected} at {field}, got "
+                          f"{_show(got)}; {_FIX}")
+
+    def num(field: str, v: Any, hi: int = _MAX_COUNT, lo: int = 0) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise bad(field, f"an int in [{lo}, {hi}]", v)
+        return v
+
+    for key in ("vlmprep_version", "config_hash", "output"):
+        if key in manifest and not isinstance(manifest[key], str):
+            raise bad(repr(key), "a string", manifest[key])
+    for key in ("config", "pipeline", "summary"):
+        if manifest.get(key) is not None and not isinstance(manifest[key], Mapping):
+            raise bad(repr(key), "an object", manifest[key])
+    if "complete" in manifest and not isinstance(manifest["complete"], bool):
+        raise bad("'complete'", "true or false", manifest["complete"])
+    fmt = manifest.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise bad("'format'", f"one of {list(FORMATS)}", fmt)
+    inputs = manifest.get("inputs")
+    if inputs is not None and not (isinstance(inputs, list)
+                                   and all(isinstance(i, str) for i in inputs)):
+        raise bad("'inputs'", "a list of paths", inputs)
+    cfg = manifest.get("config")
+    size = cfg.get("shard_size") if isinstance(cfg, Mapping) else None
+    if size is not None:
+        size = num("'config'.'shard_size'", size, lo=1)
+    units = manifest.get("units")
+    parts: dict[str, int] = {}
+    if units is not None:
+        if not isinstance(units, Mapping):
+            raise bad("'units'", "an object of {unit name: {count, parts}}", units)
+        for unit, info in units.items():
+            if not isinstance(unit, str) or not _NAME_RE.match(unit):
+                raise bad("'units'", "unit names of letters, digits, '.', '_', '-'", unit)
+            if not isinstance(info, Mapping):
+                raise bad(f"'units'.{unit!r}", "an object {count, parts}", info)
+            count = info.get("count")
+            if count is not None:
+                num(f"'units'.{unit!r}.'count'", count)
+            if "parts" in info:
+                field = f"'units'.{unit!r}.'parts'"
+                p = num(field, info["parts"])
+                if count is not None and size is not None and p != -(-count // size):
+                    raise bad(field, f"ceil(count {count} / shard_size {size}) = "
+                              f"{-(-count // size)}", p)
+                if count is not None and p > count:  # every part holds a sample
+                    raise bad(field, f"at most count = {count}", p)
+                parts[unit] = p
+    shards = manifest.get("shards")
+    if shards is None:
+        return manifest
+    if not isinstance(shards, Mapping):
+        raise ValueError(f"read_manifest: {path} expected a 'shards' object of {{name: info}}, "
+                         f"got {type(shards).__name__}; {_FIX}")
+    for name, info in shards.items():
+        where = _shard_parts(name) if isinstance(name, str) else None
+        if where is None or (fmt is not None and where[2] != fmt):
+            exts = [fmt] if fmt is not None else list(FORMATS)
+            raise bad("'shards'", f"shard file names as the writer makes them ('{{unit}}-"
+                      f"{{part:05d}}.{{ext}}', ext in {exts}; no folder part)", name)
+        unit, part, _ = where
+        if unit in parts and part >= parts[unit]:
+            raise bad(f"'shards'.{name!r}", f"a part below the unit's {parts[unit]} parts", part)
+        if not isinstance(info, Mapping):
+            raise bad(f"'shards'.{name!r}", "an object (the shard's info)", info)
+        f = f"'shards'.{name!r}"
+        got = {k: num(f"{f}.{k!r}", info[k], _MAX_BYTES if k == "bytes" else _MAX_COUNT)
+               for k in ("count", "ok", "errors", "tokens", "bytes", "damaged")
+               if info.get(k) is not None}
+        if "count" in got:
+            if size is not None and got["count"] > size:
+                raise bad(f"{f}.'count'", f"at most shard_size = {size} rows", got["count"])
+            if "bytes" in got and got["count"] > got["bytes"]:
+                raise bad(f"{f}.'count'", f"at most its 'bytes' ({got['bytes']}): a row takes "
+                          f"at least a byte", got["count"])
+            if got.get("damaged", 0) > got["count"]:
+                raise bad(f"{f}.'damaged'", f"at most count = {got['count']}", got["damaged"])
+            if "ok" in got and "errors" in got and got["ok"] + got["errors"] != got["count"]:
+                raise bad(f"{f}.'ok' + 'errors'", f"count = {got['count']}",
+                          got["ok"] + got["errors"])
+        for k, want in (("unit", unit), ("part", part), ("name", name)):
+            if k in info and info[k] != want:
+                raise bad(f"{f}.{k!r}", f"{want!r} (from the shard's name)", info[k])
+        for k in ("sha256", "ids_sha256"):
+            v = info.get(k)
+            if v is not None and not (isinstance(v, str) and _HEX64.match(v)):
+                raise bad(f"{f}.{k!r}", "64 lowercase hex digits", v)
+        reasons = info.get("reasons")
+        if reasons is not None:
+            if not isinstance(reasons, Mapping) or not all(isinstance(k, str)
+                                                           for k in reasons):
+                raise bad(f"{f}.'reasons'", "an object of {reason: count}", reasons)
+            total = sum(num(f"{f}.'reasons'.{k!r}", v) for k, v in reasons.items())
+            if total > got.get("errors", _MAX_COUNT):
+                raise bad(f"{f}.'reasons'", f"counts summing to at most errors = "
+                          f"{got.get('errors')}", total)
+    return manifest
+
+
+def job_units(out_dir: str | os.PathLike) -> set[str]:
+    """The unit names an old job in ``out_dir`` names (its manifest's ``units`` keys and the
+    units of the shard names under ``shards``), each checked as ``shard_name`` takes it; empty
+    when the manifest is missing or unreadable. For ``--overwrite``, which must not trust the
+    rest of a damaged manifest."""
+    try:
+        d = _load_manifest(Path(out_dir) / MANIFEST)
+    except ValueError:
+        return set()
+    if not isinstance(d, dict):
+        return set()
+    found: set[str] = set()
+    units, listed = d.get("units"), d.get("shards")
+    if isinstance(units, Mapping):
+        found |= {u for u in units if isinstance(u, str) and _NAME_RE.match(u)}
+    if isinstance(listed, Mapping):
+        found |= {w[0] for w in (_shard_parts(n) for n in listed if isinstance(n, str)) if w}
+    return found
+
+
+def remove_job_shards(out_dir: str | os.PathLike, units: set[str]) -> list[str]:
+    """Remove the files of ``out_dir`` named as the writer names a shard of one of ``units``
+    (``shard_name(unit, part, fmt)``, any part and format); returns their names. The work is
+    one listing of the folder: no count from a manifest drives it, and nothing outside the
+    folder or named otherwise is touched."""
+    removed = []
+    for entry in os.listdir(out_dir):
+        where = _shard_parts(entry)
+        if where is None or where[0] not in units:
+            continue
+        try:
+            os.remove(os.path.join(out_dir, entry))
+            removed.append(entry)
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 def write_manifest(out_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> None:

@@ -11,6 +11,8 @@ Exit status: 0 the job completed (bad images are error rows with their reason, c
 summary; they never stop the job); 1 the job stopped early for another cause (a worker died, a
 shard could not be written): the manifest lists the shards done, ``--resume`` continues; 2 a
 usage error (a flag, an input, an output folder that is not ours, a changed config on resume);
+3 the job ran to its end but could not read part of an input (a cut or damaged tar, a damaged
+parquet page: error rows name each place; the manifest says ``complete: false``);
 130 interrupted (Ctrl-C: no half shard is left, ``--resume`` continues).
 """
 from __future__ import annotations
@@ -88,6 +90,11 @@ def add_parser(sub) -> None:
                    help="parquet inputs: the image column (default: auto-detected)")
     p.add_argument("--id-column", default=None, metavar="C",
                    help="parquet inputs: the id column (default: row-N ids)")
+    p.add_argument("--input-root", default=None, metavar="DIR",
+                   help="list and parquet inputs: paths inside the data (list lines, the path of "
+                        "a struct<bytes, path> value) are read only when they resolve (symlinks "
+                        "followed) under DIR; others, and anything under /proc, /dev or /sys, are "
+                        "error rows (default: each input's own folder)")
     p.add_argument("--json", action="store_true",
                    help="print the summary as JSON on stdout instead of a table")
     p.add_argument("--no-progress", action="store_true",
@@ -118,7 +125,8 @@ def job_config(args: argparse.Namespace):
     try:
         return JobConfig(preset=preset, checkpoint=checkpoint, backend=args.backend,
                          device=args.device, dtype=args.dtype, overrides=tuple(overrides.items()),
-                         format=args.format, shard_size=args.shard_size)
+                         format=args.format, shard_size=args.shard_size,
+                         input_root=args.input_root)
     except ValueError as e:
         raise UsageError(str(e).removeprefix("JobConfig: ")) from None
 
@@ -127,7 +135,9 @@ def _print_summary(s: dict) -> None:
     """The summary as aligned ``name  value`` lines under a title (then the reasons)."""
     lines = [
         ("output", s["output"]),
-        ("complete", "yes" if s["complete"] else "no"),
+        ("complete", "yes" if s["complete"] else "no" + (
+            f" ({s['damaged']} parts of inputs could not be read: "
+            f"{', '.join(s['damaged_inputs'])})" if s.get("damaged") else "")),
         ("images", s["images"]),
         ("processed", s["processed"]),
         ("skipped", s["skipped"]),
@@ -170,4 +180,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         _print_summary(summary)
+    if summary.get("damaged"):
+        print(f"vlmprep run: the job is not complete: {summary['damaged']} parts of inputs could "
+              f"not be read ({', '.join(summary['damaged_inputs'])}); their error rows name each "
+              f"place; fix or replace those inputs and run again with --overwrite", file=sys.stderr)
+        return 3
     return 0

@@ -121,6 +121,36 @@ def _probe(d) -> ProbeResult:
             f"inside the {cut} signature; {TRUNCATED}"
         )
     raise ImageError(
-        f"expected a JPEG/PNG/WebP/BMP/GIF/TIFF file; the first bytes {head[:8]!r} match none of "
-        "them; pass an encoded image file or a decoded array"
+        f"expected a JPEG/PNG/WebP/BMP/GIF/TIFF file; got {_looks_like(head)}, whose first bytes "
+        "match none of them; pass an encoded image file or a decoded array"
     )
+
+
+# Other formats told apart in the message above: (signature, offset, what it is).
+_OTHER = (
+    (b"\x1f\x8b", 0, "gzip-compressed data"),
+    (b"PK\x03\x04", 0, "a ZIP archive"),
+    (b"%PDF", 0, "a PDF document"),
+    (b"ftyp", 4, "an MP4/MOV video, not an image"),
+    (b"\x1aE\xdf\xa3", 0, "a Matroska/WebM video, not an image"),
+)
+
+
+def _looks_like(head: bytes) -> str:
+    """What data that is no image looks like, in words, never quoting its bytes: the message
+    may be stored (a batch job's error rows) and the data may be a file that must not leak."""
+    for magic, at, what in _OTHER:
+        if head[at:at + len(magic)] == magic:
+            return what
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:  # text whose last character is cut at the 16th byte is text
+        text = head[:e.start].decode("utf-8") if e.start >= len(head) - 3 else ""
+    if text and all(c.isprintable() or c in "\t\r\n" for c in text):
+        lead = text.lstrip()[:1]
+        if lead == "<":
+            return "text that starts like HTML or XML (a web page or an error page?)"
+        if lead in ("{", "["):
+            return "text that starts like JSON"
+        return "text"
+    return "binary data of no known image format"
