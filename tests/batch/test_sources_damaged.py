@@ -24,6 +24,7 @@ import sys
 import tarfile
 import textwrap
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -562,10 +563,19 @@ def test_page_headers_match_the_metadata(tmp_path, kw):
     md = pq.ParquetFile(p).metadata
     fd = os.open(p, os.O_RDONLY)
     try:
+        chunks = sources._footer_chunks(fd)  # our footer reader against pyarrow's metadata
+        assert not isinstance(chunks, str), chunks
+        assert [len(g) for g in chunks] == [md.num_columns] * md.num_row_groups
         for g in range(md.num_row_groups):
             for c in range(md.num_columns):
                 col = md.row_group(g).column(c)
-                pages = sources._chunk_pages(fd, col)
+                ours = chunks[g][c]
+                assert (ours.path, ours.num_values, ours.compressed, ours.data_at) == (
+                    col.path_in_schema, col.num_values, col.total_compressed_size,
+                    col.data_page_offset)
+                assert ours.dict_at == (col.dictionary_page_offset if col.has_dictionary_page
+                                        else None)
+                pages = sources._chunk_pages(fd, ours)
                 assert sum(nv for t, _, nv, _, _ in pages if t in (0, 3)) == col.num_values
                 assert (sum(u - c_ for _, _, _, u, c_ in pages)
                         == col.total_uncompressed_size - col.total_compressed_size), (g, c, pages)
@@ -573,3 +583,33 @@ def test_page_headers_match_the_metadata(tmp_path, kw):
         os.close(fd)
     (u,) = discover([str(p)], max_bytes=1 << 20)
     assert [s.data for s in u.samples()] == [None if i is None else i["bytes"] for i in imgs]
+
+
+def test_fuzz_found_parquet_files_are_error_rows_in_a_live_process():
+    """Four files fuzz/fuzz_parquet.py found (tests/data/parquet_fuzz): size statistics whose
+    level histograms do not match (pyarrow's metadata objects call std::terminate on them: the
+    process aborted), a row group of -19 rows (count() was negative) and a column path that is
+    not UTF-8. Read in a child process, so an abort fails this test instead of ending pytest:
+    each gives count() >= 0 samples, as many as count(), the readable rows' bytes and error rows
+    for the rest."""
+    files = sorted((Path(__file__).parents[1] / "data" / "parquet_fuzz").glob("*.parquet"))
+    assert len(files) == 4
+    code = (
+        "import json, sys\n"
+        "from vlmprep.batch.sources import discover\n"
+        "out = {}\n"
+        "for p in sys.argv[1:]:\n"
+        "    (u,) = discover([p])\n"
+        "    got = list(u.samples())\n"
+        "    out[p] = [u.count(), len(got), sum(s.data is not None for s in got),\n"
+        "              sum(s.error is not None for s in got)]\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, files)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for p, (count, n, ok, bad) in got.items():
+        assert count >= 0 and n == count == ok + bad, (p, count, n, ok, bad)
+    name = {Path(p).stem: v for p, v in got.items()}
+    assert name["negative-count"][3] >= 1  # the footer / row group disagreement is an error row
+    assert name["abort-def-histogram"][2] >= 1 and name["abort-def-histogram"][3] >= 1

@@ -1345,10 +1345,17 @@ def _parquet_resolve(path: str, column: str | None, id_column: str | None) -> st
     return resolved
 
 
+def _group_rows(md: Any) -> tuple[list[int], bool]:
+    """(rows of each row group, negative counts read as 0; whether they add up to the footer's
+    row count with none negative): a damaged footer can say -19 rows."""
+    said = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    rows = [max(0, n) for n in said]
+    return rows, sum(rows) == md.num_rows and rows == said
+
+
 def _parquet_count(unit: Unit) -> int:
-    md = _parquet_file(unit.path).metadata
-    held = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
-    return held + (held != md.num_rows)  # one error row when the footer and its row groups disagree
+    rows, agree = _group_rows(_parquet_file(unit.path).metadata)
+    return sum(rows) + (not agree)  # one error row when the footer and its row groups disagree
 
 
 def _parquet_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sample]:
@@ -1364,24 +1371,30 @@ def _parquet_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sampl
                          f"changed since discover(); run discover() again")
     cols = [unit.column] + ([unit.id_column] if unit.id_column else [])
     md = pf.metadata
-    held = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
+    group_rows, agree = _group_rows(md)
+    held = sum(group_rows)
     total = held if stop is None else min(stop, held)
     base = os.path.basename(unit.path)
     folder = os.path.dirname(unit.path)
     fd = os.open(unit.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
+        chunks: list[list[_Chunk]] | str | None = None  # the footer's column chunks, read once
         r0 = 0
-        for rg in range(md.num_row_groups):
-            n_rg = md.row_group(rg).num_rows
+        for rg, n_rg in enumerate(group_rows):
             lo, hi = max(start, r0), min(total, r0 + n_rg)
             if lo < hi:
-                yield from _row_group(pa, pf, fd, unit, rg, r0, lo, hi, cols, kind, base, folder)
+                if chunks is None:
+                    chunks = _footer_chunks(fd)
+                group = (chunks if isinstance(chunks, str) else chunks[rg] if rg < len(chunks)
+                         else f"the footer holds {len(chunks)} row groups, not {rg + 1}")
+                yield from _row_group(pa, pf, fd, unit, rg, r0, lo, hi, cols, kind, base, folder,
+                                      group, n_rg)
             r0 += n_rg
             if r0 >= total:
                 break
     finally:
         os.close(fd)
-    if held != md.num_rows and start <= held and (stop is None or stop > held):
+    if not agree and start <= held and (stop is None or stop > held):
         yield Sample(f"@row-{held}", f"{base}#{held}", None,
                      f"expected the parquet footer's row count to match its row groups, got "
                      f"{md.num_rows:,} rows in the footer and {held:,} in the row groups (all "
@@ -1390,12 +1403,15 @@ def _parquet_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sampl
 
 
 def _row_group(pa: Any, pf: Any, fd: int, unit: Unit, rg: int, r0: int, lo: int, hi: int,
-               cols: list[str], kind: str, base: str, folder: str) -> Iterator[Sample]:
+               cols: list[str], kind: str, base: str, folder: str, group: list[_Chunk] | str,
+               n_rows: int) -> Iterator[Sample]:
     """Rows lo..hi (file indices) of row group rg, which starts at row r0. Its page headers are
     read first: pyarrow decompresses a row group's pages whole, so a page over the read bound
-    (``_page_over``) makes the rows error rows without being decompressed."""
+    (``_pages_over``) makes the rows error rows without being decompressed. ``group``: the row
+    group's column chunks as the footer lists them (``_footer_chunks``), or why they could not be
+    read; ``n_rows``: its rows."""
     n = r0
-    over = _pages_over(fd, unit, pf.metadata.row_group(rg), cols, rg)
+    over = _pages_over(fd, unit, group, n_rows, cols, rg)
     if over is not None:
         rows, rest, damaged, ids_ok = over
         known = _fallback_ids(pf, unit, rg, r0, lo, hi) if ids_ok else [f"row-{k}" for k in range(lo, hi)]
@@ -1439,18 +1455,21 @@ def _page_limit(values: int, max_bytes: int) -> int:
             + _PARQUET_PAGE_SLACK + values)
 
 
-def _pages_over(fd: int, unit: Unit, md_rg: Any, cols: list[str],
+def _pages_over(fd: int, unit: Unit, group: list[_Chunk] | str, n_rows: int, cols: list[str],
                 rg: int) -> tuple[dict[int, str], str, bool, bool] | None:
     """None when every page of the columns read is within ``_page_limit``; else (row in the
     group -> error for the rows of an over page, the error of the other rows, damaged, the id
-    column may be read): a page header that does not parse is damage (every row, damaged)."""
+    column may be read): a footer or page header that does not parse is damage (every row,
+    damaged)."""
+    if isinstance(group, str):
+        return {}, (f"could not read the column chunks of row group {rg} from the parquet footer "
+                    f"({group}); the file is damaged"), True, False
     rows: dict[int, str] = {}
     first: str | None = None
     broken: str | None = None
     ids_ok = True
-    for i in range(md_rg.num_columns):
-        col = md_rg.column(i)
-        path = col.path_in_schema
+    for col in group:
+        path = col.path
         if not any(path == c or path.startswith(c + ".") for c in cols):
             continue
         is_id = bool(unit.id_column) and (path == unit.id_column
@@ -1465,7 +1484,7 @@ def _pages_over(fd: int, unit: Unit, md_rg: Any, cols: list[str],
         for ptype, v0, nv, unc, comp in pages:
             if ptype not in (0, 2, 3) or unc <= _page_limit(nv, unit.max_bytes):
                 continue
-            span = range(md_rg.num_rows) if ptype == 2 else range(v0, min(v0 + nv, md_rg.num_rows))
+            span = range(n_rows) if ptype == 2 else range(v0, min(v0 + nv, n_rows))
             what = "dictionary page" if ptype == 2 else "page"
             msg = (f"expected parquet pages within the read bound (each value at most "
                    f"{unit.max_bytes:,} bytes, max_source_bytes), got a {what} of {unc:,} bytes "
@@ -1486,15 +1505,70 @@ def _pages_over(fd: int, unit: Unit, md_rg: Any, cols: list[str],
     return rows, rest, False, ids_ok
 
 
-def _chunk_pages(fd: int, col: Any) -> list[tuple[int, int, int, int, int]]:
+@dataclass(frozen=True)
+class _Chunk:
+    """One column chunk of a row group, as the footer's ColumnMetaData says."""
+    path: str                # path_in_schema, dotted ("image.bytes")
+    num_values: int
+    compressed: int          # total_compressed_size: the chunk's bytes in the file
+    data_at: int             # data_page_offset
+    dict_at: int | None      # dictionary_page_offset, when the chunk has one
+
+
+_FOOTER_MAX = 64 << 20          # a parquet footer larger than this is damage (pyarrow's own cap is 2 GiB)
+_FOOTER_MAX_ITEMS = 1 << 22     # thrift fields and list items read from a footer, at most
+
+
+def _footer_chunks(fd: int) -> list[list[_Chunk]] | str:
+    """The column chunks of each row group, read from the file's footer (FileMetaData, thrift
+    compact), or why they cannot be. Read here, not through pyarrow's metadata objects: pyarrow
+    26 aborts the process (std::terminate, no Python exception) when a column chunk's size
+    statistics do not match its levels (found by fuzz/fuzz_parquet.py)."""
+    size = os.fstat(fd).st_size
+    tail = os.pread(fd, 8, size - 8) if size >= 12 else b""
+    if len(tail) != 8 or tail[4:] != b"PAR1":
+        return "no PAR1 footer at the end of the file"
+    n = int.from_bytes(tail[:4], "little")
+    if not 0 < n <= min(_FOOTER_MAX, size - 12):
+        return f"a footer of {n:,} bytes in a file of {size:,}"
+    try:
+        meta = _Thrift(fd, size - 8 - n, size - 8, keep=True, max_items=_FOOTER_MAX_ITEMS).struct()
+        return [[_chunk_of(c) for c in _list_of(g, 1)] for g in _list_of(meta, 4)]
+    except ValueError as e:
+        return str(e)
+
+
+def _list_of(struct: dict[int, Any], fid: int) -> list[dict[int, Any]]:
+    v = struct.get(fid)
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise ValueError(f"expected a list of structs in footer field {fid}")
+    return v
+
+
+def _chunk_of(cc: dict[int, Any]) -> _Chunk:
+    md = cc.get(3)  # ColumnChunk.meta_data
+    if not isinstance(md, dict):
+        raise ValueError("a column chunk without its metadata")
+    parts = md.get(3)
+    nums = [md.get(k) for k in (5, 7, 9)]
+    dict_at = md.get(11)
+    if (not isinstance(parts, list) or not all(isinstance(x, bytes) for x in parts)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in nums)
+            or not (dict_at is None or isinstance(dict_at, int) and not isinstance(dict_at, bool))):
+        raise ValueError("a column chunk's path, value count, size or offsets are missing or "
+                         "negative")
+    path = ".".join(x.decode("utf-8", "backslashreplace") for x in parts)
+    return _Chunk(path, nums[0], nums[1], nums[2], dict_at)  # type: ignore[arg-type]
+
+
+def _chunk_pages(fd: int, col: _Chunk) -> list[tuple[int, int, int, int, int]]:
     """(page type, first value, values, uncompressed bytes, compressed bytes) of each page of a
     column chunk, from its page headers (type 0 data, 2 dictionary, 3 data v2); ValueError
     when they do not parse or do not add up to the chunk's values."""
-    start = col.data_page_offset
-    dict_at = col.dictionary_page_offset if col.has_dictionary_page else None
-    if dict_at is not None and 0 < dict_at < start:
-        start = dict_at
-    end = start + col.total_compressed_size
+    start = col.data_at
+    if col.dict_at is not None and 0 < col.dict_at < start:
+        start = col.dict_at
+    end = start + col.compressed
     pages: list[tuple[int, int, int, int, int]] = []
     pos, values = start, 0
     while pos < end and values < col.num_values:
@@ -1522,28 +1596,30 @@ def _chunk_pages(fd: int, col: Any) -> list[tuple[int, int, int, int, int]]:
 
 class _Thrift:
     """A thrift compact-protocol reader at a file offset (pread, small reads), enough for a
-    parquet PageHeader: ints, bools and nested structs are kept, binaries / lists / maps
-    skipped; bounded by ``limit`` (the column chunk's end) and ``_THRIFT_MAX_ITEMS``."""
+    parquet PageHeader and FileMetaData: ints, bools and nested structs are kept, and with
+    ``keep`` binaries and lists too (else skipped); maps are skipped. Bounded by ``limit`` (the
+    column chunk's or footer's end) and ``max_items``."""
 
-    def __init__(self, fd: int, pos: int, limit: int) -> None:
-        self.fd, self.pos, self.limit = fd, pos, limit
+    def __init__(self, fd: int, pos: int, limit: int, keep: bool = False,
+                 max_items: int = _THRIFT_MAX_ITEMS) -> None:
+        self.fd, self.pos, self.limit, self.keep, self.max_items = fd, pos, limit, keep, max_items
         self._buf, self._at, self._items = b"", pos, 0
 
     def _byte(self) -> int:
         i = self.pos - self._at
         if not 0 <= i < len(self._buf):
             if self.pos >= self.limit:
-                raise ValueError("a page header runs past its column chunk")
+                raise ValueError("a thrift struct runs past its column chunk or footer")
             self._buf, self._at, i = os.pread(self.fd, min(4096, self.limit - self.pos), self.pos), self.pos, 0
             if not self._buf:
-                raise ValueError("the file ends inside a page header")
+                raise ValueError("the file ends inside a thrift struct")
         self.pos += 1
         return self._buf[i]
 
     def _count(self) -> None:
         self._items += 1
-        if self._items > _THRIFT_MAX_ITEMS:
-            raise ValueError(f"a page header of more than {_THRIFT_MAX_ITEMS:,} items")
+        if self._items > self.max_items:
+            raise ValueError(f"a thrift struct of more than {self.max_items:,} items")
 
     def _varint(self) -> int:
         v = shift = 0
@@ -1579,15 +1655,23 @@ class _Thrift:
             self._skip(8)
             return None
         if t == 8:
-            self._skip(self._varint())
-            return None
+            n = self._varint()
+            at = self.pos
+            self._skip(n)
+            if not self.keep:
+                return None
+            raw = os.pread(self.fd, n, at)
+            if len(raw) != n:
+                raise ValueError("the file ends inside a thrift binary")
+            return raw
         if t in (9, 10):
             h = self._byte()
             n = h >> 4 if h >> 4 != 15 else self._varint()
+            items = []
             for _ in range(n):
                 self._count()
-                self._value(h & 0x0F, depth + 1, True)
-            return None
+                items.append(self._value(h & 0x0F, depth + 1, True))
+            return items if self.keep else None
         if t == 11:
             n = self._varint()
             kv = self._byte() if n else 0
