@@ -241,3 +241,31 @@ def test_run_ray_failed_item_is_job_failed(local_ray, image_folder, tmp_path):
     not_a_folder.write_text("a file")
     with pytest.raises(run_mod.JobFailed, match=r"a Ray actor failed .*--resume.*photos part 0"):
         list(run_ray([(unit, 0)], not_a_folder, CFG))
+
+
+def test_preprocess_struct_paths_only_under_the_input_root(tmp_path, proc):
+    """A {bytes, path} struct with null bytes: its path is read only under the config's
+    input_root (as `vlmprep run` reads paths inside data); without one no path is read, and
+    /etc/passwd, /proc/self/environ and a '..' out of the root are error rows that carry none of
+    the file's bytes. A good path under the root gives the row the Processor gives its bytes."""
+    import dataclasses
+
+    from PIL import Image
+    root = tmp_path / "imgs"
+    root.mkdir()
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(root / "a.png")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("MARKER-7f3c1 not for rows\n")
+    paths = ["a.png", "/etc/passwd", "/proc/self/environ", "../secret.txt", str(secret)]
+    batch = {"image": np.array([{"bytes": None, "path": p} for p in paths], dtype=object),
+             "id": np.array([f"r{k}" for k in range(len(paths))], dtype=object)}
+    want = _expected(proc, [Sample("r0", "r0", (root / "a.png").read_bytes(), None)])["r0"]
+    for cfg, readable in ((CFG, set()), (dataclasses.replace(CFG, input_root=str(root)), {"r0"})):
+        got = _by_id(rows_from_batch(Preprocess(cfg, column="image")(batch)))
+        assert {k for k, r in got.items() if r["status"] == "ok"} == readable
+        for k, r in got.items():
+            assert "MARKER" not in (r["error"] or "") and "root:x:" not in (r["error"] or "")
+            if k not in readable:
+                assert r["error"] and ("input root" in r["error"] or "under" in r["error"]), r
+        if readable:
+            assert got["r0"] == want

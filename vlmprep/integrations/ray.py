@@ -94,24 +94,29 @@ def _require(cols: Mapping[str, Any], name: str, arg: str) -> None:
                          f"{sorted(cols)}; fix: pass {arg}=<one of them> ({hint})")
 
 
-def _read_path(path: str, max_bytes: int) -> tuple[bytes | None, str | None]:
-    """The bytes of a struct's ``path`` (when ``bytes`` is null): a regular file only (never a
-    FIFO or device, which could block or never end), at most ``max_bytes``, as the readers of
-    ``vlmprep run`` read files."""
-    from ..errors import ImageError
-    from ..io.inputs import read_image_file
-    try:
-        return read_image_file(path, max_bytes), None
-    except ImageError as e:
-        return None, f"the {{bytes, path}} struct has null bytes and its path is unusable: {e}"
+def _read_path(path: str, max_bytes: int, root: str | None) -> tuple[bytes | None, str | None]:
+    """The bytes of a struct's ``path`` (when ``bytes`` is null), read as ``vlmprep run`` reads
+    paths inside data (``batch.sources.read_data_path``): only under the config's
+    ``input_root`` (relative paths from there), never /proc, /dev or /sys, a regular file of at
+    most ``max_bytes``; with no ``input_root`` no path is read (a row names no host file)."""
+    if root is None:
+        return None, (f"expected image bytes in the {{bytes, path}} struct, got null bytes and the "
+                      f"path {path!r}; paths inside data are read only under an input root: fix: "
+                      f"set input_root in the config (JobConfig(input_root=DIR)) to the folder "
+                      f"the paths are under")
+    from ..batch.sources import read_data_path
+    data, err = read_data_path(path, root, root, max_bytes)
+    if err is not None:
+        err = f"the {{bytes, path}} struct has null bytes and its path is unusable: {err}"
+    return data, err
 
 
-def _encoded(value: Any, max_bytes: int) -> tuple[bytes | None, str | None]:
+def _encoded(value: Any, max_bytes: int, root: str | None) -> tuple[bytes | None, str | None]:
     """One cell of the image column -> (encoded bytes, None) or (None, reason).
 
     Accepted: bytes-like (object arrays of bytes, pyarrow binary), a Hugging Face ``{bytes, path}``
-    struct (a dict; ``path`` is read when ``bytes`` is null). Null is None, or NaN where
-    ``read_webdataset`` fills a group's missing member."""
+    struct (a dict; ``path`` is read, under ``root`` only, when ``bytes`` is null). Null is None,
+    or NaN where ``read_webdataset`` fills a group's missing member."""
     if hasattr(value, "as_py"):  # a pyarrow scalar
         value = value.as_py()
     if isinstance(value, Mapping):
@@ -119,7 +124,7 @@ def _encoded(value: Any, max_bytes: int) -> tuple[bytes | None, str | None]:
         if data is None:
             if not path:
                 return None, "the {bytes, path} struct has neither bytes nor a path"
-            return _read_path(str(path), max_bytes)
+            return _read_path(str(path), max_bytes, root)
         value = data
     if value is None or (isinstance(value, float) and value != value):  # read_webdataset: NaN
         return None, "no image bytes (null)"
@@ -232,7 +237,7 @@ class Preprocess:
             sources = ids
         samples = []
         for v, i, s in zip(values, ids, sources, strict=True):
-            data, err = _encoded(v, self._max_bytes)
+            data, err = _encoded(v, self._max_bytes, self.config.input_root)
             samples.append(Sample(id=i, source=s, data=data, error=err))
         rows = process_samples(self.proc, samples)
         # typed as the parquet shard (an all-None column would otherwise become Arrow null)
@@ -275,7 +280,7 @@ def plan_tokens(batch: Any, config: JobConfig | Mapping[str, Any], column: str =
     cols = _columns(batch)
     _require(cols, column, "column")
     max_bytes = int(proc.pipeline["decode"].max_source_bytes)  # type: ignore[attr-defined]
-    enc = [_encoded(v, max_bytes) for v in _values(cols[column])]
+    enc = [_encoded(v, max_bytes, _job_config(config).input_root) for v in _values(cols[column])]
     n = len(enc)
     tokens, height, width = [0] * n, [0] * n, [0] * n
     errors: list[str | None] = [e for _, e in enc]
