@@ -67,6 +67,7 @@ SAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-nam
 
 sanitize:
 	@test -x $(PY) || { echo "sanitize: no $(PY): run make venv first"; exit 1; }
+	mkdir -p $(SAN_DIR)
 	VLMPREP_SANITIZE=1 $(PY) setup.py -q build_ext --build-lib $(SAN_DIR) --build-temp $(SAN_DIR)/tmp \
 	  > $(SAN_DIR).log 2>&1 || { tail -40 $(SAN_DIR).log; exit 1; }
 	$(SAN_ENV) $(PY) -c "import vlmprep.kernels as k; assert k.available(), k.why_unavailable(); \

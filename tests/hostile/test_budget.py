@@ -259,5 +259,7 @@ def test_eight_bombs_at_once_peak_rss_bounded_by_the_budget(tmp_path):
     record("memory budget", f"eight {side}^2 PNG bombs at once: peak RSS +{grew_free >> 20} MiB "
            f"in {free['s']:.1f} s without a budget, +{grew_held >> 20} MiB in {held['s']:.1f} s "
            f"with a budget of {(one + one // 2) >> 20} MiB")
+    if os.environ.get("VLMPREP_UNDER_SANITIZER"):
+        return  # ASan's redzones and free quarantine (make sanitize) bound no peak
     assert grew_held < 2 * one + (64 << 20), grew_held  # one item's plan, with slack
     assert grew_held < grew_free / 2, (grew_held, grew_free)
