@@ -140,6 +140,10 @@ class Processor:
             video_decoder = nvdec_for(device) or "auto"  # NVDEC on the same GPU, where DALI sees it
         self.video_options, self.video_limits, self.video_decoder = _video_settings(
             pipe, video_options, video_limits, video_decoder)
+        # Every decoder an image may load lazily, loaded now, once per process (io/warm.py): a
+        # first import racing another thread's decode crashed the process, and it holds the GIL.
+        from .io.warm import warm_decoders
+        warm_decoders()
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, *, revision: str | None = None,
@@ -155,7 +159,10 @@ class Processor:
         ``huggingface_hub.hf_hub_download``). Reads transformers 4.x and 5.x spellings.
         ``kwargs`` go to ``Processor(...)`` (backend, device, dtype, errors, fetch, row_form and
         field overrides). A config not found is a ``vlmprep.errors.ConfigNotFoundError`` (a
-        FileNotFoundError and a ValueError) saying expected / got / fix.
+        FileNotFoundError and a ValueError) saying expected / got / fix; for an ``Org/Name`` that
+        is also no local folder it names the folder checked. A hub whose host does not resolve
+        (no proxy set) is not retried (huggingface_hub's back-off waits ~24 s): the cached copy
+        is used, else the error comes at once.
 
         Video options come from ``video_preprocessor_config.json`` beside it (transformers 5.x),
         else from ``preprocessor_config.json`` itself (4.x kept the video keys there; Qwen2-VL /
@@ -163,14 +170,15 @@ class Processor:
         video processor reads them (``presets._config.video_options_from_config``); None for a
         family without video.
         """
-        cfg_path = _config_file(path, revision=revision, cache_dir=cache_dir,
-                                local_files_only=local_files_only, token=token)
+        # local_only: the hub is not asked again (for the video config) once it proved unreachable
+        cfg_path, local_only = _config_file(path, revision=revision, cache_dir=cache_dir,
+                                            local_files_only=local_files_only, token=token)
         cfg = presets.load_config(cfg_path)
         pipe = presets.from_config(cfg)
         if "video_options" not in kwargs:
             from .presets._config import video_options_from_config
             video_cfg = _video_config(path, cfg_path, revision=revision, cache_dir=cache_dir,
-                                      local_files_only=local_files_only, token=token)
+                                      local_files_only=local_only, token=token)
             kwargs["video_options"] = video_options_from_config(pipe, video_cfg or cfg)
         return cls(pipe, **kwargs)
 
@@ -440,10 +448,39 @@ def _overrides(pipe: Pipeline) -> list[tuple[str, Any]]:
     return out
 
 
+def _hub_unreachable(endpoint: str, timeout_s: float = 3.0) -> str | None:
+    """Why the hub at ``endpoint`` cannot be reached (its host name does not resolve), else None
+    (it resolves, a proxy is set and resolves names for us, or the lookup is still running after
+    ``timeout_s``). huggingface_hub retries a failed connection five times with back-off, about
+    24 s, before it reports it: this one lookup answers at once."""
+    import socket
+    import threading
+    import urllib.parse
+    import urllib.request
+    host = urllib.parse.urlsplit(endpoint).hostname
+    if not host or urllib.request.getproxies():
+        return None
+    out: list[OSError] = []
+
+    def look() -> None:
+        try:
+            socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+        except OSError as e:
+            out.append(e)
+
+    t = threading.Thread(target=look, name="vlmprep-hub-lookup", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive() or not out or not isinstance(out[0], socket.gaierror):
+        return None
+    return f"{host} does not resolve: {out[0].strerror or out[0]}"
+
+
 def _config_file(path: str | os.PathLike, *, revision: str | None,
                  cache_dir: str | os.PathLike | None, local_files_only: bool,
-                 token: str | bool | None) -> Path:
-    """A local folder / json file as is; a hub repo id -> the cached or downloaded file."""
+                 token: str | bool | None) -> tuple[Path, bool]:
+    """A local folder / json file as is; a hub repo id -> the cached or downloaded file. Also
+    whether later hub lookups must stay in the cache (asked, or the hub is unreachable)."""
     p = Path(path)
     name = os.fspath(path)
     if p.exists() or not isinstance(name, str) or not _REPO_ID.match(name) \
@@ -453,7 +490,7 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
                 f"expected a checkpoint folder holding preprocessor_config.json, the json file "
                 f"itself, or a hub repo id 'Org/Name', got {name!r} (no such file or folder); "
                 f"check the path (vlmprep never downloads for a local path)")
-        return p
+        return p, local_files_only
     try:
         from huggingface_hub import constants, hf_hub_download
         from huggingface_hub import errors as hub_errors
@@ -463,15 +500,19 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
             f"got repo id {name!r} and no huggingface_hub; pip install huggingface_hub, or "
             f"download the checkpoint and pass its folder") from e
     offline = local_files_only or constants.is_offline_mode()
+    # Unreachable: the cache only (as hf_hub_download itself falls back to it), without its retries
+    down = None if offline else _hub_unreachable(constants.ENDPOINT)
     where = "the local cache (offline: HF_HUB_OFFLINE=1 or local_files_only)" if offline \
-        else "the Hugging Face Hub"
+        else f"the Hugging Face Hub ({constants.ENDPOINT})"
     cache = os.fspath(cache_dir) if cache_dir is not None else constants.HF_HUB_CACHE
     rev = f" at revision {revision!r}" if revision else ""
+    get = f"hf download {name} preprocessor_config.json" + (f" --revision {revision}" if revision
+                                                            else "")
     try:
         return Path(hf_hub_download(name, "preprocessor_config.json", revision=revision,
                                     cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-                                    local_files_only=local_files_only,
-                                    token=token))
+                                    local_files_only=local_files_only or down is not None,
+                                    token=token)), local_files_only or down is not None
     except hub_errors.GatedRepoError as e:
         got, fix = "a gated repo", "accept its terms on the hub and pass token= (or log in)"
         err: Exception = e
@@ -487,10 +528,13 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
         got, fix = f"no revision {revision!r}", "check revision="
         err = e
     except hub_errors.EntryNotFoundError as e:  # remote: not in the repo; local: not cached
-        if offline or isinstance(e, FileNotFoundError):
+        if down is not None:
+            got = f"the hub unreachable ({down}) and no cached copy in {cache}"
+            fix = (f"check the network (HF_ENDPOINT, HTTPS_PROXY), or download it where the hub "
+                   f"is reachable ({get}), or pass a local checkpoint folder")
+        elif offline or isinstance(e, FileNotFoundError):
             got = f"no cached copy in {cache}"
-            fix = (f"download it once online (huggingface-cli download {name} "
-                   f"preprocessor_config.json), or pass a local checkpoint folder")
+            fix = f"download it once online ({get}), or pass a local checkpoint folder"
         else:
             got, fix = "a repo without preprocessor_config.json", \
                 "check that it is a vision-language checkpoint, or pass a local config"
@@ -499,9 +543,11 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
         got, fix = f"{type(e).__name__}: {e}".splitlines()[0][:200], \
             "check the network, or set HF_HUB_OFFLINE=1 with a cached copy, or pass a local folder"
         err = e
+    # "Org/Name" is a relative path too: say that no such folder was found either
     raise ConfigNotFoundError(
-        f"expected preprocessor_config.json of hub repo {name!r}{rev} from {where}, got {got}; "
-        f"{fix}") from err
+        f"expected preprocessor_config.json of hub repo {name!r}{rev} from {where}, or a local "
+        f"checkpoint folder {name!r}, got {got}, and no local folder {os.path.abspath(name)} "
+        f"(it does not exist); fix: {fix}") from err
 
 
 def _with_source(p: ImagePlan, desc: str) -> ImagePlan:

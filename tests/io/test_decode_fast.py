@@ -8,6 +8,7 @@ import io
 
 import numpy as np
 import pytest
+import torchvision.io  # noqa: F401  (the torch backend loads it; the fast path uses it only then)
 from _support.imgdata import crop, encode, with_exif_orientation
 from PIL import Image
 

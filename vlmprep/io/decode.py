@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ImageError
 from ..ops import DEFAULT_MAX_DECODE_BYTES, DEFAULT_MAX_SOURCE_BYTES
+from . import warm
 from .inputs import Source
 
 if TYPE_CHECKING:
@@ -349,9 +350,12 @@ def _decode_16bit(data: bytes) -> "np.ndarray":
     Pillow reads 16-bit RGB by dropping the low byte; OpenCV keeps all 16 bits. OpenCV's
     uint16 array is scaled a strip at a time into the output (no whole-image uint32 copies).
     """
-    import cv2
     import numpy as np
     from PIL import Image
+    cv2 = warm.cv2()  # loaded once, before any thread decodes (io/warm.py): never here
+    if cv2 is None:
+        raise ValueError("OpenCV (cv2) is not importable here; it reads 16-bit samples: pip "
+                         "install opencv-python-headless")
     a = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)  # no EXIF rotation
     if a is None or a.dtype != np.uint16:
         raise ValueError("OpenCV could not read the 16-bit samples")
@@ -405,20 +409,25 @@ def _decode_jpeg_kernel(data: bytes, src: Source) -> "np.ndarray | None":
 
 def _decode_jpeg_fast(data: bytes) -> "np.ndarray | None":
     """8-bit YCbCr / gray JPEG -> uint8 ``(H, W, 3)`` with torchvision's libjpeg-turbo, EXIF
-    orientation applied; None when it cannot (then Pillow decodes and reports errors).
+    orientation applied; None when it cannot, or when torchvision's image io is not loaded in
+    this process (``warm.warm_decoders`` loads it where torchvision is): then Pillow decodes and
+    reports errors.
 
     Same library and settings as Pillow's decoder (islow DCT, fancy upsampling), so the same
     pixels (tests/io/test_decode_fast.py), without Pillow's 4-byte RGB to 3-byte copy (~2x).
     """
+    import sys
     import warnings
+    if "torchvision.io" not in sys.modules:  # loaded by warm.warm_decoders or not at all: a
+        return None                          # first import in an image thread is not safe
     try:
         import torch
+        from torchvision.io import ImageReadMode, decode_jpeg
         with warnings.catch_warnings():  # torchvision 0.29 deprecates its image io (still here)
             warnings.simplefilter("ignore", DeprecationWarning)
-            from torchvision.io import ImageReadMode, decode_jpeg
             t = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
                             mode=ImageReadMode.RGB, apply_exif_orientation=True)
-    except Exception:  # not installed, CMYK, corrupt or truncated: Pillow's path decides
+    except Exception:  # CMYK, corrupt or truncated: Pillow's path decides
         return None
     return t.permute(1, 2, 0).numpy()  # decode_jpeg's CHW is a view of HWC memory
 
@@ -449,11 +458,13 @@ def _decode_png_fast(data: bytes) -> "np.ndarray | None":
         if ctype[:1].islower() and zlib.crc32(data[pos + 4:pos + 8 + length]) != \
                 struct.unpack_from(">L", data, pos + 8 + length)[0]:
             return None
+    cv2 = warm.cv2()  # loaded once, before any thread decodes (io/warm.py): never here
+    if cv2 is None:
+        return None
     try:
-        import cv2
         out = cv2.imdecode(np.frombuffer(data, np.uint8),
                            cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION)
-    except Exception:  # not installed, too old (no IMREAD_COLOR_RGB), refused: Pillow decides
+    except Exception:  # too old (no IMREAD_COLOR_RGB), refused: Pillow decides
         return None
     return out if out is not None and out.ndim == 3 and out.shape[2] == 3 else None
 
@@ -463,6 +474,7 @@ def encoded_bytes(src: Source, op: "ops.decode | None" = None) -> bytes:
     ``op.max_decode_bytes``, at most ``op.max_source_bytes`` read, ``check_structure`` passed.
     Raises ImageError (with ``src.desc``)."""
     assert src.header is not None  # an "encoded" Source always carries its probe header
+    warm.ensure()  # every decoder (kernels included) loaded before this thread runs one
     try:
         check_decode_cost(src.header, op.max_decode_bytes if op else DEFAULT_MAX_DECODE_BYTES)
         data = read_bytes(src, op.max_source_bytes if op else DEFAULT_MAX_SOURCE_BYTES)
@@ -518,6 +530,7 @@ def decode(src: Source, fast: bool = False, op: "ops.decode | None" = None) -> "
     Raises ImageError (with the decoder's message as cause) for corrupt or truncated data.
     """
     import numpy as np
+    warm.ensure()  # every decoder loaded before this thread runs one (io/warm.py)
     if src.kind == "array":
         return np.ascontiguousarray(src.item)
     if src.kind == "tensor":

@@ -62,6 +62,32 @@ class _Request:
         return len(self.items)
 
 
+def _set_up(proc: Processor, *pools: ThreadPoolExecutor) -> None:
+    """A Batcher's set-up, on a planning thread when it is made, so that neither its first
+    request nor its event loop waits on it: every lazily loaded decoder (``io.warm``: a first
+    import holds the GIL, 150-350 ms for OpenCV, Pillow's plugins and the kernels, and stalled
+    the loop that long), the batcher's threads and the backend's image threads started (a thread
+    started from the loop blocks it until the thread runs), and one small array planned and run
+    through the backend (its first-use costs; CUDA's context on a GPU). Never raises."""
+    try:
+        import numpy as np
+
+        from ..backends.base import image_pool
+        from ..io.warm import warm_decoders
+        from ..kernels import get_num_threads
+        for pool in pools:
+            with contextlib.suppress(RuntimeError):  # closed already: nothing to start
+                pool.submit(int)  # starts its (next) thread now
+        warm_decoders()
+        n = get_num_threads()
+        if n > 1 and proc.device.startswith("cpu"):
+            list(image_pool(n).map(int, range(n)))
+        proc.execute(*proc.prepare([np.zeros((64, 64, 3), np.uint8)]))
+    except Exception:  # noqa: BLE001 (an optimization: the requests report their own failures)
+        log.warning("vlmprep.serve: the batcher's set-up failed; requests set up on first use",
+                    exc_info=True)
+
+
 def _check_count(name: str, value: Any, optional: bool = False) -> None:
     if optional and value is None:
         return
@@ -88,7 +114,9 @@ class Batcher:
             PackedBatch | None`` and ``put(key, batch)`` (e.g. ``vlmprep.cache.OutputCache``),
             consulted per image on the worker thread (hashing never runs on the event loop).
 
-    Use one Batcher per event loop (it binds to the loop of its first ``submit``).
+    Use one Batcher per event loop (it binds to the loop of its first ``submit``). Its set-up
+    begins on a thread when it is made, never on the loop (``start``: await it at server
+    start-up, or let the first ``submit`` wait for it).
     ``submit`` returns the same PackedBatch ``proc(images)`` would return for that request
     alone: its own rows only, ``image_index`` and ``errors`` keyed by request-local indices.
     """
@@ -126,6 +154,9 @@ class Batcher:
         # Probing and planning run here, never on the event loop (a hostile header can take
         # seconds), and not on the worker (a request's plan must not wait behind a batch).
         self._planner = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vlmprep-plan")
+        # The set-up, begun now on a planning thread (never on the loop): the first submit
+        # awaits it (``start``), so no request and no loop tick waits on a first import.
+        self._ready = self._planner.submit(_set_up, self._proc, self._planner, self._executor)
         self._admitting = 0  # submits between their closed-check and their enqueue
         self._stream: Any = None  # the worker's torch.cuda.Stream, made on first use in the worker
         self._queue: deque[_Request] = deque()
@@ -178,6 +209,8 @@ class Batcher:
         t0 = loop.time()
         self._admitting += 1
         try:
+            if not self._ready.done():  # the set-up: awaited on a thread, never run on the loop
+                await self.start()
             # Probe + plan once, off the loop: the token count cuts batches before anything
             # queues, header errors come before any decode (as proc() itself raises them), and
             # the worker later runs these very sources and plans (no second probe).
@@ -220,7 +253,19 @@ class Batcher:
         self._executor.shutdown(wait=False)
         self._planner.shutdown(wait=False)
 
+    async def start(self) -> None:
+        """Wait for the set-up this Batcher began, on a thread, when it was made: every decoder
+        an image may load lazily loaded (``vlmprep.io.warm``), the batcher's and the backend's
+        threads started, one small image planned and run (the backend's first-use costs; on a
+        GPU, its context). Optional: the first ``submit`` waits for it too; await it (or use
+        ``async with``) at server start-up so that no request does. The event loop keeps
+        running meanwhile. A set-up failure is logged, not raised (requests report their own).
+        """
+        # shielded: a cancelled waiter must not cancel the set-up for the others
+        await asyncio.shield(asyncio.wrap_future(self._ready))
+
     async def __aenter__(self) -> "Batcher":
+        await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

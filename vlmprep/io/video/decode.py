@@ -88,6 +88,8 @@ def _stream_size(stream: Any) -> int:
 
 def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
          decoder: str) -> tuple[VideoMeta, np.ndarray | None]:
+    from .. import warm
+    warm.ensure()  # OpenCV, Pillow's plugins, kernels: loaded once, before this thread decodes
     v: Video = as_video(video)
     lim = limits_of(limits)
     kind = kind_of(v.source)
@@ -113,7 +115,7 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             if indices is None:
                 return meta, None
             out = _alloc(meta, indices, lim)
-            animated.read_animation(data, meta, indices, out, deadline, lim.timeout_s)
+            animated.read_animation(data, meta, indices, out, deadline, lim.timeout_s, lim.max_total_pixels)
             return meta, out
         if decoder.startswith("dali"):
             return _run_dali(stream, container, size, lim, indices, decoder, deadline)
