@@ -26,8 +26,10 @@ native there; on CUDA it resizes in float) and the result is moved to the Proces
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..budget import process_budget, video_bytes
 from ..errors import ImageError
 
 if TYPE_CHECKING:
@@ -221,14 +223,12 @@ def run_video(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
     the item) when decoding fails, or when the process's memory budget (``vlmprep.budget``)
     refuses its planned bytes or has no room for them within its ``timeout_s``; the plan must
     have no error."""
-    from ..budget import process_budget, video_bytes
     if plan.error is not None:
         raise plan.error
     # the video's planned bytes, held from the process's memory budget until its rows are made;
     # the wait counts against its timeout_s
     with process_budget().acquire(video_bytes(plan), limits.timeout_s, "this video") as hold:
         if hold.waited_s > 0:
-            from dataclasses import replace
             limits = replace(limits, timeout_s=max(limits.timeout_s - hold.waited_s, 1e-3))
         return _decoded_rows(video, plan, pipeline, dtype, limits, decoder)
 
