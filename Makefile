@@ -51,13 +51,14 @@ fuzz-short: venv $(FUZZ_STAMP)
 	$(PY) fuzz/run.py --seconds 42
 
 # The kernels built with AddressSanitizer + UBSan into build/sanitize (the package's own library
-# is left alone; VLMPREP_KERNELS_DIR loads this one), then the kernel tests (and tests/hostile
+# is left alone; VLMPREP_KERNELS_DIR loads this one), then the kernel tests, the first-use thread
+# stress (tests/io/test_first_use.py: fresh processes racing every decoder) (and tests/hostile
 # when present; SANITIZE_TESTS to choose, SANITIZE_ARGS for more pytest arguments) under it, with
 # libasan preloaded into Python. Any ASan report or UBSan finding fails the run. Memory is not
 # a guarantee under ASan (redzones, a 256 MiB free quarantine): VLMPREP_UNDER_SANITIZER=1 tells
 # tests with peak-memory bounds to skip those bounds.
 SAN_DIR        := build/sanitize
-SANITIZE_TESTS ?= tests/kernels $(wildcard tests/hostile)
+SANITIZE_TESTS ?= tests/kernels $(wildcard tests/hostile) tests/io/test_first_use.py
 SANITIZE_ARGS  ?=
 # libstdc++ preloaded too: loaded later (by torch), ASan's __cxa_throw interceptor finds no real one.
 SAN_ENV = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
