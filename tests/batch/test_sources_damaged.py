@@ -613,3 +613,21 @@ def test_fuzz_found_parquet_files_are_error_rows_in_a_live_process():
     name = {Path(p).stem: v for p, v in got.items()}
     assert name["negative-count"][3] >= 1  # the footer / row group disagreement is an error row
     assert name["abort-def-histogram"][2] >= 1 and name["abort-def-histogram"][3] >= 1
+
+
+def test_pax_record_without_a_length_is_malformed_not_a_hang():
+    """A pax header whose second record has no "LEN " prefix (fuzz/fuzz_tar.py found it:
+    tests/data/tar_fuzz): the record parser read its length as 0 and never moved on, so
+    discover() hung. Now the pax header is malformed (its member an error row) and the walk goes
+    on. In a child process with a time limit, so a hang fails this test instead of the suite."""
+    tar = Path(__file__).parents[1] / "data" / "tar_fuzz" / "pax_record_without_length.tar"
+    code = ("import sys\nfrom vlmprep.batch.sources import discover\n"
+            "(u,) = discover([sys.argv[1]])\ngot = list(u.samples())\n"
+            "assert len(got) == u.count() > 0, (len(got), u.count())\n"
+            "print(sum(s.error is not None for s in got))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tar)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) >= 1  # the damaged pax header is reported
+    assert sources._pax_records(b"6 a=b\n" + b"x" * 30 + b"\n") is None
+    assert sources._pax_records(b"6 a=b\n8 k=val\n\0\0") == {"a": "b", "k": "val"}

@@ -725,7 +725,9 @@ def _pax_records(raw: bytes) -> dict[str, str] | None:
     i = 0
     while i < len(raw) and raw[i] != 0:
         sp = raw.find(b" ", i, i + 21)
-        n = int(raw[i:sp]) if sp > i and raw[i:sp].isdigit() else 0
+        if sp <= i or not raw[i:sp].isdigit():  # no length: malformed (n = 0 never moved i on)
+            return None
+        n = int(raw[i:sp])
         if n <= sp - i + 1 or i + n > len(raw) or raw[i + n - 1] != 0x0A:
             return None
         key, eq, value = raw[sp + 1:i + n - 1].partition(b"=")
