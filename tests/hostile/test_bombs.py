@@ -114,7 +114,9 @@ def test_85_byte_gif_on_13000_canvas_refused_before_composing():
         decode_frames(data, [2], VideoLimits(max_source_pixels=1 << 24))
     assert "expected" in str(e.value) and "raise max_source_pixels" in str(e.value)
     t = time.monotonic()
-    with pytest.raises(ImageError, match=r"compose frame \d within 0.01 s \(VideoLimits.timeout_s\)"):
+    # on a quiet machine the deadline falls while composing ("compose frame N"); a loaded one can
+    # pass it earlier ("be read"): either way well before the three 13000^2 frames are composed
+    with pytest.raises(ImageError, match=r"within 0.01 s \(VideoLimits.timeout_s\)"):
         decode_frames(data, [2], VideoLimits(timeout_s=0.01))
     assert time.monotonic() - t < 5
 
