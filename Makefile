@@ -108,6 +108,14 @@ gpu-check-dry: venv
 # (CI's pins) into a fresh venv, its kernels load, `vlmprep info` reports them and the torch
 # backend gives the reference's output; then `pip install --no-build-isolation .` in that venv.
 # Opt-in in `make test` (VLMPREP_WHEEL_TEST): two kernel builds and a venv with torch, minutes.
+# Opt-in stress runs (tests marked `stress`, skipped by `make test` to keep it under 15 minutes on
+# 2 cores): the first-use thread race in 16 fresh processes beside CPU burners, the budget's and
+# the animations' peak-memory runs, the docs' Ray Data example on 2 CPUs. Once per change that
+# touches decoders, the budget or the batch engines; a few minutes.
+.PHONY: stress
+stress: venv
+	VLMPREP_STRESS=1 VLMPREP_STRESS_PROCESSES=16 $(PY) -m pytest -q -p no:cacheprovider -m stress -rA tests
+
 .PHONY: wheel-check
 wheel-check: venv
 	VLMPREP_WHEEL_TEST=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/test_wheel.py

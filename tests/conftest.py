@@ -3,6 +3,8 @@
 Markers: gpu (needs CUDA), dali (needs nvidia-dali), hf (needs transformers as the oracle),
 slow (long: the hostile corpus, the batcher soak, real bench runs). Slow tests are in the default
 suite; ``pytest -m "not slow"`` leaves them out for a quick run, ``-m slow`` runs only them.
+stress (opt-in, ``make stress``: thread races beside CPU burners, peak-memory runs, the docs' Ray
+example): skipped unless VLMPREP_STRESS=1, so the default suite stays under 15 minutes on 2 cores.
 Random tests take the ``seed`` fixture (one seed per run, printed in the header;
 VLMPREP_TEST_SEED replays it). Figures a test measured (tests/_support/figures.py ``record``)
 are printed in the terminal summary. Shared helpers (test photos and encoders, the seed, the
@@ -11,6 +13,7 @@ figures) live in tests/_support/.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 from _support import figures
@@ -21,6 +24,7 @@ MARKERS = {
     "dali": "needs nvidia-dali importable",
     "hf": "needs transformers (the oracle)",
     "slow": "long-running",
+    "stress": "opt-in stress / peak-memory run (make stress, VLMPREP_STRESS=1)",
 }
 
 
@@ -66,7 +70,9 @@ def _has(mod: str) -> str | None:
 
 _SKIP = {"gpu": _cuda,
          "dali": lambda: _has("nvidia.dali") if _has("nvidia") is None else "nvidia-dali is not installed",
-         "hf": lambda: _has("transformers")}
+         "hf": lambda: _has("transformers"),
+         "stress": lambda: None if os.environ.get("VLMPREP_STRESS") else "opt-in: make stress "
+                                                                        "(VLMPREP_STRESS=1)"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -276,7 +276,7 @@ RAY_INIT = ('ray.init(address="local", num_cpus=2, include_dashboard=False, '
             'log_to_driver=False)')
 
 
-@pytest.mark.slow
+@pytest.mark.stress
 def test_ray_data_example_runs_on_two_cpus(tmp_path):
     """(f) The Preprocess example of docs/how-to/batch.md, as written, on a 2-CPU Ray: it hung
     (an actor pool of 2 left no CPU for the read and write tasks). ~30 s, 1.5 GB: slow."""

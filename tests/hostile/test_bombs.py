@@ -165,7 +165,7 @@ def test_gif_frame_outside_its_screen_refused_before_composing():
         decode_frames(data, [2])
 
 
-@pytest.mark.slow
+@pytest.mark.stress
 def test_peak_memory_of_the_animation_repros():
     """Peak RSS of each repro in a fresh process: the refusals allocate nothing; the 85-byte GIF
     with the defaults (3 frames of 13000x13000 are a legal plan: 1.5 GB of output) peaks at its

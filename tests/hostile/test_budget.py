@@ -2,7 +2,7 @@
 at once hold their planned bytes from one budget, so N items never plan more than it between
 them; an item over the whole budget is refused; a waiting item gives up at its deadline; the
 pixels are the same with or without a budget. The peak-RSS measurement of eight decode bombs at
-once runs in child processes (slow)."""
+once runs in child processes (opt-in: make stress)."""
 from __future__ import annotations
 
 import io
@@ -240,7 +240,7 @@ print(json.dumps({"base": base, "peak": hwm(),
 """
 
 
-@pytest.mark.slow
+@pytest.mark.stress
 def test_eight_bombs_at_once_peak_rss_bounded_by_the_budget(tmp_path):
     """Eight legal PNGs of 4000^2 (one colour plane each: ~50 KB files, 112 MB planned decode
     each), processed at once on eight image threads, in a child process each way."""
