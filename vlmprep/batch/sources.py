@@ -119,7 +119,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ImageError
-from ..io.inputs import read_image_file, stat_image_file
+from ..io.inputs import read_at_most, read_image_file, stat_image_file
 from ..ops import DEFAULT_MAX_SOURCE_BYTES
 
 __all__ = ["Sample", "Unit", "discover", "read_data_path", "KINDS", "IMAGE_EXTENSIONS",
@@ -477,24 +477,18 @@ def read_data_path(given: str, folder: str, root: str,
             return None, (f"expected a regular image file at {given!r}, got another kind of file "
                           f"(swapped in after the check); pass a regular file")
         os.set_blocking(fd, True)  # a regular file: plain reads
-        parts: list[bytes] = []
-        n = 0
-        while n <= max_bytes:  # short reads (network FS) until the end or past the cap
-            chunk = os.read(fd, min(max_bytes + 1 - n, 1 << 24))
-            if not chunk:
-                break
-            parts.append(chunk)
-            n += len(chunk)
+        with os.fdopen(fd, "rb", buffering=0, closefd=False) as f:
+            out = read_at_most(f, max_bytes)
     except OSError as e:
         return None, (f"expected a readable image file at {given!r}, got {type(e).__name__}: "
                       f"{e.strerror}; check the file and its file system")
     finally:
         os.close(fd)
-    if n > max_bytes:
+    if len(out) > max_bytes:
         return None, (f"expected an image file of at most {max_bytes:,} bytes "
                       f"(max_source_bytes), got more at {given!r} (it grew while read); pass a "
                       f"smaller image, or raise max_source_bytes if the files are trusted")
-    return b"".join(parts), None
+    return out, None
 
 
 # -- folder --------------------------------------------------------------------------------------

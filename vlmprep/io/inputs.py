@@ -548,20 +548,29 @@ def open_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES):
         raise
 
 
+def read_at_most(f: Any, max_bytes: int) -> bytes:
+    """The bytes of binary file ``f`` from its position to its end, or its first ``max_bytes + 1``
+    when it holds more (the caller refuses those): reads again after a short read (network FS)."""
+    parts: list[bytes] = []
+    n = 0
+    while n <= max_bytes:
+        chunk = f.read(min(max_bytes + 1 - n, 1 << 24))
+        if not chunk:
+            break
+        parts.append(chunk)
+        n += len(chunk)
+    return b"".join(parts)
+
+
 def read_image_file(path: Any, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
     """The bytes of a regular image file, at most ``max_bytes`` (a file that grew past it
     after the stat is an ImageError too, found after reading ``max_bytes + 1``)."""
     with open_image_file(path, max_bytes) as f:
         try:
-            data = f.read(max_bytes + 1)
-            parts = [data]
-            while data and sum(map(len, parts)) <= max_bytes:  # short reads (network FS)
-                data = f.read(max_bytes + 1 - sum(map(len, parts)))
-                parts.append(data)
+            out = read_at_most(f, max_bytes)
         except OSError as e:
             raise ImageError(f"expected a readable file, got {type(e).__name__}: {e.strerror}; "
                              f"check the file and its file system") from e
-    out = b"".join(parts)
     if len(out) > max_bytes:
         raise _too_big(len(out), max_bytes, "or more in a file that grew while read")
     return out
