@@ -3,6 +3,7 @@
     .venv/bin/python fuzz/run.py --seconds 900             # make fuzz (FUZZ_SECONDS)
     .venv/bin/python fuzz/run.py --seconds 42              # make fuzz-short (CI)
     .venv/bin/python fuzz/run.py --seconds 60 --only probe
+    .venv/bin/python fuzz/run.py --seconds 7200 --only parquet --executions 1000000  # stop at 1M
 
 The budget is split evenly over the harnesses (probe, pipeline, kernels, tar, parquet, data_uri,
 animated). Each runs on its growing corpus fuzz/corpus/<name>/ (gitignored) plus the committed
@@ -14,7 +15,8 @@ other than the harness's clean ones, a signal, an input over -timeout seconds or
 log beside it, and printed with the command that replays it. Inputs slower than 10 s but under
 the timeout (libFuzzer's slow-unit-*) are listed, not counted as failures; so is an out-of-memory
 stop whose input then runs alone within the limit (the fuzzing process grew, not the input's work:
-the run restarts). The figures go to
+the run restarts). With --executions N a harness stops once it has run N inputs (libFuzzer's
+-runs, carried over restarts) or its time is spent, whichever comes first. The figures go to
 fuzz/crashes/last_run.json. Exit status 1 when anything crashed.
 """
 from __future__ import annotations
@@ -74,7 +76,7 @@ def _replays(python: str, script: str, art: str) -> bool:
     return p.returncode == 0
 
 
-def run_one(name: str, seconds: float, python: str) -> dict:
+def run_one(name: str, seconds: float, python: str, executions: int = 0) -> dict:
     max_len, timeout = HARNESSES[name]
     corpus = os.path.join(HERE, "corpus", name)
     seeds = os.path.join(HERE, "seeds", name)
@@ -87,12 +89,14 @@ def run_one(name: str, seconds: float, python: str) -> dict:
            "rss_growth": [], "coverage": None, "corpus_files": 0}
     while True:
         left = int(deadline - time.monotonic())
-        if left < 3:
+        if left < 3 or (executions and res["executions"] >= executions):
             break
         before = set(glob.glob(os.path.join(crashes, f"{name}-*")))
         cmd = [python, script, corpus, seeds, f"-max_total_time={left}", f"-timeout={timeout}",
                f"-rss_limit_mb={RSS_LIMIT_MB}", f"-max_len={max_len}", "-print_final_stats=1",
                f"-artifact_prefix={os.path.join(crashes, name)}-"]
+        if executions:
+            cmd.append(f"-runs={executions - res['executions']}")
         t0 = time.monotonic()
         try:
             p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left + 120)
@@ -141,6 +145,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=900, help="total budget, split over the harnesses")
     ap.add_argument("--only", default="", help="comma list of harnesses (default: all)")
+    ap.add_argument("--executions", type=int, default=0,
+                    help="stop each harness after this many inputs (0: run for its whole time)")
     args = ap.parse_args()
     names = [n for n in HARNESSES if not args.only or n in args.only.split(",")]
     if names and args.seconds / len(names) < 4:  # run_one starts a harness only with >= 3 whole s left
@@ -149,7 +155,7 @@ def main() -> int:
     python = sys.executable
     results = []
     for n in names:
-        r = run_one(n, args.seconds / len(names), python)
+        r = run_one(n, args.seconds / len(names), python, args.executions)
         results.append(r)
         distinct = sorted({c["summary"] for c in r["crashes"]})
         print(f"fuzz {n}: {r['executions']} executions in {r['seconds']} s, coverage {r['coverage']}, "

@@ -11,7 +11,9 @@ on top.
 - Size: ``VLMPREP_MEMORY_BUDGET``, read at the first item: bytes (``4000000000``), with a binary
   suffix (``512M``, ``8G``), a share of the host's memory (``25%``), or ``off`` (no budget).
   Default: half of the host's memory (physical RAM, or the cgroup's limit when lower). Each
-  process has its own: split it between the worker processes of one host.
+  process has its own; ``vlmprep run --workers N`` gives each of its N worker processes
+  1/N of its own (``set_process_budget``); split it yourself between other processes of one
+  host (Ray actors, several servers).
 - An item planning more than the whole budget is refused (ImageError, expected / got / fix):
   it could not run without taking what the budget protects.
 - A waiting item gives up at its deadline with an ImageError: a video at its ``timeout_s``
@@ -19,8 +21,11 @@ on top.
   (``DEFAULT_WAIT_S``).
 - An uncontended hold is one lock acquire and an addition; ``off`` skips even that.
 
-Where items hold it: ``Backend._map`` (the images of a batch on the CPU; the dispatching thread
-waits, never an image thread) and ``backends.video.run_video`` (each video).
+Where items hold it: ``Backend._map`` (the images of a batch image by image; the dispatching
+thread waits, never an image thread), ``held_chunks`` (the backends that run a batch chunk by
+chunk: dali, and torch on CUDA, hold each chunk's images while the chunk runs) and
+``backends.video.run_video`` (each video). It counts host memory: a device's memory is the
+device's (its allocator fails, the backend reports it).
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import collections
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from .errors import ImageError
 
@@ -37,8 +42,10 @@ if TYPE_CHECKING:
     from .plan import ImagePlan
     from .plan.video import VideoPlan
 
-__all__ = ["MemoryBudget", "Hold", "process_budget", "image_bytes", "video_bytes", "host_memory",
-           "ENV", "DEFAULT_SHARE", "DEFAULT_WAIT_S"]
+__all__ = ["MemoryBudget", "Hold", "process_budget", "set_process_budget", "held_chunks",
+           "image_bytes", "video_bytes", "host_memory", "ENV", "DEFAULT_SHARE", "DEFAULT_WAIT_S"]
+
+T = TypeVar("T")
 
 ENV = "VLMPREP_MEMORY_BUDGET"
 DEFAULT_SHARE = 0.5  # of the host's memory
@@ -99,12 +106,7 @@ class MemoryBudget:
         ImageError when ``nbytes`` is over the whole budget, or when the wait runs out."""
         if self.total is None:
             return Hold(None, 0)
-        nbytes = max(0, int(nbytes))
-        if nbytes > self.total:
-            raise ImageError(f"expected {what} to plan at most {self.total:,} bytes (the "
-                             f"process's memory budget, {ENV}), got {nbytes:,} planned; lower "
-                             f"max_source_pixels / max_decode_bytes so such items are refused "
-                             f"from their header, or raise {ENV} if the host has the memory")
+        nbytes = self._check(nbytes, what)
         with self._cond:
             if not self._queue and self._used + nbytes <= self.total:  # the usual case
                 return self._take(nbytes, 0.0)
@@ -127,6 +129,27 @@ class MemoryBudget:
             finally:
                 self._queue.remove(me)
                 self._cond.notify_all()  # the next in line may fit now
+
+    def try_acquire(self, nbytes: int, what: str = "this item") -> Hold | None:
+        """Hold ``nbytes`` now if they fit and nobody waits -> a ``Hold``; None otherwise (no
+        wait). ImageError when ``nbytes`` is over the whole budget."""
+        if self.total is None:
+            return Hold(None, 0)
+        nbytes = self._check(nbytes, what)
+        with self._cond:
+            if not self._queue and self._used + nbytes <= self.total:
+                return self._take(nbytes, 0.0)
+        return None
+
+    def _check(self, nbytes: int, what: str) -> int:
+        assert self.total is not None
+        nbytes = max(0, int(nbytes))
+        if nbytes > self.total:
+            raise ImageError(f"expected {what} to plan at most {self.total:,} bytes (the "
+                             f"process's memory budget, {ENV}), got {nbytes:,} planned; lower "
+                             f"max_source_pixels / max_decode_bytes so such items are refused "
+                             f"from their header, or raise {ENV} if the host has the memory")
+        return nbytes
 
     def _take(self, nbytes: int, waited_s: float) -> Hold:
         self._used += nbytes
@@ -195,6 +218,57 @@ def process_budget() -> MemoryBudget:
                      else max(1, int(host_memory() * DEFAULT_SHARE)))
             _PROCESS = MemoryBudget(total)
         return _PROCESS
+
+
+def set_process_budget(total: int | None) -> MemoryBudget:
+    """Make the process's budget ``total`` bytes (None: unlimited) from now on, whatever
+    ``VLMPREP_MEMORY_BUDGET`` says; items holding the old one give it back to the old one. For
+    a process that knows its share of the host (``vlmprep run``'s workers)."""
+    global _PROCESS
+    with _PROCESS_LOCK:
+        _PROCESS = MemoryBudget(total)
+        return _PROCESS
+
+
+def held_chunks(items: Sequence[T], step: int, cost: Callable[[T], int],
+                refuse: Callable[[T, ImageError], None], what: str = "this image",
+                budget: MemoryBudget | None = None) -> Iterator[list[T]]:
+    """``items`` in order, as consecutive chunks of at most ``step`` whose planned bytes
+    (``cost`` of each) are held from ``budget`` (default: the process's) while the caller runs
+    the chunk; they are given back when the caller asks for the next chunk or stops.
+
+    A chunk's first item waits for its bytes (``MemoryBudget.acquire``: in turn, at most
+    ``wait_s``); the next ones join only if they fit now, else the chunk closes there and that
+    item heads the next one (so a chunk never waits on its own holds). An item the budget
+    refuses (over the whole budget, or its wait ran out) goes to ``refuse(item, error)`` and is
+    left out of every chunk."""
+    if step < 1:
+        raise ValueError(f"held_chunks: step expected an int >= 1, got {step!r}")
+    b = process_budget() if budget is None else budget
+    i = 0
+    while i < len(items):
+        holds: list[Hold] = []
+        chunk: list[T] = []
+        try:
+            while i < len(items) and len(chunk) < step:
+                it = items[i]
+                try:
+                    hold = (b.acquire(cost(it), what=what) if not chunk
+                            else b.try_acquire(cost(it), what=what))
+                except ImageError as e:
+                    refuse(it, e)
+                    i += 1
+                    continue
+                if hold is None:
+                    break  # no room beside this chunk: it heads the next one
+                holds.append(hold)
+                chunk.append(it)
+                i += 1
+            if chunk:
+                yield chunk
+        finally:
+            for h in holds:
+                h.release()
 
 
 def image_bytes(source: "Source", plan: "ImagePlan") -> int:

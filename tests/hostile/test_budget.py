@@ -192,6 +192,110 @@ def test_budget_semantics():
             budget.MemoryBudget(bad)
 
 
+def test_held_chunks_cut_where_the_next_item_does_not_fit():
+    b = budget.MemoryBudget(100, wait_s=0.2)
+    refused, seen = [], []
+    costs = {"a": 40, "b": 40, "c": 30, "d": 101, "e": 90, "f": 5, "g": 5, "h": 5}
+    for chunk in budget.held_chunks(list(costs), 3, costs.__getitem__,
+                                    lambda it, e: refused.append((it, str(e))), budget=b):
+        seen.append((chunk, b.in_use))
+    # a+b fit, c does not beside them (110): it heads the next chunk; d is over the whole
+    # budget; e waits for c's chunk to give back; f, g join it (100: full); the step of 3 cuts
+    # before h
+    assert seen == [(["a", "b"], 80), (["c"], 30), (["e", "f", "g"], 100), (["h"], 5)], seen
+    assert [r[0] for r in refused] == ["d"] and "got 101 planned" in refused[0][1]
+    assert b.in_use == 0 and b.peak == 100
+    # a caller that stops early gives the chunk's holds back
+    it = budget.held_chunks(["a", "b"], 2, costs.__getitem__, lambda *_: None, budget=b)
+    assert next(it) == ["a", "b"] and b.in_use == 80
+    it.close()
+    assert b.in_use == 0
+    # a first item whose wait runs out is refused, not yielded
+    hold = b.acquire(100)
+    t = time.perf_counter()
+    got = list(budget.held_chunks(["f"], 1, costs.__getitem__,
+                                  lambda it, e: refused.append((it, str(e))), budget=b))
+    assert got == [] and refused[-1][0] == "f" and "within 0.2 s" in refused[-1][1]
+    assert 0.2 <= time.perf_counter() - t < 2
+    hold.release()
+    with pytest.raises(ValueError, match="step expected"):
+        list(budget.held_chunks(["a"], 0, costs.__getitem__, lambda *_: None, budget=b))
+
+
+def _chunk_spy(monkeypatch, owner, name, get_items):
+    """Record the number of images of each call of ``owner.name`` (a chunk) and the budget
+    held during it."""
+    calls = []
+    real = getattr(owner, name)
+
+    def spy(*a, **k):
+        calls.append((len(get_items(*a, **k)), budget.process_budget().in_use))
+        return real(*a, **k)
+    monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
+def _chunked_backend_case(proc, use_budget, calls):
+    """Eight equal images under a budget of 3.5 images: chunks of 3, 3, 2, the same pixels;
+    then a budget under one image beside a small one: the big one is refused alone."""
+    images = _images()
+    use_budget("off")
+    ref = proc(images)
+    x = _planned(proc, images)[0]
+    b = use_budget(3 * x + x // 2)
+    calls.clear()
+    got = proc(images)
+    assert [c[0] for c in calls] == [3, 3, 2] and [c[1] for c in calls] == [3 * x, 3 * x, 2 * x]
+    assert b.peak == 3 * x and b.in_use == 0
+    assert not got.errors and torch.equal(got.pixel_values, ref.pixel_values)
+    small = encode(crop("coffee", 64, 64), "png")
+    need = _planned(proc, [small])[0]
+    use_budget(need + 1000)
+    out = proc([small, images[0], small])
+    assert sorted(out.errors) == [1] and str(out.errors[1]).startswith("image 1")
+    assert f"plan at most {need + 1000:,} bytes" in str(out.errors[1])
+    alone = proc([small])
+    assert torch.equal(out.pixel_values, torch.cat([alone.pixel_values] * 2))
+
+
+@pytest.mark.dali
+def test_dali_backend_holds_each_chunk_from_the_budget(monkeypatch, use_budget):
+    from vlmprep.backends.dali.backend import Backend as Dali
+    proc = vlmprep.Processor("qwen2-vl", backend="dali", errors="skip")
+    calls = _chunk_spy(monkeypatch, Dali, "_decode", lambda self, chunk, errors: chunk)
+    proc(_images(1))  # builds the graphs
+    calls.clear()
+    _chunked_backend_case(proc, use_budget, calls)
+
+
+def test_torch_batched_path_holds_each_chunk_from_the_budget(monkeypatch, use_budget):
+    """The torch backend's stage-by-stage path (CUDA's), forced on the CPU."""
+    from vlmprep.backends.torch import gpu
+    proc = vlmprep.Processor("qwen2-vl", backend="torch", errors="skip")
+    calls = _chunk_spy(monkeypatch, gpu, "plan_batch", lambda backend, jobs: jobs)
+    with gpu.forced():
+        _chunked_backend_case(proc, use_budget, calls)
+
+
+def test_run_workers_share_the_budget(tmp_path, monkeypatch, use_budget):
+    """``vlmprep run --workers 2`` gives each worker half of the budget: an image that fits the
+    whole budget but not half of it is an error row with two workers, processed with one."""
+    from vlmprep.batch.config import JobConfig
+    from vlmprep.batch.run import run
+    folder = tmp_path / "in"
+    folder.mkdir()
+    images = _images(2)
+    for k, data in enumerate(images):
+        (folder / f"{k}.png").write_bytes(data)
+    x = _planned(vlmprep.Processor("qwen2-vl"), images)[0]
+    use_budget(x + x // 2)
+    cfg = JobConfig(preset="qwen2-vl", shard_size=1)
+    one = run([str(folder)], str(tmp_path / "w1"), cfg, workers=1, progress=False)
+    two = run([str(folder)], str(tmp_path / "w2"), cfg, workers=2, progress=False)
+    assert (one["processed"], one["skipped"]) == (2, 0), one
+    assert (two["processed"], two["skipped"]) == (0, 2), two
+
+
 @pytest.mark.parametrize("value,want", [("1000", 1000), ("512M", 512 << 20), ("1.5G", 3 << 29),
                                         ("off", None), ("OFF", None)])
 def test_env_values(use_budget, value, want):

@@ -9,7 +9,8 @@ The job in one place::
     after each shard the parent records it in manifest.json (atomic replace)
 
 Engines: ``"local"`` runs the items in ``workers`` processes (spawn; each builds its Processor once
-from the JobConfig and uses ``usable_cpus // workers`` threads; ``workers=1`` runs in this process);
+from the JobConfig and uses ``usable_cpus // workers`` threads and 1/workers of this process's memory
+budget, ``vlmprep.budget``; ``workers=1`` runs in this process);
 ``"ray"`` hands the same items to ``vlmprep.integrations.ray.run_ray``, whose actors call the same
 ``process_item``, so both engines write byte-identical shards.
 
@@ -40,6 +41,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
+from ..budget import process_budget, set_process_budget
 from .config import JobConfig
 
 if TYPE_CHECKING:
@@ -161,15 +163,17 @@ def _die_with_parent() -> None:
 
 
 def _worker(config: JobConfig, output: str, workers: int, tasks: Any, results: Any,
-            parent: int) -> None:
+            parent: int, memory: int | None) -> None:
     """A local worker: build the Processor once, then process items until the None sentinel.
-    Messages: ("images", n, tokens), ("done", info), ("failed", item name, traceback text)."""
+    ``memory``: this worker's memory budget (its share of the parent's). Messages: ("images",
+    n, tokens), ("done", info), ("failed", item name, traceback text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
     if os.getppid() != parent:  # the parent died before prctl took effect
         return
     try:
         worker_threads(workers)
+        set_process_budget(memory)
         proc = config.processor()
     except BaseException:  # noqa: BLE001 (reported to the parent, which stops the job)
         results.put(("failed", "worker start", traceback.format_exc()))
@@ -214,8 +218,13 @@ def _local_pool(items: Sequence[WorkItem], output: str, config: JobConfig, worke
     n = min(workers, len(items))
     for _ in range(n):
         tasks.put(None)
+    # the n workers share this host's one memory budget (VLMPREP_MEMORY_BUDGET or half the
+    # host): each holds 1/n of it, so n bombs at once still fit the whole
+    total = process_budget().total
+    share = None if total is None else max(1, total // n)
     procs = [ctx.Process(target=_worker, args=(config, output, n, tasks, results,
-                                               os.getpid()), daemon=True, name=f"vlmprep-run-{i}")
+                                               os.getpid(), share),
+                         daemon=True, name=f"vlmprep-run-{i}")
              for i in range(n)]
     for p in procs:
         p.start()

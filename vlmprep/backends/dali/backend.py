@@ -1,6 +1,7 @@
 """The dali executor: plan -> per-sample feeds -> the three compiled graphs -> ``out``.
 
-Per chunk of images (at most the decode graph's batch size, ``graph.BATCH``):
+Per chunk of images (at most the decode graph's batch size, ``graph.BATCH``, and as many as
+the process's memory budget holds at once: ``budget.held_chunks``):
 1. decode: on the GPU, the JPEGs DALI decodes exactly (nvJPEG) in one graph run; everything
    else (on the CPU: every input) through ``vlmprep.io.decode`` on the CPU, into the same batch
    (DALI's decoders are not hardened against hostile files). A failed run is bisected (or split
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 from nvidia.dali.tensors import TensorCPU, TensorGPU
 
+from ...budget import held_chunks, image_bytes
 from ...errors import ImageError
 from ...io import decode as _io
 from ..base import Backend as _Base
@@ -106,9 +108,12 @@ class Backend(_Base):
                 raise ValueError(f"backend 'dali': expected the output on cuda:{self.device_id} "
                                  f"(where its graphs were built), got {out.device}; keep one "
                                  f"Processor per device")
-            step = stages.decode.batch_size
-            for lo in range(0, len(items), step):
-                chunk = items[lo:lo + step]
+            def refuse(it: _Item, e: ImageError) -> None:
+                errors[it.plan.index] = e.at(index=it.plan.index, source=it.src.desc)
+            # each chunk's images hold their planned host bytes from the process's memory
+            # budget while the chunk runs (a chunk closes early when the next does not fit)
+            for chunk in held_chunks(items, stages.decode.batch_size,
+                                     lambda it: image_bytes(it.src, it.plan), refuse):
                 held: list = []  # this chunk's DALI outputs: alive until the copies read them
                 try:
                     self._decode(chunk, errors)

@@ -5,8 +5,9 @@ the plan. Image by image (``base.Backend._map``) the GPU would wait on one CPU t
 of each image, on a pageable copy, on small uploads, and get one kernel launch per image.
 
 Stages, run over consecutive chunks of the batch of at most ``CHUNK_BYTES`` decoded pixels
-each (all device work is issued from the calling thread, on its current stream: the
-Processor's, e.g. a Batcher worker's own stream):
+each, cut shorter where the process's memory budget cannot hold a whole chunk's planned host
+bytes at once (``budget.held_chunks``). All device work is issued from the calling thread, on
+its current stream (the Processor's, e.g. a Batcher worker's own stream):
 
 | stage  | what runs                                                   | per image, decided by      |
 |--------|-------------------------------------------------------------|----------------------------|
@@ -59,6 +60,7 @@ import numpy as np
 import torch
 
 from ... import kernels
+from ...budget import held_chunks, image_bytes
 from ...errors import ImageError
 from ...io import decode as _io
 from ...io.probe import jpeg_frame
@@ -242,17 +244,25 @@ def run_batch(backend: "Backend", jobs: list["Context"], out: torch.Tensor
     """Run ``jobs`` (each ``ctx.dest`` a slice of ``out``) stage by stage, ``CHUNK_BYTES`` of
     decoded pixels at a time; per job its ImageError or None (a failed image's rows are left
     unwritten, as image by image)."""
-    errors: list[ImageError | None] = []
+    errors: list[ImageError | None] = [None] * len(jobs)
+    at = {id(c): i for i, c in enumerate(jobs)}
+
+    def refuse(ctx: "Context", e: ImageError) -> None:
+        errors[at[id(ctx)]] = e
     sizes = [3 * c.source.hw[0] * c.source.hw[1] for c in jobs]
     for part in chunks(sizes, CHUNK_BYTES):
-        some = jobs[part.start:part.stop]
-        plan = plan_batch(backend, some)
-        errs: list[ImageError | None] = [None] * len(some)
-        images = _decode_batch(backend, some, plan, errs)
-        tiles = _size_batch(backend, some, plan, images, errs)
-        del images
-        _write_batch(backend, some, tiles, errs, out)
-        errors.extend(errs)
+        # the images of a chunk hold their planned host bytes from the process's memory budget
+        # while it runs (the chunk is cut shorter when they do not all fit at once)
+        for some in held_chunks(jobs[part.start:part.stop], len(part),
+                                lambda c: image_bytes(c.source, c.plan), refuse):
+            plan = plan_batch(backend, some)
+            errs: list[ImageError | None] = [None] * len(some)
+            images = _decode_batch(backend, some, plan, errs)
+            tiles = _size_batch(backend, some, plan, images, errs)
+            del images
+            _write_batch(backend, some, tiles, errs, out)
+            for c, e in zip(some, errs):
+                errors[at[id(c)]] = e
     return errors
 
 
