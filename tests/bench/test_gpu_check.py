@@ -19,8 +19,12 @@ pytestmark = pytest.mark.slow  # ~1 min: real pipelines on every step
 def _run(tmp_path: Path, *args: str, **env_extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "VLMPREP_GPU_CHECK_INJECT")}
     env.update(PYTHON=sys.executable, DEVICE="cpu", **env_extra)
+    # The time boxes are the GPU machine's; on a loaded 2-core CI box parity and dali ran past
+    # them (90.6 s, 50.3 s), so the dry run gets three times the budget: what is tested here is
+    # that every step runs and passes, not its speed (bench/ shows that).
     p = subprocess.run(["bash", "bench/gpu_check.sh", "--skip-build", "--quick", "--out", str(tmp_path),
-                        "--tag", "t", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                        "--tag", "t", "--budget", "1620", *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=1800)
     report = tmp_path / "gpu_check_t.json"
     return p, (json.loads(report.read_text()) if report.exists() else {})
 
