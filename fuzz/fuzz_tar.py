@@ -25,7 +25,7 @@ import zlib
 import _common
 
 MAX_BYTES = 4096  # below the seeds' largest member: the size cap is on the fuzzed path too
-_WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's key.ext split (sources.py doc)
+_WDS_KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's key.ext split (batch/sources/tar.py doc)
 _OCTAL = re.compile(rb"^[ ]*[0-7]*[ ]*$")
 _NUMBERS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (329, 337), (337, 345))
 

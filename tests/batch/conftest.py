@@ -6,7 +6,7 @@ encoded bytes the reader must return for each id that has bytes, and which ids a
 as status "error" after processing). ``unreadable`` is the subset the *reader* already reports
 (``Sample.data is None``: a tar group without an image, a parquet null, a missing listed path);
 the other bad items (truncated JPEG, text named .jpg, zero-byte file) come back as bytes and fail
-at decode. Ids and order follow vlmprep/batch/sources.py's rules.
+at decode. Ids and order follow the rules of vlmprep/batch/sources/ (its package docstring).
 
 Fixtures: ``photos`` (list of (name, ext, bytes), ~200-320 px), ``image_folder``, ``wds_tar``,
 ``parquet_plain``, ``parquet_hf`` (skip when pyarrow is missing), ``path_list``; ``builders``

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vlmprep.batch import shards, sources
+from vlmprep.batch import shards
 from vlmprep.batch.config import JobConfig
-from vlmprep.batch.sources import discover
+from vlmprep.batch.sources import discover, paths
 from vlmprep.cli.main import main
 
 MARKER = b"QX7SECRETMARKER=hunter2"
@@ -154,7 +154,7 @@ def test_swap_after_the_check_is_refused(tree, monkeypatch):
     (data / "sub" / "secret.txt").write_bytes(GOOD)
     (data / "l2.txt").write_text("sub/secret.txt\ngood.png\n")
     (u,) = discover([str(data / "l2.txt")])
-    real_stat = sources.stat_image_file
+    real_stat = paths.stat_image_file
     swaps = []
 
     def swap_then_stat(path, max_bytes):
@@ -165,7 +165,7 @@ def test_swap_after_the_check_is_refused(tree, monkeypatch):
             os.symlink(str(top / "outside"), data / "sub")  # the folder becomes a link out
         return st
 
-    monkeypatch.setattr(sources, "stat_image_file", swap_then_stat)
+    monkeypatch.setattr(paths, "stat_image_file", swap_then_stat)
     first, good = list(u.samples())
     assert swaps and first.data is None and "expected a path under" in first.error, first
     assert not _leaks(first.error) and good.data == GOOD
@@ -182,7 +182,7 @@ def test_swap_after_the_check_is_refused(tree, monkeypatch):
             os.symlink(str(top / "outside" / "secret.txt"), path)
         return st
 
-    monkeypatch.setattr(sources, "stat_image_file", swap_file_then_stat)
+    monkeypatch.setattr(paths, "stat_image_file", swap_file_then_stat)
     first, _ = list(u.samples())
     assert swaps and first.data is None and "symbolic link" in first.error, first
 

@@ -225,7 +225,7 @@ def test_a_manifest_that_is_not_a_regular_file_or_too_large_is_not_read(tmp_path
     assert time.perf_counter() - t < 1.0
     os.remove(out / shards.MANIFEST)
     (out / shards.MANIFEST).write_text(json.dumps({"shards": {}, "pad": "x" * 2000}))
-    monkeypatch.setattr(shards, "MAX_MANIFEST_BYTES", 1000)
+    monkeypatch.setattr(shards.manifest, "MAX_MANIFEST_BYTES", 1000)
     with pytest.raises(ValueError, match=r"at most 1,000 bytes, got 2,0\d\d bytes"):
         shards.read_manifest(out)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vlmprep.batch import run as batch_run
-from vlmprep.batch import shards
+from vlmprep.batch import shards, work
 from vlmprep.batch.config import JobConfig
 from vlmprep.batch.run import JobFailed, run
 
@@ -178,13 +178,13 @@ def test_ctrl_c_leaves_no_half_shard_then_resume(tmp_path, image_folder, monkeyp
             raise KeyboardInterrupt
         return real(out_dir, name, fmt, rows, meta)
 
-    monkeypatch.setattr(shards, "write_shard", interrupted)
+    monkeypatch.setattr(work, "write_shard", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run([str(image_folder.path)], str(out), CFG, progress=False)
     man = shards.read_manifest(out)
     assert not man["complete"] and list(man["shards"]) == calls[:1]
     assert sorted(p.name for p in out.iterdir()) == sorted([shards.MANIFEST, calls[0]])
-    monkeypatch.setattr(shards, "write_shard", real)
+    monkeypatch.setattr(work, "write_shard", real)
     s = run([str(image_folder.path)], str(out), CFG, resume=True, progress=False)
     assert s["complete"] and s["run_shards"] == 2
     assert sorted(_ids_in_shards(out)) == sorted(image_folder.ids)
@@ -194,7 +194,7 @@ def test_a_failed_write_stops_the_job_as_job_failed(tmp_path, image_folder, monk
     def full_disk(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(shards, "write_shard", full_disk)
+    monkeypatch.setattr(work, "write_shard", full_disk)
     with pytest.raises(JobFailed, match="--resume.*No space left"):
         run([str(image_folder.path)], str(tmp_path / "out"), CFG, progress=False)
     assert not shards.read_manifest(tmp_path / "out")["complete"]

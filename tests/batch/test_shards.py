@@ -238,7 +238,7 @@ def test_parquet_row_groups(tmp_path, photos, monkeypatch):
     """Row groups are bounded by pixel bytes; reading across them gives the same rows."""
     import pyarrow.parquet as pq
     _, rows = _rows(photos)
-    monkeypatch.setattr(shards, "_ROW_GROUP_BYTES", 1)
+    monkeypatch.setattr(shards.parquet, "_ROW_GROUP_BYTES", 1)
     write_shard(tmp_path, "s-00000.parquet", "parquet", rows, {})
     assert pq.ParquetFile(tmp_path / "s-00000.parquet").num_row_groups == len(rows)
     assert read_shard_rows(tmp_path / "s-00000.parquet") == rows
@@ -290,7 +290,7 @@ def test_failed_write_leaves_nothing(tmp_path, photos, monkeypatch, fmt, exc):
     _, rows = _rows(photos)
     name = shard_name("s", 0, fmt)
     calls = {"n": 0}
-    real = shards._Hashing.write
+    real = shards.files.Hashing.write
 
     def write(self, b):
         calls["n"] += 1
@@ -298,14 +298,14 @@ def test_failed_write_leaves_nothing(tmp_path, photos, monkeypatch, fmt, exc):
             raise exc("disk went away")
         return real(self, b)
 
-    monkeypatch.setattr(shards._Hashing, "write", write)
+    monkeypatch.setattr(shards.files.Hashing, "write", write)
     with pytest.raises(exc):
         write_shard(tmp_path, name, fmt, rows, {})
     assert os.listdir(tmp_path) == []
-    monkeypatch.setattr(shards._Hashing, "write", real)
+    monkeypatch.setattr(shards.files.Hashing, "write", real)
     info = write_shard(tmp_path, name, fmt, rows, {})
     calls["n"] = 0
-    monkeypatch.setattr(shards._Hashing, "write", write)
+    monkeypatch.setattr(shards.files.Hashing, "write", write)
     with pytest.raises(exc):
         write_shard(tmp_path, name, fmt, rows[:1], {})
     assert os.listdir(tmp_path) == [name] and _digest(tmp_path / name) == info["sha256"]

@@ -30,7 +30,9 @@ import numpy as np
 import pytest
 
 from vlmprep.batch import shards, sources
-from vlmprep.batch.sources import discover
+from vlmprep.batch.sources import discover, tar_walk, thrift
+from vlmprep.batch.sources import parquet as parquet_src
+from vlmprep.batch.sources import tar as tar_src
 
 # -- building tars and the independent oracle ------------------------------------------------------
 
@@ -395,7 +397,7 @@ def test_random_damage_loses_nothing(tmp_path, seed, k):
         assert "a plain scan" in str(e) and "r.tar" in str(e)  # refused, naming the tar
         return
     _check_accounted(got, groups, bad, intact, changed)
-    assert sources._tar_index(str(p)).headers == frozenset(oracle)
+    assert tar_src.tar_index(str(p)).headers == frozenset(oracle)
     end = max(d + s for _, d, s in lay.values())
     if len(bad) < len(raw) and ranges[0][0] < end and ranges == [(ranges[0][0], len(raw))]:
         assert any(s.damaged for s in got), "a cut inside the members must be an error row"
@@ -512,13 +514,13 @@ def test_parquet_page_bound_and_collateral_rows(tmp_path, monkeypatch):
     p = tmp_path / "b.parquet"
     pq.write_table(pa.table({"id": [f"k{k}" for k in range(6)], "image": pa.array(vals, pa.binary())}),
                    p, row_group_size=3, data_page_size=1 << 20, use_dictionary=False)
-    monkeypatch.setattr(sources, "_PARQUET_PAGE_MAX", 64_000)
-    monkeypatch.setattr(sources, "_PARQUET_PAGE_SLACK", 0)
+    monkeypatch.setattr(parquet_src, "_PARQUET_PAGE_MAX", 64_000)
+    monkeypatch.setattr(parquet_src, "_PARQUET_PAGE_SLACK", 0)
     (u,) = discover([str(p)], id_column="id", max_bytes=50_000)
     got = list(u.samples())
     assert [s.id for s in got] == [f"k{k}" for k in range(6)]
     assert all(s.data is None and "read bound" in s.error and not s.damaged for s in got)
-    monkeypatch.setattr(sources, "_PARQUET_PAGE_MAX", 256 << 20)
+    monkeypatch.setattr(parquet_src, "_PARQUET_PAGE_MAX", 256 << 20)
     assert [s.data for s in u.samples()] == vals
 
 
@@ -532,7 +534,7 @@ def test_parquet_rows_lost_by_the_reader_are_error_rows(tmp_path, monkeypatch, p
         it = real(self, *a, **kw)
         yield next(it)  # the first batch only, then a silent end
 
-    monkeypatch.setattr(sources, "_PARQUET_BATCH", 2)
+    monkeypatch.setattr(parquet_src, "_PARQUET_BATCH", 2)
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", short)
     (u,) = discover([str(parquet_plain.path)], id_column="id")
     got = list(u.samples())
@@ -563,7 +565,7 @@ def test_page_headers_match_the_metadata(tmp_path, kw):
     md = pq.ParquetFile(p).metadata
     fd = os.open(p, os.O_RDONLY)
     try:
-        chunks = sources._footer_chunks(fd)  # our footer reader against pyarrow's metadata
+        chunks = thrift.footer_chunks(fd)  # our footer reader against pyarrow's metadata
         assert not isinstance(chunks, str), chunks
         assert [len(g) for g in chunks] == [md.num_columns] * md.num_row_groups
         for g in range(md.num_row_groups):
@@ -575,7 +577,7 @@ def test_page_headers_match_the_metadata(tmp_path, kw):
                     col.data_page_offset)
                 assert ours.dict_at == (col.dictionary_page_offset if col.has_dictionary_page
                                         else None)
-                pages = sources._chunk_pages(fd, ours)
+                pages = thrift.chunk_pages(fd, ours)
                 assert sum(nv for t, _, nv, _, _ in pages if t in (0, 3)) == col.num_values
                 assert (sum(u - c_ for _, _, _, u, c_ in pages)
                         == col.total_uncompressed_size - col.total_compressed_size), (g, c, pages)
@@ -629,5 +631,5 @@ def test_pax_record_without_a_length_is_malformed_not_a_hang():
                        timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert int(r.stdout.split()[-1]) >= 1  # the damaged pax header is reported
-    assert sources._pax_records(b"6 a=b\n" + b"x" * 30 + b"\n") is None
-    assert sources._pax_records(b"6 a=b\n8 k=val\n\0\0") == {"a": "b", "k": "val"}
+    assert tar_walk.pax_records(b"6 a=b\n" + b"x" * 30 + b"\n") is None
+    assert tar_walk.pax_records(b"6 a=b\n8 k=val\n\0\0") == {"a": "b", "k": "val"}

@@ -13,14 +13,17 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-from .shards import FORMATS  # the writer's list (shards imports no pyarrow at import)
+from .. import backends, presets
+from ..processor import DEVICE_RE, DTYPES, Processor
 
-if TYPE_CHECKING:
-    from ..processor import Processor
+__all__ = ["JobConfig", "FORMATS", "job_config"]
 
-__all__ = ["JobConfig"]
+#: The shard formats: one writer each in ``vlmprep.batch.shards`` (``shards.parquet``,
+#: ``shards.safetensors``). Kept here, with the job's other choices, so that the shards package
+#: (whose manifest reader rebuilds a JobConfig) and this module do not import each other.
+FORMATS = ("parquet", "safetensors")
 
 _DEVICES = "'cpu', 'cuda' or 'cuda:N'"
 
@@ -80,8 +83,6 @@ class JobConfig:
     input_root: str | None = None
 
     def __post_init__(self) -> None:
-        from .. import backends
-        from ..processor import DEVICE_RE, DTYPES
         if (self.preset is None) == (self.checkpoint is None):
             raise ValueError(f"JobConfig: expected exactly one of preset= or checkpoint=, got "
                              f"preset={self.preset!r}, checkpoint={self.checkpoint!r}; pass one "
@@ -91,7 +92,6 @@ class JobConfig:
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise ValueError(f"JobConfig: {name}: expected a non-empty string, got {v!r}")
         if self.preset is not None:
-            from .. import presets
             try:
                 presets.family(self.preset)
             except KeyError as e:
@@ -144,7 +144,6 @@ class JobConfig:
     def _check_fields(self) -> None:
         """The overrides name real fields with valid values (checked on the preset's pipeline;
         a checkpoint's only when it is a local path, as it is read without the hub)."""
-        from .. import presets
         try:
             if self.preset is not None:
                 presets.get(self.preset, **dict(self.overrides))
@@ -158,7 +157,6 @@ class JobConfig:
     def processor(self) -> Processor:
         """The job's Processor, with ``errors="skip"`` (a bad image is a row with its reason,
         never the end of the job)."""
-        from ..processor import Processor
         kw: dict[str, Any] = dict(backend=self.backend, device=self.device, dtype=self.dtype,
                                   errors="skip", **dict(self.overrides))
         if self.preset is not None:
@@ -221,3 +219,14 @@ class _Unset:
 
 
 _UNSET = _Unset()
+
+
+def job_config(config: Any) -> JobConfig:
+    """A JobConfig from itself or its ``to_json()`` dict (what crosses to a Ray actor); any
+    other value is a TypeError."""
+    if isinstance(config, JobConfig):
+        return config
+    if isinstance(config, Mapping):
+        return JobConfig.from_json(config)
+    raise TypeError(f"config: expected a vlmprep.batch.config.JobConfig or its to_json() dict, "
+                    f"e.g. {{'preset': 'qwen2-vl'}}, got {type(config).__name__}")

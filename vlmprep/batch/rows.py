@@ -35,13 +35,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import ImageError
+from ..pack import PackedBatch
+from ..plan import ImagePlan, plan_image
+from ..plan.grid import row_length
 
 if TYPE_CHECKING:
     import torch
 
-    from ..pack import PackedBatch
     from ..pipeline import Pipeline
-    from ..plan import ImagePlan
     from ..processor import Processor
     from .sources import Sample
 
@@ -69,7 +70,6 @@ def row_layout(pipeline: "Pipeline") -> str:
 
 def row_shape_of(pipeline: "Pipeline") -> list[int]:
     """``pixel_values.shape[1:]`` of this pipeline's batches: ``[C, H, W]`` or ``[patch_dim]``."""
-    from ..plan.grid import row_length
     if row_layout(pipeline) == "tiles":
         return [3, *pipeline.tile_hw]  # type: ignore[misc]
     return [row_length(pipeline.patchify)]
@@ -100,7 +100,7 @@ def _row(sample: "Sample", dtype: str, layout: str, row_shape: list[int], orig_h
 def _host_words(pv: "torch.Tensor", dtype: str) -> memoryview:
     """``pv`` (any device) as a flat byte view of little-endian C-order words (one host copy
     at most)."""
-    import numpy as np
+    import numpy as np  # deferred: numpy and torch are heavy; importing the shard schema needs neither
     import torch
     t = pv.detach().cpu().contiguous()
     if dtype == "bfloat16":
@@ -224,11 +224,8 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
     so ``to_hf()`` works for every family; a row whose grid or token count disagrees with that
     plan was made by another pipeline: ValueError (pass the pipeline of the job's manifest).
     """
-    import numpy as np
+    import numpy as np  # deferred: numpy and torch are heavy; importing the shard schema needs neither
     import torch
-
-    from ..pack import PackedBatch
-    from ..plan import ImagePlan, plan_image
     if not rows:
         raise _bad("rows:", "at least one row", "pass the rows of one or more samples")
     missing = [c for c in ROW_COLUMNS if c not in rows[0]]

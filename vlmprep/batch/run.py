@@ -4,15 +4,20 @@ The job in one place::
 
     units  = sources.discover(inputs)                    # input shards: folders, tars, parquet, lists
     items  = [(unit, part) for part in range(ceil(unit.count() / shard_size))]   # minus done ones
-    each item -> process_item(): samples [part*shard_size, (part+1)*shard_size) of the unit
+    each item -> work.process_item(): samples [part*shard_size, (part+1)*shard_size) of the unit
                  -> rows.process_samples -> shards.write_shard(shard_name(unit.name, part, fmt))
     after each shard the parent records it in manifest.json (atomic replace)
 
-Engines: ``"local"`` runs the items in ``workers`` processes (spawn; each builds its Processor once
-from the JobConfig and uses ``usable_cpus // workers`` threads and 1/workers of this process's memory
-budget, ``vlmprep.budget``; ``workers=1`` runs in this process);
-``"ray"`` hands the same items to ``vlmprep.integrations.ray.run_ray``, whose actors call the same
-``process_item``, so both engines write byte-identical shards.
+``run`` in named steps: ``_check_args``, ``discover``, ``_plan_job`` (counts, the output folder,
+the first manifest), ``_engine_stream`` (the engine's results), ``_collect`` (each shard into the
+manifest), ``_finish`` (the summary).
+
+Engines (``vlmprep.batch.engines``): ``"local"`` runs the items in ``workers`` processes (spawn;
+each builds its Processor once from the JobConfig and uses ``usable_cpus // workers`` threads and
+1/workers of this process's memory budget, ``vlmprep.budget``; ``workers=1`` runs in this
+process); ``"ray"`` hands the same items to ``engines.ray.run_ray`` (public as
+``vlmprep.integrations.ray.run_ray``), whose actors call the same ``work.process_item``, so both
+engines write byte-identical shards.
 
 Safety: a shard is written to ``NAME.tmp`` and renamed (a kill leaves no half shard); the
 manifest lists only renamed shards (rewritten atomically at most once a second while they
@@ -31,249 +36,31 @@ consistent.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import queue
-import re
-import signal
 import time
-import traceback
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
-from ..budget import process_budget, set_process_budget
+from .. import __version__
+from .. import progress as progress_mod
+from ..processor import Processor
 from .config import JobConfig
+from .engines.local import in_process, local_pool
+from .shards import MANIFEST, job_units, read_manifest, remove_job_shards, shard_name, write_manifest
+from .sources import Unit, discover
+from .work import JobFailed, WorkItem, process_item, shard_meta, worker_threads
 
 if TYPE_CHECKING:
     from ..ops import decode
-    from ..processor import Processor
-    from .sources import Unit
 
+# process_item, shard_meta, worker_threads and JobFailed live in .work (every engine's step);
+# they stay importable from here, as before
 __all__ = ["run", "process_item", "shard_meta", "worker_threads", "JobFailed", "ENGINES"]
 
 ENGINES = ("local", "ray")
 _TMP = ".tmp"
 _RECORD_EVERY_S = 1.0  # the manifest is rewritten at most this often while shards complete
-
-WorkItem = tuple["Unit", int]
-
-
-# -- the per-item step (local workers and Ray actors) -------------------------------------------
-def shard_meta(config: JobConfig, proc: Processor, unit_name: str, part: int) -> dict[str, str]:
-    """The shard's key-value metadata (str -> str): the same bytes for the same job and item
-    (no time, host or path inside), so a rerun and every engine write identical shards."""
-    from .. import __version__
-    return {"vlmprep_version": __version__, "config_hash": config.hash(),
-            "config": json.dumps(config.to_json(), sort_keys=True),
-            "pipeline": json.dumps(proc.pipeline.to_dict(), sort_keys=True),
-            "unit": unit_name, "part": str(part)}
-
-
-def _reason_key(text: str | None) -> str:
-    """A short reason for the summary's "skipped by reason": the first two clauses of the first
-    line (expected ...; got ...), numbers as N and quoted values as '...', so that images failing
-    the same way count together."""
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else "unknown"
-    key = "; ".join(line.split("; ")[:2])
-    key = re.sub(r"\bb?'[^']*'", "'...'", key)
-    key = re.sub(r"\d[\d,]*", "N", key)
-    return key if len(key) <= 120 else key[:117] + "..."
-
-
-def process_item(proc: Processor, unit: Unit, part: int, output: str, config: JobConfig,
-                 on_images: Callable[[int, int], None] | None = None) -> dict:
-    """Process samples ``[part*shard_size, (part+1)*shard_size)`` of ``unit`` and write their
-    shard (``shards.shard_name(unit.name, part, config.format)``, tmp + rename) into ``output``.
-
-    Returns write_shard's info plus ``unit``, ``part``, ``reasons`` ({short reason: count} of the
-    error rows), ``damaged`` (error rows for parts of the input that could not be read:
-    ``Sample.damaged``; a job with any is not complete) and ``timing`` ({"process_s",
-    "write_s"}, not stored in the manifest).
-    ``on_images(images, tokens)`` is called after each small group of images (progress)."""
-    from ..kernels.threads import get_num_threads
-    from . import rows as rows_mod
-    from . import shards
-    start = part * config.shard_size
-    group = max(1, get_num_threads())  # images per Processor call: keeps the threads busy
-    t0 = time.perf_counter()
-    rows: list[dict] = []
-    pending: list[Any] = []
-    damaged = 0
-
-    def flush() -> None:
-        new = rows_mod.process_samples(proc, pending)
-        rows.extend(new)
-        if on_images is not None:
-            on_images(len(new), sum(r["num_tokens"] for r in new))
-        pending.clear()
-
-    for s in unit.samples(start, start + config.shard_size):
-        damaged += bool(getattr(s, "damaged", False))
-        pending.append(s)
-        if len(pending) >= group:
-            flush()
-    if pending:
-        flush()
-    t1 = time.perf_counter()
-    name = shards.shard_name(unit.name, part, config.format)
-    info = dict(shards.write_shard(output, name, config.format, rows,
-                                   shard_meta(config, proc, unit.name, part)))
-    t2 = time.perf_counter()
-    reasons: dict[str, int] = {}
-    for r in rows:
-        if r["status"] != "ok":
-            key = _reason_key(r["error"])
-            reasons[key] = reasons.get(key, 0) + 1
-    info.update(unit=unit.name, part=part, reasons=reasons, damaged=damaged,
-                timing={"process_s": t1 - t0, "write_s": t2 - t1})
-    return info
-
-
-def worker_threads(workers: int) -> int:
-    """Give this process ``max(1, usable_cpus // workers)`` threads for vlmprep's kernels, torch
-    and OpenCV (so ``workers`` processes side by side do not oversubscribe the cores); returns
-    the count. For a worker process or a Ray actor, not the caller's process."""
-    from .. import kernels
-    from ..kernels.threads import usable_cpus
-    n = max(1, usable_cpus() // max(1, workers))
-    kernels.set_num_threads(n)
-    try:
-        import torch
-        torch.set_num_threads(n)
-    except ImportError:
-        pass
-    try:
-        import cv2
-        cv2.setNumThreads(n)
-    except ImportError:
-        pass
-    return n
-
-
-# -- local worker processes ---------------------------------------------------------------------
-def _die_with_parent() -> None:
-    """Linux: this worker gets SIGKILL when the parent dies (a killed job must not leave workers
-    writing shards that a --resume run writes too)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker(config: JobConfig, output: str, workers: int, tasks: Any, results: Any,
-            parent: int, memory: int | None) -> None:
-    """A local worker: build the Processor once, then process items until the None sentinel.
-    ``memory``: this worker's memory budget (its share of the parent's). Messages: ("images",
-    n, tokens), ("done", info), ("failed", item name, traceback text)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _die_with_parent()
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        return
-    try:
-        worker_threads(workers)
-        set_process_budget(memory)
-        proc = config.processor()
-    except BaseException:  # noqa: BLE001 (reported to the parent, which stops the job)
-        results.put(("failed", "worker start", traceback.format_exc()))
-        return
-    while True:
-        item = tasks.get()
-        if item is None:
-            return
-        unit, part = item
-        try:
-            info = process_item(proc, unit, part, output, config,
-                                on_images=lambda n, t: results.put(("images", n, t)))
-        except BaseException:  # noqa: BLE001 (reported to the parent, which stops the job)
-            results.put(("failed", f"{unit.name} part {part}", traceback.format_exc()))
-            return
-        results.put(("done", info))
-        if _TEST_PAUSE_S:
-            time.sleep(_TEST_PAUSE_S)
-
-
-# Tests only: seconds a worker waits after each shard, so a test that interrupts a job (Ctrl-C,
-# SIGKILL) reliably catches it mid-run instead of racing a fast machine to the end.
-try:
-    _TEST_PAUSE_S = min(max(float(os.environ.get("VLMPREP_RUN_TEST_PAUSE_S", "0")), 0.0), 10.0)
-except ValueError:
-    _TEST_PAUSE_S = 0.0
-
-
-class JobFailed(RuntimeError):
-    """A worker failed for a cause that is not an image's (the job stops; --resume continues)."""
-
-
-def _local_pool(items: Sequence[WorkItem], output: str, config: JobConfig, workers: int,
-                on_images: Callable[[int, int], None]) -> Iterator[dict]:
-    """Run ``items`` in ``workers`` spawned processes; yield each shard's info as it completes.
-    Closing the generator (an exception or Ctrl-C in the caller) terminates the workers."""
-    import multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    tasks, results = ctx.Queue(), ctx.Queue()
-    for it in items:
-        tasks.put(it)
-    n = min(workers, len(items))
-    for _ in range(n):
-        tasks.put(None)
-    # the n workers share this host's one memory budget (VLMPREP_MEMORY_BUDGET or half the
-    # host): each holds 1/n of it, so n bombs at once still fit the whole
-    total = process_budget().total
-    share = None if total is None else max(1, total // n)
-    procs = [ctx.Process(target=_worker, args=(config, output, n, tasks, results,
-                                               os.getpid(), share),
-                         daemon=True, name=f"vlmprep-run-{i}")
-             for i in range(n)]
-    for p in procs:
-        p.start()
-    left = len(items)
-    try:
-        while left:
-            try:
-                msg = results.get(timeout=0.5)
-            except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead or all(p.exitcode is not None for p in procs):
-                    codes = ", ".join(f"{p.name}: exit {p.exitcode}" for p in procs)
-                    raise JobFailed(f"a worker process ended unexpectedly ({codes}); the "
-                                     f"manifest lists the shards done: run again with --resume") \
-                        from None
-                continue
-            if msg[0] == "images":
-                on_images(msg[1], msg[2])
-            elif msg[0] == "done":
-                left -= 1
-                yield msg[1]
-            else:
-                raise JobFailed(f"{msg[1]} failed (not an image's fault; the manifest lists "
-                                 f"the shards done: fix the cause and run again with "
-                                 f"--resume):\n{msg[2]}")
-        for p in procs:
-            p.join()
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=10)
-        tasks.close()
-        results.close()
-        tasks.cancel_join_thread()
-        results.cancel_join_thread()
-
-
-def _in_process(items: Sequence[WorkItem], output: str, config: JobConfig, proc: Processor,
-                on_images: Callable[[int, int], None]) -> Iterator[dict]:
-    for unit, part in items:
-        try:
-            info = process_item(proc, unit, part, output, config, on_images=on_images)
-        except Exception as e:  # not an image's fault (process_samples never raises for one)
-            raise JobFailed(f"{unit.name} part {part} failed (not an image's fault; the manifest "
-                            f"lists the shards done: fix the cause and run again with --resume): "
-                            f"{type(e).__name__}: {e}") from e
-        yield info
 
 
 # -- the output folder --------------------------------------------------------------------------
@@ -295,29 +82,28 @@ def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: boo
     fresh job (``overwrite`` has then removed the old job's shards: the files named as the writer
     names a shard of a unit its manifest names). A manifest is checked
     (``shards.check_manifest``) before it is acted on; ``overwrite`` trusts only its unit names."""
-    from . import shards
     if os.path.exists(output) and not os.path.isdir(output):
         raise ValueError(f"output: expected a folder (new or a vlmprep output), got the file "
                          f"{output!r}; pick another --output")
     os.makedirs(output, exist_ok=True)
     entries = [e for e in os.listdir(output) if not e.startswith(".")]
-    if overwrite and os.path.lexists(os.path.join(output, shards.MANIFEST)):
+    if overwrite and os.path.lexists(os.path.join(output, MANIFEST)):
         # the old job's shards, listed or renamed but not yet listed when it died: the files
         # named as the writer names a shard of a unit the old manifest names. One listing of
         # the folder; nothing else of a (possibly damaged) manifest is trusted.
-        if os.path.isdir(os.path.join(output, shards.MANIFEST)):
-            raise ValueError(f"output: expected {shards.MANIFEST} in {output!r} to be a file, got "
+        if os.path.isdir(os.path.join(output, MANIFEST)):
+            raise ValueError(f"output: expected {MANIFEST} in {output!r} to be a file, got "
                              f"a folder; remove it, or pick another --output")
-        shards.remove_job_shards(output, shards.job_units(output))
+        remove_job_shards(output, job_units(output))
         _remove_tmp(output)
-        os.remove(os.path.join(output, shards.MANIFEST))
+        os.remove(os.path.join(output, MANIFEST))
         return None
-    manifest = shards.read_manifest(output)  # checked (shards.check_manifest) before any use
+    manifest = read_manifest(output)  # checked (shards.check_manifest) before any use
     if manifest is None:
         if entries and not overwrite:
             shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
             raise ValueError(f"output: expected a new or empty folder, or a vlmprep output (with "
-                             f"{shards.MANIFEST}), got {output!r} holding {len(entries)} other "
+                             f"{MANIFEST}), got {output!r} holding {len(entries)} other "
                              f"entries ({shown}); pick an empty --output, or pass --overwrite "
                              f"to write shards into it (files of other names are kept)")
         return None
@@ -327,10 +113,18 @@ def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: boo
         raise ValueError(f"output: expected a new or empty folder, got {output!r} holding a "
                          f"vlmprep output ({state}, {done} shards); pass --resume to finish it, "
                          f"--overwrite to redo it, or pick another --output")
+    _check_resume(manifest, output, config, units_now)
+    _remove_tmp(output)
+    return manifest
+
+
+def _check_resume(manifest: dict, output: str, config: JobConfig,
+                  units_now: dict[str, dict]) -> None:
+    """--resume: the manifest's job must have this config and these inputs (unit counts)."""
     try:
         old = JobConfig.from_json(manifest["config"])
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"--resume: expected {shards.MANIFEST} of a vlmprep run in {output!r}, got one "
+        raise ValueError(f"--resume: expected {MANIFEST} of a vlmprep run in {output!r}, got one "
                          f"without a readable config ({e}); use --overwrite to redo the job") \
             from None
     if old.hash() != config.hash() or manifest.get("config_hash") != config.hash():
@@ -351,8 +145,6 @@ def _prepare_output(output: str, config: JobConfig, resume: bool, overwrite: boo
         shown = "; ".join(diffs[:5]) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
         raise ValueError(f"--resume: expected the inputs of the job in {output!r}, got different "
                          f"ones ({shown}); pass the same --input, or --overwrite to redo it")
-    _remove_tmp(output)
-    return manifest
 
 
 def _shard_done(output: str, name: str, info: dict) -> bool:
@@ -438,10 +230,28 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
     inputs. A reader that gives a part fewer or more rows than the unit's count is a JobFailed
     naming the input.
     """
-    from .. import __version__
-    from .. import progress as progress_mod
-    from . import shards, sources
     t_start = time.perf_counter()
+    _check_args(inputs, config, workers, engine, gpus_per_worker, resume, overwrite)
+    output = os.fspath(output)
+    # the parent's Processor: fails early (backend, checkpoint), records the pipeline, and its
+    # read cap bounds every sample the readers return
+    proc = config.processor()
+    units = discover([os.fspath(i) for i in inputs], glob=glob, column=column,
+                     id_column=id_column, input_root=config.input_root,
+                     max_bytes=cast("decode", proc.pipeline["decode"]).max_source_bytes)
+    job = _plan_job(units, inputs, output, config, proc, resume, overwrite)
+    tally = _Tally(job.todo(), progress, t_start)
+    stream = _engine_stream(engine, job, proc, workers, gpus_per_worker, tally.on_images)
+    try:
+        _collect(stream, job, tally, engine)
+    finally:
+        tally.bar.close()
+    return _finish(job, tally)
+
+
+def _check_args(inputs: Sequence[str], config: JobConfig, workers: int, engine: str,
+                gpus_per_worker: float | None, resume: bool, overwrite: bool) -> None:
+    """run()'s arguments, checked before anything is read or written."""
     if isinstance(inputs, (str, os.PathLike)) or not inputs:
         raise ValueError(f"inputs: expected a non-empty list of paths, got {inputs!r}")
     if not isinstance(config, JobConfig):
@@ -459,13 +269,39 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
     if resume and overwrite:
         raise ValueError("expected at most one of resume and overwrite, got both; --resume "
                          "finishes a job, --overwrite redoes it")
-    output = os.fspath(output)
-    # the parent's Processor: fails early (backend, checkpoint), records the pipeline, and its
-    # read cap bounds every sample the readers return
-    proc = config.processor()
-    units = sources.discover([os.fspath(i) for i in inputs], glob=glob, column=column,
-                             id_column=id_column, input_root=config.input_root,
-                             max_bytes=cast("decode", proc.pipeline["decode"]).max_source_bytes)
+
+
+@dataclass
+class _Job:
+    """A job's plan and the manifest the run keeps on disk."""
+    output: str
+    config: JobConfig
+    counts: dict[str, int]               # unit name -> samples (what discover counted)
+    paths: dict[str, str]                # unit name -> input path
+    manifest: dict[str, Any]
+    items: list[WorkItem]                # the shards still to write: (unit, part)
+    order: dict[str, tuple[int, int]]    # shard name -> (unit index, part): the job order
+
+    def expected(self, unit_name: str, part: int) -> int:
+        """The rows of a part: ``shard_size``, fewer in a unit's last part."""
+        size = self.config.shard_size
+        return min(size, self.counts[unit_name] - part * size)
+
+    def todo(self) -> int:
+        """The samples of the shards still to write."""
+        return sum(self.expected(u.name, p) for u, p in self.items)
+
+    def record(self) -> None:
+        """The manifest on disk := the shards done, in job order (unit, part)."""
+        self.manifest["shards"] = dict(sorted(self.manifest["shards"].items(),
+                                              key=lambda kv: self.order.get(kv[0], (len(self.order), 0))))
+        write_manifest(self.output, self.manifest)
+
+
+def _plan_job(units: list[Unit], inputs: Sequence[str], output: str, config: JobConfig,
+              proc: Processor, resume: bool, overwrite: bool) -> _Job:
+    """Count the units, check the output folder against the flags (``_prepare_output``), keep
+    the shards a resumed job has done, and write the job's first manifest."""
     size = config.shard_size
     counts = {u.name: u.count() for u in units}
     paths = {u.name: u.path for u in units}
@@ -479,84 +315,102 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
         "inputs": [os.path.abspath(os.fspath(i)) for i in inputs], "output": os.path.abspath(output),
         "shards": kept, "units": units_now, "complete": False, "summary": {}}
     items = [(u, p) for u in units for p in range(units_now[u.name]["parts"])
-             if shards.shard_name(u.name, p, config.format) not in kept]
-    order = {shards.shard_name(u.name, p, config.format): (i, p)
+             if shard_name(u.name, p, config.format) not in kept]
+    order = {shard_name(u.name, p, config.format): (i, p)
              for i, u in enumerate(units) for p in range(units_now[u.name]["parts"])}
-    shards.write_manifest(output, manifest)
-    todo = sum(min(size, counts[u.name] - p * size) for u, p in items)
-    bar = progress_mod.bar(total=todo, desc="vlmprep run", unit="img", enabled=progress)
-    run_images = run_tokens = written = 0
-    write_s = process_s = 0.0
-    first: float | None = None
-    t0 = time.perf_counter()
+    write_manifest(output, manifest)
+    return _Job(output, config, counts, paths, manifest, items, order)
 
-    def on_images(n: int, tokens: int) -> None:
-        nonlocal run_images, run_tokens, first
-        if first is None:
-            first = time.perf_counter() - t_start
-        run_images += n
-        run_tokens += tokens
-        bar.update(n)
-        dt = time.perf_counter() - t0
+
+class _Tally:
+    """This run's images, tokens, shards and timings, and the progress bar they move."""
+
+    def __init__(self, total: int, progress: bool | None, t_start: float) -> None:
+        self.bar = progress_mod.bar(total=total, desc="vlmprep run", unit="img", enabled=progress)
+        self.t_start = t_start
+        self.images = self.tokens = self.written = 0
+        self.write_s = self.process_s = 0.0
+        self.first: float | None = None  # seconds from the start to the first image done
+        self.t0 = time.perf_counter()
+
+    def on_images(self, n: int, tokens: int) -> None:
+        if self.first is None:
+            self.first = time.perf_counter() - self.t_start
+        self.images += n
+        self.tokens += tokens
+        self.bar.update(n)
+        dt = time.perf_counter() - self.t0
         if dt > 0:
-            bar.set_postfix_str(f"{run_tokens / dt:,.0f} tok/s", refresh=False)
+            self.bar.set_postfix_str(f"{self.tokens / dt:,.0f} tok/s", refresh=False)
 
-    stream: Iterator[dict]
-    if not items:
-        stream = iter(())
-    elif engine == "ray":
-        from ..integrations.ray import run_ray
-        stream = run_ray(items, output, config, workers=workers, num_gpus=gpus_per_worker)
-    elif workers == 1:
-        stream = _in_process(items, output, config, proc, on_images)
-    else:
-        stream = _local_pool(items, output, config, workers, on_images)
-    def record() -> None:
-        """The manifest on disk := the shards done, in job order (unit, part)."""
-        manifest["shards"] = dict(sorted(manifest["shards"].items(),
-                                         key=lambda kv: order.get(kv[0], (len(order), 0))))
-        shards.write_manifest(output, manifest)
 
+def _engine_stream(engine: str, job: _Job, proc: Processor, workers: int,
+                   gpus_per_worker: float | None,
+                   on_images: Callable[[int, int], None]) -> Iterator[dict]:
+    """Each written shard's info, in completion order, from the engine doing ``job.items``."""
+    if not job.items:
+        return iter(())
+    if engine == "ray":
+        from .engines.ray import run_ray  # deferred: ray is an optional extra, and heavy
+        return run_ray(job.items, job.output, job.config, workers=workers,
+                       num_gpus=gpus_per_worker)
+    if workers == 1:
+        return in_process(job.items, job.output, job.config, proc, on_images)
+    return local_pool(job.items, job.output, job.config, workers, on_images)
+
+
+def _collect(stream: Iterator[dict], job: _Job, tally: _Tally, engine: str) -> None:
+    """Record each shard the engine finishes in the manifest (on disk at most once per
+    ``_RECORD_EVERY_S``). On any exception or Ctrl-C: stop the engine, remove ``*.tmp``, record
+    the shards done so far, re-raise."""
     last = time.monotonic()
     try:
         for info in stream:
-            timing = info.pop("timing", {})
-            write_s += timing.get("write_s", 0.0)
-            process_s += timing.get("process_s", 0.0)
-            if engine == "ray":  # shard granularity: the actors report nothing in between
-                on_images(info["count"], info["tokens"])
-            name = info.pop("name")
-            want = min(size, counts[info["unit"]] - info["part"] * size)
-            if info["count"] != want:  # a reader must give every sample it counted
-                raise JobFailed(f"{paths[info['unit']]}: expected {want} rows in part "
-                                f"{info['part']} (what discover counted), got {info['count']} "
-                                f"from its reader; the input changed or lost samples (shard "
-                                f"{name} is not listed); fix the input and run again with "
-                                f"--overwrite")
-            manifest["shards"][name] = info
-            written += 1
+            _add_shard(info, job, tally, engine)
             # at most once per _RECORD_EVERY_S: a job of 10,000 shards must not rewrite its
             # manifest 10,000 times; a kill loses at most that much (redone on --resume)
             if time.monotonic() - last >= _RECORD_EVERY_S:
-                record()
+                job.record()
                 last = time.monotonic()
     except BaseException:
         close = getattr(stream, "close", None)
         if close is not None:
             close()  # terminates local workers before the tmp files are removed
-        _remove_tmp(output)
+        _remove_tmp(job.output)
         try:
-            record()  # every shard finished so far (Ctrl-C keeps them)
+            job.record()  # every shard finished so far (Ctrl-C keeps them)
         except OSError:
             pass  # the first error is the one to report
         raise
-    finally:
-        bar.close()
-    # complete: every shard written, and no part of an input that could not be read
-    damaged = _damaged(manifest, paths)
-    manifest["complete"] = not damaged
-    manifest["summary"] = _summary(manifest, run_images, run_tokens, written,
-                                   time.perf_counter() - t_start, first, write_s, process_s,
-                                   damaged)
-    record()
-    return manifest["summary"]
+
+
+def _add_shard(info: dict, job: _Job, tally: _Tally, engine: str) -> None:
+    """One finished shard's info into the manifest (in memory) and the tally; a part with
+    fewer or more rows than discover counted is a JobFailed (the shard is not listed)."""
+    timing = info.pop("timing", {})
+    tally.write_s += timing.get("write_s", 0.0)
+    tally.process_s += timing.get("process_s", 0.0)
+    if engine == "ray":  # shard granularity: the actors report nothing in between
+        tally.on_images(info["count"], info["tokens"])
+    name = info.pop("name")
+    want = job.expected(info["unit"], info["part"])
+    if info["count"] != want:  # a reader must give every sample it counted
+        raise JobFailed(f"{job.paths[info['unit']]}: expected {want} rows in part "
+                        f"{info['part']} (what discover counted), got {info['count']} "
+                        f"from its reader; the input changed or lost samples (shard "
+                        f"{name} is not listed); fix the input and run again with "
+                        f"--overwrite")
+    job.manifest["shards"][name] = info
+    tally.written += 1
+
+
+def _finish(job: _Job, tally: _Tally) -> dict:
+    """The job's end: complete when every shard is written and no part of an input could not be
+    read; the summary into the manifest, recorded."""
+    damaged = _damaged(job.manifest, job.paths)
+    job.manifest["complete"] = not damaged
+    job.manifest["summary"] = _summary(job.manifest, tally.images, tally.tokens, tally.written,
+                                       time.perf_counter() - tally.t_start, tally.first,
+                                       tally.write_s, tally.process_s, damaged)
+    job.record()
+    return job.manifest["summary"]

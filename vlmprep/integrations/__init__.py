@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __all__ = ["ray"]
@@ -18,7 +19,6 @@ _SUBMODULES = ("ray",)
 
 def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
-        import importlib
         mod = importlib.import_module(f"{__name__}.{name}")
         globals()[name] = mod
         return mod
