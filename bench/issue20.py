@@ -23,13 +23,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from vlmprep.cli import bench  # noqa: E402
+from vlmprep.bench.command import BenchOptions  # noqa: E402
+from vlmprep.bench.command import measure as bench_measure  # noqa: E402
+from vlmprep.bench.report import print_report, print_table  # noqa: E402
 
 RUNS = {
     "qwen2-vl": ["--preset", "qwen2-vl", "--synthetic", "1080p", "--format", "jpeg,png,webp",
                  "--threads", "1,2", "--dtype", "float32,uint8", "--row-form", "full,compact"],
     "internvl": ["--preset", "internvl", "--synthetic", "1080p", "--threads", "1,2",
                  "--dtype", "float32,uint8"],
+}
+#: the BenchOptions of each run's flags above
+OPTIONS = {
+    "qwen2-vl": dict(preset="qwen2-vl", synthetic=["1080p"], format=["jpeg", "png", "webp"],
+                     threads=[1, 2], dtype=["float32", "uint8"], row_form=["full", "compact"]),
+    "internvl": dict(preset="internvl", synthetic=["1080p"], threads=[1, 2],
+                     dtype=["float32", "uint8"]),
 }
 
 
@@ -41,12 +50,9 @@ def _load() -> float | None:
 
 
 def measure(name: str, repeat: int, path: Path) -> dict:
-    p = argparse.ArgumentParser(prog="vlmprep")
-    bench.add_parser(p.add_subparsers(dest="command", required=True))
-    args = p.parse_args(["bench", *RUNS[name], "--repeat", str(repeat), "--json", str(path),
-                         "--no-progress"])
+    opts = BenchOptions(**OPTIONS[name], repeat=repeat, json=str(path), no_progress=True)
     before = _load()
-    result = bench.measure(args)
+    result = bench_measure(opts)
     result["load_average_1min"] = {"before": before, "after": _load()}
     result["command"] = " ".join(["vlmprep", "bench", *RUNS[name], "--repeat", str(repeat)])
     path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -107,7 +113,6 @@ def targets(q: dict, ivl: dict) -> list[dict]:
 
 def report(q: dict, ivl: dict, path: Path) -> None:
     """Print the targets table and write it (with where each run's figures are) to ``path``."""
-    from vlmprep.cli._common import print_table
     rows = targets(q, ivl)
     print("issue 20 targets (p50: the issue's measure; min: from minimum times)")
     print_table([{"target": t["target"], "limit": f"{t['limit']}x",
@@ -132,7 +137,7 @@ def main() -> int:
     res = {}
     for name in RUNS:
         res[name] = measure(name, a.repeat, out / f"issue20_{name}_{tag}.json")
-        bench.print_report(res[name])
+        print_report(res[name])
         print(f"load average (1 min): {res[name]['load_average_1min']}\n")
     report(res["qwen2-vl"], res["internvl"], out / f"issue20_targets_{tag}.json")
     return 0

@@ -333,16 +333,20 @@ def _short(text: object, n: int = 120) -> str:
 
 
 def _cli(argv: list[str]) -> dict:
-    """``vlmprep ARGV`` in this process -> rc, stdout, stderr."""
+    """``vlmprep ARGV`` in this process (``python -m vlmprep``, run here) -> rc, stdout, stderr."""
     import contextlib
+    import runpy
 
-    from vlmprep.cli.main import main
     out, err = io.StringIO(), io.StringIO()
+    saved, sys.argv = sys.argv, ["vlmprep", *argv]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            rc = main(argv)
-        except SystemExit as e:
+            runpy.run_module("vlmprep", run_name="__main__")
+            rc = 0
+        except SystemExit as e:  # vlmprep/__main__.py exits with main's status
             rc = e.code if isinstance(e.code, int) else 2
+        finally:
+            sys.argv = saved
     return {"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 

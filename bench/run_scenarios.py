@@ -8,8 +8,10 @@ Usage::
     .venv/bin/python bench/run_scenarios.py --summarize bench/results/cpu2.json   # tables only
     .venv/bin/python bench/run_scenarios.py --device cuda --backends dali,torch     # a GPU machine
 
-A scenario file holds `vlmprep bench` flags as JSON keys (see bench/README.md); each is parsed by
-the same argument parser, so a scenario is exactly the command line it spells. After measuring,
+A scenario file holds `vlmprep bench` flags as JSON keys (see bench/README.md); each becomes the
+`vlmprep.bench.command.BenchOptions` of those flags and runs through the same checks and harness,
+so a scenario is exactly the command line it spells (`scenario_argv`, saved with the result;
+tests/cli checks every scenario file against the command's parser). After measuring,
 the script prints the Markdown tables that docs/benchmarks.md shows (per image on one thread,
 thread scaling, cost against image size, stages).
 """
@@ -26,35 +28,59 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 from vlmprep.bench import env as bench_env  # noqa: E402
-from vlmprep.cli import bench  # noqa: E402
+from vlmprep.bench.command import BenchOptions, measure  # noqa: E402
 
-# scenario key -> (flag, how the value becomes flag text; None for a switch)
+
+def _names(v) -> list[str]:
+    return [str(x).strip() for x in v]
+
+
+# scenario key -> (flag, how the value becomes flag text, how it becomes the BenchOptions value
+# of that flag: the value its flag's parser gives)
 _FLAGS = {
-    "preset": ("--preset", str),
-    "synthetic": ("--synthetic", lambda v: ",".join(v)),
-    "images": ("--images", str),
-    "backends": ("--backend", lambda v: ",".join(v)),
-    "dtypes": ("--dtype", lambda v: ",".join(v)),
-    "device": ("--device", str),
-    "batch_size": ("--batch-size", str),
-    "threads": ("--threads", lambda v: ",".join(map(str, v))),
-    "num_images": ("--num-images", str),
-    "repeat": ("--repeat", str),
-    "warmup": ("--warmup", str),
-    "row_forms": ("--row-form", lambda v: ",".join(v)),
-    "formats": ("--format", lambda v: ",".join(v)),
+    "preset": ("--preset", str, str),
+    "synthetic": ("--synthetic", lambda v: ",".join(v), _names),
+    "images": ("--images", str, str),
+    "backends": ("--backend", lambda v: ",".join(v), lambda v: ",".join(v)),
+    "dtypes": ("--dtype", lambda v: ",".join(v), _names),
+    "device": ("--device", str, str),
+    "batch_size": ("--batch-size", str, int),
+    "threads": ("--threads", lambda v: ",".join(map(str, v)), lambda v: [int(x) for x in v]),
+    "num_images": ("--num-images", str, int),
+    "repeat": ("--repeat", str, int),
+    "warmup": ("--warmup", str, int),
+    "row_forms": ("--row-form", lambda v: ",".join(v), _names),
+    "formats": ("--format", lambda v: ",".join(v), lambda v: [x.lower() for x in _names(v)]),
 }
+# scenario switches (false turns the part off) -> BenchOptions field
+_SWITCHES = {"stages": "no_stages", "decode_floor": "no_decode_floor",
+             "lower_bound": "no_lower_bound"}
 _SHARED = ("machine", "versions", "kernels", "definitions")
+
+
+def _check_keys(sc: dict, where: str) -> None:
+    known = set(_FLAGS) | {"description", "compare"} | set(_SWITCHES)
+    unknown = sorted(set(sc) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; expected keys from {sorted(known)}")
+
+
+def scenario_options(sc: dict, where: str) -> BenchOptions:
+    """A scenario dict -> the `vlmprep bench` options it spells (unknown keys are an error)."""
+    _check_keys(sc, where)
+    kw = {flag[2:].replace("-", "_"): value(sc[key])
+          for key, (flag, _, value) in _FLAGS.items() if key in sc}
+    if sc.get("compare"):
+        kw["compare"] = sc["compare"][-1]  # --compare given once per entry: the last one counts
+    kw.update({field: True for key, field in _SWITCHES.items() if sc.get(key) is False})
+    return BenchOptions(**kw)
 
 
 def scenario_argv(sc: dict, where: str) -> list[str]:
     """A scenario dict -> `vlmprep bench` arguments (unknown keys are an error)."""
-    known = set(_FLAGS) | {"description", "compare", "stages", "decode_floor", "lower_bound"}
-    unknown = sorted(set(sc) - known)
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; expected keys from {sorted(known)}")
+    _check_keys(sc, where)
     argv = ["bench"]
-    for key, (flag, fmt) in _FLAGS.items():
+    for key, (flag, fmt, _) in _FLAGS.items():
         if key in sc:
             argv += [flag, fmt(sc[key])]
     for c in sc.get("compare", []):
@@ -68,12 +94,6 @@ def scenario_argv(sc: dict, where: str) -> list[str]:
     return argv
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vlmprep")
-    bench.add_parser(p.add_subparsers(dest="command", required=True))
-    return p
-
-
 def _loadavg() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
@@ -82,7 +102,6 @@ def _loadavg() -> float | None:
 
 
 def run(files: list[Path], note: str, device: str | None, backends: str | None = None) -> dict:
-    parser = _parser()
     out: dict = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  "note": note, "scenarios": {}}
     for f in files:
@@ -94,7 +113,7 @@ def run(files: list[Path], note: str, device: str | None, backends: str | None =
         argv = scenario_argv(sc, str(f))
         print(f"== {f.stem}: vlmprep {' '.join(argv)}", file=sys.stderr, flush=True)
         load0 = _loadavg()
-        result = bench.measure(parser.parse_args(argv))
+        result = measure(scenario_options(sc, str(f)))
         for k in _SHARED:
             out[k] = result.pop(k)
         out["scenarios"][f.stem] = {"description": sc.get("description", ""),

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from vlmprep.bench import command as bench_command
 from vlmprep.bench import harness as bench_harness
 from vlmprep.bench import hf as bench_hf
 from vlmprep.bench import images as bench_images
+from vlmprep.bench import timing as bench_timing
 from vlmprep.cli import bench
 from vlmprep.cli.main import main
 
@@ -140,9 +142,21 @@ def test_images_folder(tmp_path, capsys):
 
 def test_reference_backend_refused_on_cuda():
     """Checked before any image is built (the device check comes first on a machine without one)."""
-    from vlmprep.cli import bench
     with pytest.raises(ValueError, match="'reference' runs on the CPU only"):
-        bench._backends("reference", "cuda")
+        bench_command._backends("reference", "cuda")
+
+
+def test_options_are_the_flags():
+    """BenchOptions has one field per flag, with the flag's default (what scripts start from)."""
+    args = _parser().parse_args(["bench"])
+    assert bench_command.BenchOptions.from_namespace(args) == bench_command.BenchOptions()
+    dests = set(vars(args)) - {"run"}
+    assert dests == {f for f in bench_command.BenchOptions.__dataclass_fields__}
+    a = _parser().parse_args(["bench", "--synthetic", "720p,1080p", "--threads", "1,2",
+                              "--no-stages", "--json"])
+    opts = bench_command.BenchOptions.from_namespace(a)
+    assert (opts.synthetic, opts.threads, opts.no_stages, opts.json) == (
+        ["720p", "1080p"], [1, 2], True, "-")
 
 
 @pytest.mark.parametrize("args, words", [
@@ -188,7 +202,7 @@ def test_thread_count_restores():
 
     from vlmprep.kernels import get_num_threads
     before = (torch.get_num_threads(), get_num_threads())
-    with bench_harness.thread_count(1) as eff:
+    with bench_timing.thread_count(1) as eff:
         assert eff == {"vlmprep_threads": 1, "torch_threads": 1}
         assert torch.get_num_threads() == 1
     assert (torch.get_num_threads(), get_num_threads()) == before
@@ -280,11 +294,33 @@ def test_scenario_files_are_valid_commands():
     files = sorted((root / "scenarios").glob("*.json"))
     assert {f.stem for f in files} >= {"qwen2-vl", "internvl", "llava-1.5"}
     for f in files:
-        argv = mod.scenario_argv(json.loads(f.read_text()), str(f))
+        sc = json.loads(f.read_text())
+        argv = mod.scenario_argv(sc, str(f))
         args = _parser().parse_args(argv)
         assert args.preset and args.synthetic and args.threads, f
-    with pytest.raises(ValueError, match="unknown keys"):
-        mod.scenario_argv({"preset": "qwen2-vl", "thread": [1]}, "x.json")
+        # what the script measures is what the command line spells
+        opts = mod.scenario_options(sc, str(f))
+        assert opts == bench_command.BenchOptions.from_namespace(args), f
+    switched = {"preset": "qwen2-vl", "stages": False, "decode_floor": False, "lower_bound": False,
+                "compare": ["hf"], "formats": ["JPEG", "png"], "backends": ["torch", "reference"]}
+    assert mod.scenario_options(switched, "x.json") == bench_command.BenchOptions.from_namespace(
+        _parser().parse_args(mod.scenario_argv(switched, "x.json")))
+    for make in (mod.scenario_argv, mod.scenario_options):
+        with pytest.raises(ValueError, match="unknown keys"):
+            make({"preset": "qwen2-vl", "thread": [1]}, "x.json")
+
+
+def test_issue20_runs_are_their_flags():
+    """bench/issue20.py measures the options of the flags it records as each run's command."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "bench" / "issue20.py"
+    spec = importlib.util.spec_from_file_location("issue20", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, flags in mod.RUNS.items():
+        args = _parser().parse_args(["bench", *flags])
+        assert bench_command.BenchOptions(**mod.OPTIONS[name]) == \
+            bench_command.BenchOptions.from_namespace(args), name
 
 
 def test_images_folder_skips_and_names_bad_files(tmp_path, capsys):

@@ -2,14 +2,21 @@
 
 Not imported by ``import vlmprep``; nothing here runs in a user's preprocessing path. Modules:
 
-- ``harness``: end to end (``Processor(...)(batch)`` on encoded bytes), per stage, decode floor
-  and the transformers comparison, for each input set, thread count, backend and dtype;
+- ``command``: what ``vlmprep bench`` does with its flag values (``BenchOptions``): checks them,
+  builds the inputs, measures, writes ``--json`` / ``--plot`` and prints the report.
+- ``harness``: end to end (``Processor(...)(batch)`` on encoded bytes), per stage, the floors and
+  the transformers comparison, for each input set, thread count, backend and dtype;
   ``BenchConfig`` in, a result dict (what ``--json`` writes) out.
+- ``floors``: the decode, exact-resize and output-write floors (one thread each).
+- ``timing``: thread counts, timed call series and their statistics (images and video).
+- ``report``: the human report (tables) of a result dict.
+- ``video``: ``--video``, one sampled clip, vlmprep against the transformers video processor.
 - ``images``: the inputs: deterministic JPEG mosaics of package photos, or a folder's files.
 - ``decoders``: the decode-only floor (every image decoder the dependencies provide).
 - ``hf``: the transformers image processors of a preset, as users run them (``--compare hf``).
 - ``env``: where it ran: machine, library versions, CPU time and peak RSS.
 - ``plot``: the images/s bar chart (``--plot``).
 
-The command line (flags, tables) is ``vlmprep.cli.bench``; it only parses and prints.
+The command line's flags are ``vlmprep.cli.bench`` (argparse only); scripts in ``bench/`` use
+``command.BenchOptions`` and ``command.measure`` (or ``harness.run``) directly.
 """

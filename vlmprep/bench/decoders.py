@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import functools
 import io
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from .. import kernels
+from ..io.probe import probe
 
 __all__ = ["DECODERS", "prepare"]
 
@@ -40,7 +44,7 @@ class _PilShaped:
 
 
 def _pil() -> Callable[[bytes], Callable[[], Any]]:
-    from PIL import Image
+    from PIL import Image  # deferred: heavy; a decoder missing here is reported, not fatal
 
     def run(data: bytes):
         im = Image.open(io.BytesIO(data))
@@ -53,8 +57,8 @@ def _pil() -> Callable[[bytes], Callable[[], Any]]:
 
 
 def _opencv() -> Callable[[bytes], Callable[[], Any]]:
-    import cv2
-    import numpy as np
+    import cv2  # deferred: optional
+    import numpy as np  # deferred: heavy
     flag = getattr(cv2, "IMREAD_COLOR_RGB", None)
 
     def prep(data: bytes):
@@ -71,13 +75,11 @@ def _opencv() -> Callable[[bytes], Callable[[], Any]]:
 
 
 def _torchvision() -> Callable[[bytes], Callable[[], Any]]:
-    import warnings
-
-    import torch
+    import torch  # deferred: heavy
     # torchvision 0.29 warns on every decode that TorchCodec supersedes it; it still decodes.
     warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of "
                             "TorchVision are deprecated", category=DeprecationWarning)
-    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.io import ImageReadMode, decode_image  # deferred: optional, heavy
 
     def prep(data: bytes):
         t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -87,8 +89,8 @@ def _torchvision() -> Callable[[bytes], Callable[[], Any]]:
 
 def _dali(decoder: str, device_id: int | None) -> Callable[[bytes], Callable[[], Any]]:
     """DALI's image decoder alone: ``decoder`` "cpu" (libjpeg-turbo) or "mixed" (nvJPEG)."""
-    import numpy as np
-    from nvidia.dali import fn, pipeline_def, types
+    import numpy as np  # deferred: heavy
+    from nvidia.dali import fn, pipeline_def, types  # deferred: optional
 
     where: dict[str, Any] = {"device_id": device_id}  # None: a CPU-only graph (DALI's stub says int)
 
@@ -128,8 +130,8 @@ def _dali_cpu() -> Callable[[bytes], Callable[[], Any]]:
 
 
 def _torchvision_cuda(device: str) -> Callable[[bytes], Callable[[], Any]]:
-    import torch
-    from torchvision.io import ImageReadMode, decode_jpeg
+    import torch  # deferred: heavy
+    from torchvision.io import ImageReadMode, decode_jpeg  # deferred: optional, heavy
     _torchvision()  # the same warning filter
 
     def prep(data: bytes):
@@ -145,8 +147,6 @@ def _torchvision_cuda(device: str) -> Callable[[bytes], Callable[[], Any]]:
 
 def _vlmprep() -> Callable[[bytes], Callable[[], Any]]:
     """The decoder inside ``decode_resize_normalize_patchify`` (built with libjpeg-turbo)."""
-    from .. import kernels
-    from ..io.probe import probe
     if not kernels.jpeg_available():
         raise ImportError(name="vlmprep JPEG fast path (built without libjpeg-turbo)")
 

@@ -8,6 +8,7 @@ import resource
 import sys
 from importlib import metadata
 
+from .. import __version__
 from ..kernels.threads import usable_cpus
 
 __all__ = ["machine", "machine_name", "versions", "PeakRss"]
@@ -35,7 +36,6 @@ def _dist_version(names: tuple[str, ...]) -> str | None:
 def versions() -> dict[str, str | None]:
     """``{python, vlmprep, torch, torchvision, pillow, numpy, opencv, dali, transformers}``:
     installed versions (None where a package is missing), read without importing them."""
-    from .. import __version__
     out: dict[str, str | None] = {"python": platform.python_version(), "vlmprep": __version__}
     out.update({k: _dist_version(v) for k, v in _DISTS.items()})
     return out
@@ -66,7 +66,7 @@ def _memory_gib() -> float | None:
 def _gpus() -> list[str]:
     if "torch" not in sys.modules:  # only asked once torch is loaded anyway (the harness loads it)
         return []
-    import torch
+    import torch  # deferred: heavy (already loaded here)
     if not torch.cuda.is_available():
         return []
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

@@ -35,16 +35,26 @@ here: it only measures.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
+from .. import backends, kernels, pack
+from ..backends import fusion
+from ..backends.context import Context
+from ..io.inputs import resolve
+from ..io.probe import probe
 from ..pack import ROW_FORMS as pack_row_forms
+from ..plan import plan_images
+from ..plan.grid import row_length
+from ..processor import Processor
 from . import env as bench_env
+from . import hf as bench_hf
+from . import timing
+from .floors import decode_floor, resize_floor, write_floor
 from .images import ImageSet
+from .timing import ms, pct, sync, thread_count
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -144,118 +154,6 @@ class BenchConfig:
     floors: bool = True
 
 
-# -- threads, timing, statistics ------------------------------------------------------------------
-@contextlib.contextmanager
-def thread_count(n: int | None) -> Iterator[dict]:
-    """Run the block with ``n`` threads for vlmprep's own work, torch and OpenCV (restored after).
-
-    Yields the effective counts, ``{"vlmprep_threads", "torch_threads"}``.
-    """
-    import torch
-
-    from ..kernels import threads as vt
-    old_v = getattr(vt, "_threads", None)
-    old_t = torch.get_num_threads()
-    cv2 = _cv2()
-    old_c = cv2.getNumThreads() if cv2 is not None else None
-    try:
-        if n is not None:
-            vt.set_num_threads(n)
-            torch.set_num_threads(n)
-            if cv2 is not None:
-                cv2.setNumThreads(n)
-        yield {"vlmprep_threads": vt.get_num_threads(), "torch_threads": torch.get_num_threads()}
-    finally:
-        vt.set_num_threads(old_v)
-        torch.set_num_threads(old_t)
-        if cv2 is not None and old_c is not None:
-            cv2.setNumThreads(old_c)
-
-
-def _cv2():
-    try:
-        import cv2
-        return cv2
-    except ImportError:
-        return None
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-        torch.cuda.synchronize(device)
-
-
-def _pct(xs: Sequence[float], q: float) -> float:
-    import numpy as np
-    return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
-
-
-def _ms(x: float) -> float:
-    return round(x * 1000, 3)
-
-
-def _batches(n: int, batch_size: int) -> list[list[int]]:
-    """Item indices per call: every item at least once, cycling to fill the last batch."""
-    calls = max(1, -(-n // batch_size))
-    return [[(k * batch_size + j) % n for j in range(batch_size)] for k in range(calls)]
-
-
-@dataclass
-class _Timing:
-    latencies: list[float]   # seconds per call
-    cpu_s: float
-    wall_s: float
-    last: Any                # the last call's output
-
-
-def _time_calls(call: Callable[[list], Any], batches: list[list], repeat: int, warmup: int,
-                device: str) -> _Timing:
-    # Each call runs while the previous output is still referenced, in warm-up as in the timed
-    # loop (and as in a user's loop): an allocator that reuses freed buffers then has the same
-    # buffers ready when timing starts (two warm-up calls fault in both).
-    out = None
-    for i in range(warmup):
-        out = call(batches[i % len(batches)])
-        _sync(device)
-    gc.collect()
-    lat: list[float] = []
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for _ in range(repeat):
-        for b in batches:
-            t0 = time.perf_counter()
-            out = call(b)
-            _sync(device)
-            lat.append(time.perf_counter() - t0)
-    return _Timing(lat, time.process_time() - cpu0, time.perf_counter() - wall0, out)
-
-
-def _rates(t: _Timing, batch_size: int, mp: list[float], tokens: list[int],
-           batches: list[list[int]]) -> dict:
-    """Throughput and latency keys from a timing series (``mp``/``tokens`` per item)."""
-    total = sum(t.latencies)
-    per_pass_mp = sum(mp[i] for b in batches for i in b)
-    per_pass_tok = sum(tokens[i] for b in batches for i in b)
-    passes = len(t.latencies) / len(batches)
-    images = len(t.latencies) * batch_size
-    per_img = [x / batch_size for x in t.latencies]
-    return {
-        "images": images,
-        "images_per_s": round(images / total, 3),
-        "p50_images_per_s": round(batch_size / _pct(t.latencies, 50), 3),
-        "megapixels_per_s": round(per_pass_mp * passes / total, 3),
-        "visual_tokens_per_s": round(per_pass_tok * passes / total, 1),
-        "batch_p50_ms": _ms(_pct(t.latencies, 50)),
-        "batch_p99_ms": _ms(_pct(t.latencies, 99)),
-        "batch_mean_ms": _ms(total / len(t.latencies)),
-        "per_image_p50_ms": _ms(_pct(per_img, 50)),
-        "per_image_p99_ms": _ms(_pct(per_img, 99)),
-        "per_image_min_ms": _ms(min(per_img)),
-        "per_image_mean_ms": _ms(sum(per_img) / len(per_img)),
-        "cpu_cores_used": round(t.cpu_s / t.wall_s, 2) if t.wall_s > 0 else None,
-    }
-
-
 def _shape(x: Any) -> Any:
     """A JSON-able description of ``pixel_values``' shape (tensor, array or nested lists)."""
     if hasattr(x, "shape"):
@@ -268,8 +166,6 @@ def _shape(x: Any) -> Any:
 # -- the measurements -----------------------------------------------------------------------------
 def _item_facts(pipe: "Pipeline", s: ImageSet) -> tuple[list[float], list[int]]:
     """Source megapixels and visual tokens per item (header only); an unplannable item raises."""
-    from ..io.probe import probe
-    from ..plan import plan_images
     hws = [probe(b).size_hw for b in s.items]
     plans = plan_images(pipe, hws)
     for p in plans:
@@ -278,190 +174,104 @@ def _item_facts(pipe: "Pipeline", s: ImageSet) -> tuple[list[float], list[int]]:
     return [h * w / 1e6 for h, w in hws], [p.num_tokens for p in plans]
 
 
-def _decode_floor(s: ImageSet, repeat: int, device: str = "cpu") -> dict:
-    from ..io.probe import probe
-    from . import decoders as bench_decoders
-    hws = [probe(b).size_hw for b in s.items]
-    with thread_count(1):
-        calls, unavailable = bench_decoders.prepare(list(s.items), hws, device)
-        decoders = {}
-        for name, fns in calls.items():
-            p50, least = _floor_times(fns, repeat)
-            decoders[name] = {"per_image_p50_ms": _ms(p50), "per_image_min_ms": _ms(least)}
-    out: dict = {"size": s.label, "threads": 1, "decoders": decoders, "unavailable": unavailable}
-    if decoders:
-        best = min(decoders, key=lambda k: decoders[k]["per_image_p50_ms"])
-        out.update(fastest=best, decode_floor_ms=decoders[best]["per_image_p50_ms"],
-                   decode_floor_min_ms=min(d["per_image_min_ms"] for d in decoders.values()))
-    else:
-        out.update(fastest=None, decode_floor_ms=None, decode_floor_min_ms=None)
-    return out
-
-
-def _floor_times(calls: Sequence[Callable[[], Any]], repeat: int) -> tuple[float, float]:
-    """(p50, min) seconds of the calls, each run ``repeat`` times after two warm passes (which
-    fault in both buffers a loop alternates between, as the Processor's warm-up does)."""
-    for f in [*calls, *calls]:
-        f()
-    lat = []
-    for _ in range(repeat):
-        for f in calls:
-            t0 = time.perf_counter()
-            f()
-            lat.append(time.perf_counter() - t0)
-    return _pct(lat, 50), min(lat)
-
-
-def _resize_floor(pipe: "Pipeline", s: ImageSet, repeat: int) -> dict:
-    """The plan's canvases from each decoded image by the compiled exact resize alone, one thread
-    (``base.build_canvases`` with the torch backend's CPU ``resize`` and ``cut``: the kernels'
-    Pillow-exact resize into a reused buffer; crops inside the image are views)."""
-    import numpy as np
-    import torch
-
-    from .. import kernels
-    from ..backends.base import build_canvases
-    from ..backends.torch import ops as torch_ops
-    from ..io import decode as io_decode
-    from ..io.inputs import resolve
-    from ..plan import plan_images
-    interp = pipe.sizing.interpolation  # type: ignore[attr-defined]
-    calls = []
-    for item in s.items:
-        src = resolve(item)
-        (plan,) = plan_images(pipe, [src.hw])
-        img = torch.from_numpy(np.require(io_decode.decode(src, fast=True), requirements="W"))
-        chw = img.permute(2, 0, 1)
-        calls.append(lambda chw=chw, plan=plan: build_canvases(chw, plan, interp, torch_ops.resize,
-                                                               torch_ops.cut))
-    compiled = kernels.available() and all(
-        (c.interpolation or interp) in kernels.RESIZE_INTERPOLATIONS
-        for item in s.items[:1] for c in plan_images(pipe, [resolve(item).hw])[0].canvases)
-    with thread_count(1):
-        p50, low = _floor_times(calls, repeat)
-    return {"size": s.label, "threads": 1, "resize_floor_ms": _ms(p50), "resize_floor_min_ms": _ms(low),
-            "resize": "kernels.resize" if compiled else "resize_like_pil (no compiled resize)"}
-
-
-def _write_floor(proc: Any, s: ImageSet, repeat: int) -> dict:
-    """Streamed stores of exactly each image's output bytes (its ``pixel_values`` from ``proc``)
-    into buffers taken as the Processor takes them, one thread (``kernels.stream_store``)."""
-    from .. import kernels
-    shapes = []
-    for item in s.items:
-        pv = proc([item]).pixel_values
-        shapes.append((tuple(pv.shape), pv.dtype, pv.numel() * pv.element_size()))
-    nbytes = sum(b for _, _, b in shapes) / len(shapes)
-    out: dict[str, Any] = {"size": s.label, "dtype": proc.dtype,
-                           "row_form": getattr(proc, "row_form", "full"), "threads": 1,
-                           "write_floor_bytes": round(nbytes)}
-    if not kernels.available() or proc.device != "cpu":
-        out.update(write_floor_ms=None, write_floor_min_ms=None, write_floor_GB_per_s=None,
-                   why=("CPU outputs only" if kernels.available()
-                        else f"no compiled kernels: {kernels.why_unavailable()}"))
-        return out
-    held: list = [None]
-
-    def store(shape: tuple, dtype: Any) -> None:
-        buf = kernels.empty(shape, dtype)  # as Processor.__call__ takes its output
-        kernels.stream_store(buf)
-        held[0] = buf  # the previous output stays alive through the next call, as in a loop
-
-    def call(shape: tuple, dtype: Any) -> Callable[[], None]:
-        return lambda: store(shape, dtype)
-
-    with thread_count(1):
-        p50, low = _floor_times([call(sh, dt) for sh, dt, _ in shapes], repeat)
-    out.update(write_floor_ms=_ms(p50), write_floor_min_ms=_ms(low),
-               write_floor_GB_per_s=round(nbytes / p50 / 1e9, 2) if p50 > 0 else None)
-    return out
-
-
 def _processor(cfg: BenchConfig, backend: str, dtype: str, row_form: str) -> Any:
     """The Processor measured."""
-    from ..processor import Processor
     return Processor(cfg.pipeline, backend=backend, device=cfg.device, dtype=dtype,
                      row_form=row_form)
 
 
-def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet,
-            repeat: int, row_form: str = "full") -> dict:
-    """p50 per image of each stage, run separately through the backend's stages (``decode``,
-    ``size``, ``write``); compact rows through the pipeline the backend executes for them
+class _Stages:
+    """Each stage of one image run separately through the backend's stages (``decode``, ``size``,
+    ``write``); compact rows through the pipeline the backend executes for them
     (``pack.execution_pipeline``), planned by the real one."""
-    import torch
 
-    from .. import backends, kernels, pack
-    from ..backends import fusion
-    from ..backends.context import Context
-    from ..io.inputs import resolve
-    from ..plan import plan_images
-    from ..plan.grid import row_length
+    def __init__(self, pipe: "Pipeline", backend: str, device: str, dtype: str,
+                 row_form: str) -> None:
+        import torch  # deferred: heavy
 
-    plan_pipe, pipe = pipe, pack.execution_pipeline(pipe, row_form)
-    be = backends.get(backend)(pipe, device, dtype)
-    if not be.ops or be.ops[0].name != "decode":
-        raise ValueError("expected the pipeline to start with decode")
-    order = pipe.patchify.order
-    tdtype = getattr(torch, dtype)
-    on_gpu = device.startswith("cuda")
+        self.plan_pipe, self.pipe = pipe, pack.execution_pipeline(pipe, row_form)
+        self.be = backends.get(backend)(self.pipe, device, dtype)
+        if not self.be.ops or self.be.ops[0].name != "decode":
+            raise ValueError("expected the pipeline to start with decode")
+        self.order = self.pipe.patchify.order
+        self.tdtype = getattr(torch, dtype)
+        self.device, self.dtype, self.row_form = device, dtype, row_form
+        self.on_gpu = device.startswith("cuda")
 
-    def alloc(shape: tuple) -> "torch.Tensor":
-        return kernels.empty(shape, tdtype, device)  # as Processor.__call__ allocates
+    def alloc(self, shape: tuple) -> Any:
+        return kernels.empty(shape, self.tdtype, self.device)  # as Processor.__call__ allocates
 
-    def one(item: bytes) -> dict[str, float]:
+    def one(self, item: bytes) -> dict[str, float]:
+        """Seconds per stage (``STAGES``) of ``item``."""
+        be, device = self.be, self.device
         t = {}
         t0 = time.perf_counter()
         src = resolve(item)
-        (plan,) = plan_images(plan_pipe, [src.hw])
+        (plan,) = plan_images(self.plan_pipe, [src.hw])
         if plan.error is not None:
             raise plan.error
         t1 = time.perf_counter()
         t["probe_ms"] = t1 - t0
-        ctx = Context(src, plan, None, dtype, "cpu")  # type: ignore[arg-type]
+        ctx = Context(src, plan, None, self.dtype, "cpu")  # type: ignore[arg-type]
         value = be.decode(ctx)
         t2 = time.perf_counter()
         t["decode_ms"] = t2 - t1
-        if on_gpu and hasattr(value, "to"):
+        if self.on_gpu and hasattr(value, "to"):
             value = value.to(device)
-            _sync(device)
+            sync(device)
         ctx.device = device
         t3 = time.perf_counter()
-        t["transfer_ms"] = t3 - t2 if on_gpu else 0.0
+        t["transfer_ms"] = t3 - t2 if self.on_gpu else 0.0
         value = be.size(value, ctx)
-        _sync(device)
+        sync(device)
         t4 = time.perf_counter()
         t["resize_ms"] = t4 - t3
-        rows = plan.rows(order)
-        shape = ((rows, 3, *(pipe.tile_hw or ())) if order == "tiles"
-                 else (rows, row_length(pipe.patchify)))
-        out = alloc(shape)
+        rows = plan.rows(self.order)
+        shape = ((rows, 3, *(self.pipe.tile_hw or ())) if self.order == "tiles"
+                 else (rows, row_length(self.pipe.patchify)))
+        out = self.alloc(shape)
         ctx.dest = out
         # The executor end to end would pick, but the resize is timed on its own above: a plan
         # the backend resizes inside the rows kernel (fusion.RESIZE_ROWS) is timed as ROWS.
         be.write(value, ctx, fusion.choose(be.fusion, ctx, most=fusion.ROWS))
-        pack.build(out, [plan], {}, plan_pipe, row_form)
-        _sync(device)
+        pack.build(out, [plan], {}, self.plan_pipe, self.row_form)
+        sync(device)
         t["normalize_patchify_pack_ms"] = time.perf_counter() - t4
         return t
 
-    one(s.items[0])  # warm
+
+def _stages(pipe: "Pipeline", backend: str, device: str, dtype: str, s: ImageSet,
+            repeat: int, row_form: str = "full") -> dict:
+    """p50 per image of each stage, run separately through the backend's stages (``_Stages``)."""
+    stages_of = _Stages(pipe, backend, device, dtype, row_form)
+    stages_of.one(s.items[0])  # warm
     samples: dict[str, list[float]] = {k: [] for k in STAGES}
     for _ in range(repeat):
         for item in s.items:
-            for key, v in one(item).items():
+            for key, v in stages_of.one(item).items():
                 samples[key].append(v)
-    stages = {key: _ms(_pct(v, 50)) for key, v in samples.items()}
+    stages = {key: ms(pct(v, 50)) for key, v in samples.items()}
     return {"stages_ms": stages, "stage_sum_ms": round(sum(stages.values()), 3)}
+
+
+def _stages_or_error(cfg: BenchConfig, backend: str, dtype: str, s: ImageSet, form: str) -> dict:
+    """``_stages``' keys and ``stages_error`` (None, or why a backend does not run op by op)."""
+    try:
+        out = _stages(cfg.pipeline, backend, cfg.device, dtype, s, cfg.repeat, form)
+        out["stages_error"] = None
+        return out
+    except Exception as e:  # a backend that does not run op by op
+        return {"stages_ms": None, "stage_sum_ms": None,
+                "stages_error": f"{type(e).__name__}: {e}"}
 
 
 def _vlmprep(cfg: BenchConfig, s: ImageSet, proc: Any,
              facts: tuple[list[float], list[int]], rss: bench_env.PeakRss) -> dict:
-    idx = _batches(len(s.items), cfg.batch_size)
+    idx = timing.batches(len(s.items), cfg.batch_size)
     batches = [[s.items[i] for i in b] for b in idx]
     rss.start()
-    t = _time_calls(proc, batches, cfg.repeat, cfg.warmup, cfg.device)
-    out = _rates(t, cfg.batch_size, *facts, idx)
+    t = timing.time_calls(proc, batches, cfg.repeat, cfg.warmup, cfg.device)
+    out = timing.rates(t, cfg.batch_size, *facts, idx)
     out["peak_rss_mib"] = rss.peak_mib()
     out["peak_rss_scope"] = rss.scope
     out["output_shape"] = list(t.last.pixel_values.shape)
@@ -471,39 +281,33 @@ def _vlmprep(cfg: BenchConfig, s: ImageSet, proc: Any,
 
 def _hf(cfg: BenchConfig, s: ImageSet, hf_cfg: dict, backend: str,
         facts: tuple[list[float], list[int]], rss: bench_env.PeakRss) -> dict:
-    from . import hf as bench_hf
     proc = bench_hf.build(hf_cfg, cfg.pipeline, backend)
     device = cfg.device if backend == "torchvision" else "cpu"
-    idx = _batches(len(s.items), cfg.batch_size)
+    idx = timing.batches(len(s.items), cfg.batch_size)
     batches = [[s.items[i] for i in b] for b in idx]
     rss.start()
-    t = _time_calls(lambda b: bench_hf.call(proc, b, device), batches, cfg.repeat, cfg.warmup,
-                    device)
+    t = timing.time_calls(lambda b: bench_hf.call(proc, b, device), batches, cfg.repeat,
+                          cfg.warmup, device)
     out: dict[str, Any] = {"processor": backend, "class": type(proc).__name__, "device": device}
-    out.update(_rates(t, cfg.batch_size, *facts, idx))
+    out.update(timing.rates(t, cfg.batch_size, *facts, idx))
     out["peak_rss_mib"] = rss.peak_mib()
     out["peak_rss_scope"] = rss.scope
     out["output_shape"] = _shape(t.last.get("pixel_values"))
     return out
 
 
-def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
-    """Measure everything ``cfg`` asks for -> the result dict (see DEFINITIONS; JSON-able)."""
-    import torch  # noqa: F401  (loaded first, so machine() sees CUDA devices)
+# -- the run: one input set at a time -------------------------------------------------------------
+def _cpu_floors(cfg: BenchConfig) -> bool:
+    """Whether the CPU's write and resize floors are measured, for the lower bound (which needs
+    the decode floor too; a GPU's floors are bench/gpu_check's)."""
+    return cfg.floors and cfg.decode_floor and cfg.device == "cpu"
 
-    from .. import kernels
-    from . import hf as bench_hf
-    log = log or (lambda msg: None)
-    hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else {}
-    if cfg.compare_hf:
-        bench_hf.build(hf_cfg, cfg.pipeline, "pil")  # fail now (no transformers) rather than late
-    rss = bench_env.PeakRss()
-    # The CPU's write and resize floors, for the lower bound (which needs the decode floor too;
-    # a GPU's floors are bench/gpu_check's).
-    floors = cfg.floors and cfg.decode_floor and cfg.device == "cpu"
+
+def _progress(cfg: BenchConfig, log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log`` with a "[k/n] " prefix: n the steps ``run`` takes for ``cfg``, k this one."""
     forms = len(cfg.dtypes) * len(cfg.row_forms)
     steps = len(cfg.image_sets) * (
-        int(cfg.decode_floor) + (1 + forms if floors else 0)
+        int(cfg.decode_floor) + (1 + forms if _cpu_floors(cfg) else 0)
         + len(cfg.threads) * (len(cfg.backends) * forms
                               + (len(bench_hf.BACKENDS) if cfg.compare_hf else 0)))
     step = 0
@@ -512,8 +316,12 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
         nonlocal step
         step += 1
         log(f"[{step}/{steps}] {what}")
+    return progress
 
-    result: dict = {
+
+def _new_result(cfg: BenchConfig) -> dict:
+    """The result dict before anything is measured: where, what, and empty result lists."""
+    return {
         "schema_version": SCHEMA_VERSION,
         "tool": "vlmprep bench",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -536,104 +344,147 @@ def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
         "hf": [],
         "definitions": DEFINITIONS,
     }
-    for s in cfg.image_sets:
-        facts = _item_facts(cfg.pipeline, s)
-        result["inputs"].append(s.describe())
+
+
+def _add_floor_ratios(r: dict, floor: dict | None, rfloor: dict | None, wf: dict | None) -> None:
+    """A result row's floors, lower bound and ratios to them (p50 and min-based), into ``r``."""
+    if floor is not None and floor["decode_floor_ms"]:
+        r["decode_floor_ms"] = floor["decode_floor_ms"]
+        r["decode_floor_decoder"] = floor["fastest"]
+        r["ratio_vs_decode_floor"] = round(r["per_image_p50_ms"] / floor["decode_floor_ms"], 3)
+    if rfloor is None or wf is None or wf["write_floor_ms"] is None:
+        return
+    r["write_floor_ms"] = wf["write_floor_ms"]
+    r["resize_floor_ms"] = rfloor["resize_floor_ms"]
+    if floor is not None and "decode_floor_ms" in r:
+        bound = r["decode_floor_ms"] + wf["write_floor_ms"] + rfloor["resize_floor_ms"]
+        r["lower_bound_ms"] = round(bound, 3)
+        r["ratio_vs_lower_bound"] = round(r["per_image_p50_ms"] / bound, 3)
+        low = (floor["decode_floor_min_ms"] + wf["write_floor_min_ms"]
+               + rfloor["resize_floor_min_ms"])
+        r["min_based"] = {
+            "per_image_min_ms": r["per_image_min_ms"],
+            "lower_bound_min_ms": round(low, 3),
+            "ratio_vs_decode_floor": round(r["per_image_min_ms"] / floor["decode_floor_min_ms"], 3),
+            "ratio_vs_lower_bound": round(r["per_image_min_ms"] / low, 3)}
+
+
+def _add_hf_comparison(r: dict, last: Any, hf_rows: dict[str, dict], label: str,
+                       log: Callable[[str], None]) -> None:
+    """Speedups over the transformers processors into ``r``; their output shapes checked against
+    vlmprep's ``to_hf()`` of the same batch (``same_output_shape_as_vlmprep``, into each)."""
+    mine = None
+    if hf_rows:
+        try:  # the same batch as the transformers processors' last call
+            mine = _shape(last.to_hf().get("pixel_values"))
+        except Exception:  # to_hf is the pack layer's business; never fail a bench
+            mine = None
+    for hb, h in hf_rows.items():
+        # Like for like only: the processors return normalized float32.
+        if r["dtype"] == "float32" and r["row_form"] == "full":
+            r[f"speedup_vs_hf_{hb}"] = round(h["per_image_p50_ms"] / r["per_image_p50_ms"], 3)
+        if mine is not None:
+            same = mine == h["output_shape"]
+            h["same_output_shape_as_vlmprep"] = h.get("same_output_shape_as_vlmprep", True) and same
+            if not same:
+                log(f"warning: {label}: transformers {hb} pixel_values shape "
+                    f"{h['output_shape']} != vlmprep {r['backend']} {r['dtype']} "
+                    f"to_hf() {mine}")
+
+
+class _Run:
+    """One ``run``: its config, the result being filled, progress and peak-RSS tracking."""
+
+    def __init__(self, cfg: BenchConfig, log: Callable[[str], None]) -> None:
+        self.cfg, self.log = cfg, log
+        self.hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else {}
+        if cfg.compare_hf:
+            bench_hf.build(self.hf_cfg, cfg.pipeline, "pil")  # fail now (no transformers), not late
+        self.rss = bench_env.PeakRss()
+        self.progress = _progress(cfg, log)
+        self.result = _new_result(cfg)
+
+    def image_set(self, s: ImageSet) -> None:
+        """Everything measured on ``s``: its floors, then per thread count vlmprep's rows and the
+        transformers processors', then each row's ratios (appended to ``result["results"]``)."""
+        facts = _item_facts(self.cfg.pipeline, s)
+        self.result["inputs"].append(s.describe())
+        floor, rfloor, wfloors = self.floors(s)
+        for n in self.cfg.threads:
+            with thread_count(n) as eff:
+                rows = self.vlmprep_rows(s, n, eff, facts)
+                hf_rows = self.hf_rows(s, n, eff, facts) if self.cfg.compare_hf else {}
+            for r in rows:
+                last = r.pop("_last")
+                _add_floor_ratios(r, floor, rfloor, wfloors.get((r["dtype"], r["row_form"])))
+                _add_hf_comparison(r, last, hf_rows, s.label, self.log)
+                self.result["results"].append(r)
+
+    def floors(self, s: ImageSet) -> tuple[dict | None, dict | None, dict[tuple[str, str], dict]]:
+        """The decode floor, and on the CPU the resize floor and a write floor per dtype and row
+        form: ``(decode, resize, {(dtype, row_form): write})``."""
+        cfg, result, progress = self.cfg, self.result, self.progress
         floor = None
         if cfg.decode_floor:
-            floor = _decode_floor(s, cfg.repeat, cfg.device)
+            floor = decode_floor(s, cfg.repeat, cfg.device)
             result["decode_floor"].append(floor)
             progress(f"{s.label} decode floor: {floor['decode_floor_ms']} ms ({floor['fastest']})")
         rfloor = None
         wfloors: dict[tuple[str, str], dict] = {}
-        if floors:
-            rfloor = _resize_floor(cfg.pipeline, s, cfg.repeat)
+        if _cpu_floors(cfg):
+            rfloor = resize_floor(cfg.pipeline, s, cfg.repeat)
             result["resize_floor"].append(rfloor)
             progress(f"{s.label} exact-resize floor: {rfloor['resize_floor_ms']} ms")
             for dtype in cfg.dtypes:
                 for form in cfg.row_forms:
-                    w = _write_floor(_processor(cfg, cfg.backends[0], dtype, form), s, cfg.repeat)
+                    w = write_floor(_processor(cfg, cfg.backends[0], dtype, form), s, cfg.repeat)
                     wfloors[dtype, form] = w
                     result["write_floor"].append(w)
                     progress(f"{s.label} {dtype} {form} write floor: {w['write_floor_ms']} ms "
                              f"({w['write_floor_bytes'] / 1e6:.1f} MB)")
-        for n in cfg.threads:
-            with thread_count(n) as eff:
-                rows = []
-                for backend in cfg.backends:
-                    for dtype in cfg.dtypes:
-                        for form in cfg.row_forms:
-                            r = {"size": s.label, "backend": backend, "dtype": dtype,
-                                 "row_form": form, "device": cfg.device,
-                                 "threads": n if n is not None else "default", **eff,
-                                 "batch_size": cfg.batch_size}
-                            proc = _processor(cfg, backend, dtype, form)
-                            r.update(_vlmprep(cfg, s, proc, facts, rss))
-                            if cfg.stages:
-                                try:
-                                    r.update(_stages(cfg.pipeline, backend, cfg.device, dtype, s,
-                                                     cfg.repeat, form))
-                                    r["stages_error"] = None
-                                except Exception as e:  # a backend that does not run op by op
-                                    r.update(stages_ms=None, stage_sum_ms=None,
-                                             stages_error=f"{type(e).__name__}: {e}")
-                            rows.append(r)
-                            progress(f"{s.label} {backend} {dtype} {form} threads={r['threads']}: "
-                                     f"{r['images_per_s']:.2f} images/s, "
-                                     f"{r['per_image_p50_ms']:.1f} ms/image")
-                hf_rows = {}
-                if cfg.compare_hf:
-                    for hb in bench_hf.BACKENDS:
-                        h = {"size": s.label, "threads": n if n is not None else "default", **eff,
-                             "batch_size": cfg.batch_size}
-                        h.update(_hf(cfg, s, hf_cfg, hb, facts, rss))
-                        hf_rows[hb] = h
-                        result["hf"].append(h)
-                        progress(f"{s.label} transformers {hb} threads={h['threads']}: "
-                                 f"{h['images_per_s']:.2f} images/s, "
-                                 f"{h['per_image_p50_ms']:.1f} ms/image")
-            for r in rows:
-                last = r.pop("_last")
-                if floor is not None and floor["decode_floor_ms"]:
-                    r["decode_floor_ms"] = floor["decode_floor_ms"]
-                    r["decode_floor_decoder"] = floor["fastest"]
-                    r["ratio_vs_decode_floor"] = round(r["per_image_p50_ms"]
-                                                       / floor["decode_floor_ms"], 3)
-                wf = wfloors.get((r["dtype"], r["row_form"]))
-                if rfloor is not None and wf is not None and wf["write_floor_ms"] is not None:
-                    r["write_floor_ms"] = wf["write_floor_ms"]
-                    r["resize_floor_ms"] = rfloor["resize_floor_ms"]
-                    if floor is not None and "decode_floor_ms" in r:
-                        bound = (r["decode_floor_ms"] + wf["write_floor_ms"]
-                                 + rfloor["resize_floor_ms"])
-                        r["lower_bound_ms"] = round(bound, 3)
-                        r["ratio_vs_lower_bound"] = round(r["per_image_p50_ms"] / bound, 3)
-                        low = (floor["decode_floor_min_ms"] + wf["write_floor_min_ms"]
-                               + rfloor["resize_floor_min_ms"])
-                        r["min_based"] = {
-                            "per_image_min_ms": r["per_image_min_ms"],
-                            "lower_bound_min_ms": round(low, 3),
-                            "ratio_vs_decode_floor": round(r["per_image_min_ms"]
-                                                           / floor["decode_floor_min_ms"], 3),
-                            "ratio_vs_lower_bound": round(r["per_image_min_ms"] / low, 3)}
-                mine = None
-                if hf_rows:
-                    try:  # the same batch as the transformers processors' last call
-                        mine = _shape(last.to_hf().get("pixel_values"))
-                    except Exception:  # to_hf is the pack layer's business; never fail a bench
-                        mine = None
-                for hb, h in hf_rows.items():
-                    # Like for like only: the processors return normalized float32.
-                    if r["dtype"] == "float32" and r["row_form"] == "full":
-                        r[f"speedup_vs_hf_{hb}"] = round(h["per_image_p50_ms"]
-                                                         / r["per_image_p50_ms"], 3)
-                    if mine is not None:
-                        same = mine == h["output_shape"]
-                        h["same_output_shape_as_vlmprep"] = (
-                            h.get("same_output_shape_as_vlmprep", True) and same)
-                        if not same:
-                            log(f"warning: {s.label}: transformers {hb} pixel_values shape "
-                                f"{h['output_shape']} != vlmprep {r['backend']} {r['dtype']} "
-                                f"to_hf() {mine}")
-                result["results"].append(r)
-    return result
+        return floor, rfloor, wfloors
+
+    def vlmprep_rows(self, s: ImageSet, n: int | None, eff: dict,
+                     facts: tuple[list[float], list[int]]) -> list[dict]:
+        """One row per backend x dtype x row form at ``n`` threads: end to end, then stages."""
+        cfg = self.cfg
+        rows = []
+        for backend in cfg.backends:
+            for dtype in cfg.dtypes:
+                for form in cfg.row_forms:
+                    r = {"size": s.label, "backend": backend, "dtype": dtype,
+                         "row_form": form, "device": cfg.device,
+                         "threads": n if n is not None else "default", **eff,
+                         "batch_size": cfg.batch_size}
+                    proc = _processor(cfg, backend, dtype, form)
+                    r.update(_vlmprep(cfg, s, proc, facts, self.rss))
+                    if cfg.stages:
+                        r.update(_stages_or_error(cfg, backend, dtype, s, form))
+                    rows.append(r)
+                    self.progress(f"{s.label} {backend} {dtype} {form} threads={r['threads']}: "
+                                  f"{r['images_per_s']:.2f} images/s, "
+                                  f"{r['per_image_p50_ms']:.1f} ms/image")
+        return rows
+
+    def hf_rows(self, s: ImageSet, n: int | None, eff: dict,
+                facts: tuple[list[float], list[int]]) -> dict[str, dict]:
+        """The transformers processors at ``n`` threads, by backend (also in ``result["hf"]``)."""
+        out = {}
+        for hb in bench_hf.BACKENDS:
+            h = {"size": s.label, "threads": n if n is not None else "default", **eff,
+                 "batch_size": self.cfg.batch_size}
+            h.update(_hf(self.cfg, s, self.hf_cfg, hb, facts, self.rss))
+            out[hb] = h
+            self.result["hf"].append(h)
+            self.progress(f"{s.label} transformers {hb} threads={h['threads']}: "
+                          f"{h['images_per_s']:.2f} images/s, {h['per_image_p50_ms']:.1f} ms/image")
+        return out
+
+
+def run(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
+    """Measure everything ``cfg`` asks for -> the result dict (see DEFINITIONS; JSON-able)."""
+    import torch  # noqa: F401  # deferred: heavy; loaded first, so machine() sees CUDA devices
+    measuring = _Run(cfg, log or (lambda msg: None))
+    for s in cfg.image_sets:
+        measuring.image_set(s)
+    return measuring.result

@@ -16,6 +16,8 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .. import presets
+
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
@@ -51,7 +53,6 @@ def config_for(preset_arg: str, pipeline: "Pipeline") -> dict:
     """The config the transformers processors are built from: the checkpoint file when
     ``--preset`` is a path, else the preset's embedded checkpoint config. Checks that it resolves
     to ``pipeline`` (so both sides run the same configuration)."""
-    from .. import presets
     if os.path.exists(preset_arg):
         cfg = presets.load_config(preset_arg)
     else:
@@ -79,7 +80,6 @@ def class_names(cfg: dict) -> dict[str, str]:
 def processor_kwargs(cfg: dict, pipeline: "Pipeline") -> dict[str, Any]:
     """Constructor kwargs: the config's values plus what the model's Processor forces (each
     family's ``presets.<family>.processor_forces``)."""
-    from .. import presets
     kw = {k: v for k, v in cfg.items() if k not in _DROP and v is not None}
     if cfg.get("do_center_crop"):
         kw.update(do_center_crop=True, crop_size=cfg["crop_size"])
@@ -90,7 +90,7 @@ def processor_kwargs(cfg: dict, pipeline: "Pipeline") -> dict[str, Any]:
 
 def _transformers():
     try:
-        import transformers
+        import transformers  # deferred: optional, heavy
     except ImportError as e:
         raise ValueError(f"--compare hf needs transformers (the processors it compares against): "
                          f"pip install transformers ({e})") from None
@@ -110,7 +110,7 @@ def build(cfg: dict, pipeline: "Pipeline", backend: str):
 
 def call(proc, items: Sequence[bytes], device: str = "cpu") -> dict:
     """Run ``proc`` on encoded images as a user does: PIL open + convert("RGB"), then the processor."""
-    from PIL import Image
+    from PIL import Image  # deferred: heavy
     images = [Image.open(io.BytesIO(b)).convert("RGB") for b in items]
     kw = {"device": device} if device != "cpu" else {}
     return dict(proc(images, return_tensors="pt", **kw))

@@ -7,6 +7,7 @@ unrealistically cheap to decode. Everything here is deterministic (fixed seeds, 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import io
 import os
 import re
@@ -14,11 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import ImageError
+from ..io.probe import probe
+from ..processor import Processor
+
 if TYPE_CHECKING:
     import numpy as np
 
     from ..pipeline import Pipeline
-    from ..processor import Processor
 
 __all__ = ["SIZES", "FORMATS", "photos", "mosaic", "encode", "parse_size", "ImageSet", "synthetic_set",
            "folder_set", "why_unusable"]
@@ -31,7 +35,6 @@ JPEG_QUALITY = 90
 
 
 def _need_photo_packages() -> None:
-    import importlib.util
     missing = [m for m in ("skimage", "matplotlib") if importlib.util.find_spec(m) is None]
     if missing:
         raise ValueError(f"synthetic images are mosaics of the photos that scikit-image and "
@@ -41,10 +44,10 @@ def _need_photo_packages() -> None:
 
 @functools.lru_cache(maxsize=1)
 def _photos() -> tuple:
-    import matplotlib
-    import numpy as np
-    import skimage.data as d
-    from PIL import Image
+    import matplotlib  # deferred: optional
+    import numpy as np  # deferred: heavy
+    import skimage.data as d  # deferred: optional
+    from PIL import Image  # deferred: heavy
     out = [d.astronaut(), d.chelsea(), d.coffee(), d.rocket(), d.hubble_deep_field(),
            d.retina(), d.motorcycle_left() if hasattr(d, "motorcycle_left") else d.immunohistochemistry()]
     hopper = os.path.join(matplotlib.get_data_path(), "sample_data", "grace_hopper.jpg")
@@ -68,8 +71,8 @@ def mosaic(hw: tuple[int, int], seed: int = 0) -> "np.ndarray":
 
     Deterministic for a given ``(hw, seed)``.
     """
-    import numpy as np
-    from PIL import Image
+    import numpy as np  # deferred: heavy
+    from PIL import Image  # deferred: heavy
     rng = np.random.default_rng(seed)
     H, W = hw
     pics = photos()
@@ -94,7 +97,7 @@ def mosaic(hw: tuple[int, int], seed: int = 0) -> "np.ndarray":
 
 def encode(img: "np.ndarray", fmt: str = "JPEG", **kw) -> bytes:
     """uint8 ``(H, W, 3)`` -> encoded bytes with Pillow (``kw``: Pillow's save options)."""
-    from PIL import Image
+    from PIL import Image  # deferred: heavy
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, fmt, **kw)
     return buf.getvalue()
@@ -137,7 +140,6 @@ class ImageSet:
     skipped: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> dict:
-        from ..io.probe import probe
         heads = [probe(b) for b in self.items]
         mp = [h.size_hw[0] * h.size_hw[1] / 1e6 for h in heads]
         return {"label": self.label, "count": len(self.items),
@@ -178,10 +180,7 @@ def why_unusable(data: bytes, proc: "Processor | None" = None) -> str | None:
     """Why an encoded file cannot be benchmarked, or None. It must go through ``proc`` (default:
     qwen2-vl on the reference backend, the path every backend's output equals: header, plan,
     decode, pixels) and decode fully with Pillow (what the decode floor runs)."""
-    from PIL import Image
-
-    from ..errors import ImageError
-    from ..processor import Processor
+    from PIL import Image  # deferred: heavy
     try:
         (proc or Processor("qwen2-vl", backend="reference"))([data])
         with Image.open(io.BytesIO(data)) as im:
@@ -223,7 +222,6 @@ def folder_set(folder: str | os.PathLike, count: int | None = None,
             skipped.append((f.name, f"cannot read: {e.strerror or e}"))
             continue
         if check is None:
-            from ..processor import Processor
             check = Processor(pipeline or "qwen2-vl", backend="reference")
         why = why_unusable(data, check)
         if why is not None:

@@ -1,13 +1,13 @@
 """``vlmprep bench --plot FILE.png``: images/s per backend and image size, as a bar chart."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 __all__ = ["series", "write_plot", "check_available"]
 
 
 def check_available() -> None:
-    import importlib.util
     if importlib.util.find_spec("matplotlib") is None:
         raise ValueError("--plot needs matplotlib: pip install matplotlib")
 
@@ -38,15 +38,15 @@ def _num(y: float) -> str:
 
 def write_plot(result: dict, path: str | os.PathLike) -> None:
     """Write the bar chart (format from the file extension; PNG expected) with the Agg backend."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    import matplotlib  # deferred: optional
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # deferred: optional
+    from matplotlib.figure import Figure  # deferred: optional
     sizes, data = series(result)
     n = max(1, len(data))
     width = 0.8 / n
     fig = Figure(figsize=(max(7.0, 1.5 * len(sizes) + 0.35 * n + 3), 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    import matplotlib
     cmap = matplotlib.colormaps["tab20"]
     for k, (name, vals) in enumerate(data.items()):
         xs = [i + (k - (n - 1) / 2) * width for i in range(len(sizes))]

@@ -10,7 +10,7 @@ code, so the bytes are the same every time): this OpenCV's FFmpeg has no H.264 e
 H264 / X264 fail to open, tests/video). ``--fourcc mp4v`` (or MJPG, ...) writes with OpenCV's ``VideoWriter`` instead.
 The clip is written to a temporary file: both sides read it from its path, as their users do.
 
-Measured per thread count (torch, OpenCV and vlmprep's own threads, ``harness.thread_count``):
+Measured per thread count (torch, OpenCV and vlmprep's own threads, ``timing.thread_count``):
 
 - ``vlmprep``: ``Processor(preset)([], videos=[Video(path, fps=...)])``, end to end from the
   file (probe, plan, decode of the sampled frames only, resize, normalize, patchify, pack);
@@ -43,14 +43,22 @@ from __future__ import annotations
 import gc
 import json
 import os
+import platform
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from fractions import Fraction
+from importlib import metadata
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import kernels, presets
+from ..backends import video as vx
+from ..presets import qwen as preset_qwen
+from ..processor import Processor
 from . import env as bench_env
-from .harness import _ms, _pct, thread_count
+from .images import mosaic
+from .timing import ms, pct, thread_count
 
 if TYPE_CHECKING:
     import numpy as np
@@ -134,10 +142,8 @@ class VideoBenchConfig:
 def _frames(width: int, height: int, n: int) -> "Any":
     """Yield ``n`` (H, W, 3) uint8 BGR frames: a window over a photo mosaic, zooming in by up to
     1.5x while its centre drifts (INTER_AREA), so every frame differs."""
-    import cv2
-    import numpy as np
-
-    from .images import mosaic
+    import cv2  # deferred: optional
+    import numpy as np  # deferred: heavy
     src = mosaic((height * 2, width * 2), seed=0)  # RGB, twice the output size
     sh, sw = src.shape[:2]
     bgr = np.ascontiguousarray(src[..., ::-1])
@@ -173,11 +179,10 @@ def make_clip(width: int = 1280, height: int = 720, fps: float = 30.0, seconds: 
 
 def _write_pyav(path: str, codec: str, width: int, height: int, fps: float, n: int) -> None:
     try:
-        import av
+        import av  # deferred: optional
     except ImportError:
         raise ValueError("--video: fourcc 'avc1' (H.264, the default) is written with PyAV: pip "
                          "install av, or pass --fourcc mp4v (OpenCV's MPEG-4 Part 2)") from None
-    from fractions import Fraction
     with av.open(path, "w") as out:
         st: Any = out.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))  # a VideoStream
         st.width, st.height, st.pix_fmt = width, height, "yuv420p"
@@ -203,7 +208,6 @@ def _x264_isa_cap() -> dict[str, str]:
     outputs; 160x96 varied too; 128x64 and 1280x720 were stable), so the clip was not
     repeatable. Forced to its AVX2 code: 1 output. x264 does not intersect "asm" with the CPU's
     flags, hence the check."""
-    import platform
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return {}
     try:
@@ -218,7 +222,7 @@ def _x264_isa_cap() -> dict[str, str]:
 
 
 def _write_cv2(path: str, fourcc: str, width: int, height: int, fps: float, n: int) -> None:
-    import cv2
+    import cv2  # deferred: optional
     code = cv2.VideoWriter_fourcc(*fourcc)  # type: ignore[attr-defined]
     w = cv2.VideoWriter(path, code, float(fps), (width, height))
     if not w.isOpened():
@@ -237,11 +241,10 @@ def hf_video_processor(preset: str) -> Any:
     from_pretrained`` on a temporary folder holding the config the public checkpoint ships
     (Qwen2-VL: its preprocessor_config.json only, which transformers reads for video too)."""
     try:
-        import transformers
+        import transformers  # deferred: optional, heavy
     except ImportError as e:
         raise ValueError(f"--video compares with the transformers video processor: pip install "
                          f"transformers, or pass --no-compare ({e})") from None
-    from ..presets import qwen as preset_qwen
     configs = preset_qwen.video_configs()
     if preset not in configs:
         raise ValueError(f"--video: expected a Qwen preset with a checkpoint video config, one of "
@@ -258,8 +261,8 @@ def hf_video_processor(preset: str) -> Any:
 # -- timing -------------------------------------------------------------------------------------
 def _stats(lat: list[float], cpu: float) -> dict:
     wall = sum(lat)
-    return {"p50_ms": _ms(_pct(lat, 50)), "p99_ms": _ms(_pct(lat, 99)),
-            "mean_ms": _ms(wall / len(lat)), "min_ms": _ms(min(lat)),
+    return {"p50_ms": ms(pct(lat, 50)), "p99_ms": ms(pct(lat, 99)),
+            "mean_ms": ms(wall / len(lat)), "min_ms": ms(min(lat)),
             "clips_per_s": round(len(lat) / wall, 3),
             "cpu_cores_used": round(cpu / wall, 2) if wall > 0 else None}
 
@@ -308,9 +311,7 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
 def _hf_file_backend() -> str | None:
     """transformers' default video decoder ("torchcodec <version>") when it can run here, else
     None."""
-    from importlib import metadata
-
-    from ..io.video import tcodec
+    from ..io.video import tcodec  # deferred: imports numpy
     if not tcodec.available():
         return None
     try:
@@ -321,9 +322,7 @@ def _hf_file_backend() -> str | None:
 
 def _write_floor(shape: tuple[int, ...], dtype: str) -> tuple[Callable[[], Any], str]:
     """A call that writes an output of ``shape`` once into a reused buffer, and what it uses."""
-    import torch
-
-    from .. import kernels
+    import torch  # deferred: heavy
     tdt = getattr(torch, dtype)
     if kernels.available() and hasattr(kernels, "stream_store"):
         buf = kernels.empty(shape, tdt)
@@ -332,44 +331,68 @@ def _write_floor(shape: tuple[int, ...], dtype: str) -> tuple[Callable[[], Any],
     return (lambda: buf.fill_(0)), "torch fill_"
 
 
-def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str], None]) -> dict:
-    import torch
+@dataclass
+class _Subject:
+    """What ``_measure`` times: the clip file, its plan, and the processors of both sides."""
 
-    from .. import kernels, presets
-    from ..backends import video as vx
-    from ..io.video import Video, decode_frames, probe_video
-    from ..io.video.decode import resolve_decoder
-    from ..plan.video import video_defaults
-    from ..processor import Processor
+    cfg: VideoBenchConfig
+    path: str
+    pipe: "Pipeline"
+    item: Any       # the Video
+    proc: Any       # vlmprep's Processor
+    plan: Any       # the video's plan
+    hf_proc: Any    # the transformers video processor, or None
+    hf_backend: str | None  # transformers' decoder from the file, or None
+
+
+def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str], None]) -> dict:
+    import torch  # noqa: F401  # deferred: heavy; loaded first, so machine() sees CUDA devices
+
+    from ..io.video import Video, probe_video  # deferred: imports numpy
     # qwen2.5-vl is the qwen2-vl pipeline with Qwen2.5-VL's video options (second_per_grid_ts)
-    pipe: "Pipeline" = presets.get("qwen2-vl" if cfg.preset == "qwen2.5-vl" else cfg.preset)
+    pipe: "Pipeline" = presets.video_pipeline(cfg.preset)
     item = Video(path, fps=cfg.fps)
-    proc = Processor(pipe, dtype=cfg.dtype, video_options=video_defaults(cfg.preset),
+    proc = Processor(pipe, dtype=cfg.dtype, video_options=presets.video_defaults(cfg.preset),
                      video_decoder=cfg.decoder)
     plan = proc.plan(videos=[item]).videos[0]
     if plan.error is not None:
         raise plan.error
     meta = probe_video(item, proc.video_limits, decoder=proc.video_decoder)
-    n_frames = len(plan.frame_indices)
-    wanted = sorted(set(plan.frame_indices))
     hf_proc = hf_video_processor(cfg.preset) if cfg.compare_hf else None
     hf_backend = _hf_file_backend() if hf_proc is not None else None
+    sub = _Subject(cfg, path, pipe, item, proc, plan, hf_proc, hf_backend)
     out_shape = vx.row_shape(pipe, plan)
     floor_call, floor_how = _write_floor(out_shape, cfg.dtype)
+    result = _new_result(sub, meta, nbytes, out_shape, floor_how)
+    if hf_proc is not None and hf_backend is None:
+        log("transformers end to end from the file skipped: its default video decoder, "
+            "torchcodec, does not import here (pip install torchcodec)")
+    calls = _calls(sub, floor_call)
+    steps, step = len(cfg.threads) * len(calls), 0
+    for n in cfg.threads:
+        result["results"].append(_thread_row(sub, calls, n, log, step, steps))
+        step += len(calls)
+    return result
 
-    result: dict = {
+
+def _new_result(sub: _Subject, meta: Any, nbytes: int, out_shape: tuple[int, ...],
+                floor_how: str) -> dict:
+    """The result dict before anything is timed: where, the clip, the config, no results."""
+    from ..io.video.decode import resolve_decoder  # deferred: imports numpy
+    cfg, plan, proc, hf_proc = sub.cfg, sub.plan, sub.proc, sub.hf_proc
+    return {
         "schema_version": SCHEMA_VERSION,
         "tool": "vlmprep bench --video",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": bench_env.machine(),
         "versions": bench_env.versions(),
         "kernels": kernels.summary(),
-        "preset": {"name": pipe.name, "video_options": _options(proc.video_options)},
+        "preset": {"name": sub.pipe.name, "video_options": _options(proc.video_options)},
         "clip": {"width": cfg.width, "height": cfg.height, "source_fps": cfg.source_fps,
                  "seconds": cfg.seconds, "fourcc": cfg.fourcc, "bytes": nbytes,
                  "codec_probed": meta.codec, "container": meta.container,
-                 "keyframes": _keyframes(path), "total_num_frames": meta.total_num_frames,
-                 "sampling_fps": cfg.fps, "sampled_frames": n_frames,
+                 "keyframes": _keyframes(sub.path), "total_num_frames": meta.total_num_frames,
+                 "sampling_fps": cfg.fps, "sampled_frames": len(plan.frame_indices),
                  "frame_indices": list(plan.frame_indices), "resized_hw": list(plan.resized_hw),
                  "grid_thw": [list(g) for g in plan.grid_thw], "num_tokens": plan.num_tokens,
                  "output_shape": list(out_shape)},
@@ -377,15 +400,21 @@ def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str],
                    "repeat": cfg.repeat, "warmup": cfg.warmup, "dtype": cfg.dtype,
                    "decoder": resolve_decoder(proc.video_decoder),
                    "compare": ["hf"] if cfg.compare_hf else [],
-                   "hf_file_decoder": hf_backend, "output_write_floor": floor_how},
+                   "hf_file_decoder": sub.hf_backend, "output_write_floor": floor_how},
         "hf_class": type(hf_proc).__name__ if hf_proc is not None else None,
         "results": [],
         "definitions": DEFINITIONS,
     }
-    if hf_proc is not None and hf_backend is None:
-        log("transformers end to end from the file skipped: its default video decoder, "
-            "torchcodec, does not import here (pip install torchcodec)")
 
+
+def _calls(sub: _Subject, floor_call: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
+    """The parts timed, by name: each a zero-argument call on the same clip."""
+    import torch  # deferred: heavy
+
+    from ..io.video import decode_frames  # deferred: imports numpy
+    cfg, item, proc, plan, pipe, hf_proc = sub.cfg, sub.item, sub.proc, sub.plan, sub.pipe, sub.hf_proc
+    path = sub.path
+    wanted = sorted(set(plan.frame_indices))
     # the decoded frames both "rest" measurements start from (decoded once, outside the timing)
     ordered = _ordered(decode_frames(item, wanted, proc.video_limits, decoder=proc.video_decoder),
                        wanted, plan.frame_indices)
@@ -402,37 +431,48 @@ def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str],
         # the frames are the sampled ones already: the processor must not sample again
         calls["transformers"] = lambda: hf_proc(videos=[tchw], do_sample_frames=False,
                                                 return_tensors="pt")
-        if hf_backend is not None:
+        if sub.hf_backend is not None:
             calls["transformers_file"] = lambda: hf_proc(videos=[path], do_sample_frames=True,
                                                          fps=cfg.fps, return_metadata=True,
                                                          return_tensors="pt")
-    labels = {"vlmprep": "vlmprep end to end", "decode": "decode",
-              "vlmprep_rest": "vlmprep rest (after decode)",
-              "output_write_floor": "output write floor",
-              "transformers": f"transformers {type(hf_proc).__name__} (decoded frames)",
-              "transformers_file": f"transformers {type(hf_proc).__name__} from the file"}
-    steps, step = len(cfg.threads) * len(calls), 0
-    for n in cfg.threads:
-        with thread_count(n) as eff:
-            r: dict[str, Any] = {"threads": n if n is not None else "default", **eff,
-                                 "load_average_before": _load()}
-            stats, last = _time_rounds(calls, cfg.repeat, cfg.warmup)
-            r["load_average_after"] = _load()
-            for name, row in stats.items():
-                r[name] = _with_frames(row, n_frames)
-                step += 1
-                log(f"[{step}/{steps}] threads={r['threads']} {labels[name]}: "
-                    f"{row['clips_per_s']:.3f} clips/s, {row['p50_ms']:.0f} ms per clip")
-            mine = last["vlmprep"].videos.pixel_values
-            r["output_shape"] = list(mine.shape)
-            r["rest_equals_end_to_end"] = bool(torch.equal(last["vlmprep_rest"], mine))
-            if hf_proc is not None:
-                _compare(r, last, mine, cfg.dtype, plan.frame_indices)
-            r["decode_share_of_vlmprep"] = round(r["decode"]["p50_ms"] / r["vlmprep"]["p50_ms"], 3)
-            result["results"].append(r)
-            del last, mine
-            gc.collect()
-    return result
+    return calls
+
+
+def _labels(hf_proc: Any) -> dict[str, str]:
+    """The progress lines' name of each part."""
+    return {"vlmprep": "vlmprep end to end", "decode": "decode",
+            "vlmprep_rest": "vlmprep rest (after decode)",
+            "output_write_floor": "output write floor",
+            "transformers": f"transformers {type(hf_proc).__name__} (decoded frames)",
+            "transformers_file": f"transformers {type(hf_proc).__name__} from the file"}
+
+
+def _thread_row(sub: _Subject, calls: dict[str, Callable[[], Any]], n: int | None,
+                log: Callable[[str], None], step: int, steps: int) -> dict:
+    """Every part timed in rounds at ``n`` threads -> the result row (progress steps from
+    ``step + 1`` of ``steps``)."""
+    import torch  # deferred: heavy
+    labels = _labels(sub.hf_proc)
+    n_frames = len(sub.plan.frame_indices)
+    with thread_count(n) as eff:
+        r: dict[str, Any] = {"threads": n if n is not None else "default", **eff,
+                             "load_average_before": _load()}
+        stats, last = _time_rounds(calls, sub.cfg.repeat, sub.cfg.warmup)
+        r["load_average_after"] = _load()
+        for name, row in stats.items():
+            r[name] = _with_frames(row, n_frames)
+            step += 1
+            log(f"[{step}/{steps}] threads={r['threads']} {labels[name]}: "
+                f"{row['clips_per_s']:.3f} clips/s, {row['p50_ms']:.0f} ms per clip")
+        mine = last["vlmprep"].videos.pixel_values
+        r["output_shape"] = list(mine.shape)
+        r["rest_equals_end_to_end"] = bool(torch.equal(last["vlmprep_rest"], mine))
+        if sub.hf_proc is not None:
+            _compare(r, last, mine, sub.cfg.dtype, sub.plan.frame_indices)
+        r["decode_share_of_vlmprep"] = round(r["decode"]["p50_ms"] / r["vlmprep"]["p50_ms"], 3)
+        del last, mine
+        gc.collect()
+    return r
 
 
 def _compare(r: dict, last: dict, mine: "Any", dtype: str, indices: list[int]) -> None:
@@ -459,7 +499,7 @@ def _compare(r: dict, last: dict, mine: "Any", dtype: str, indices: list[int]) -
 
 
 def _torch_equal(a: Any, b: Any) -> bool:
-    import torch
+    import torch  # deferred: heavy
     return bool(torch.equal(a, b))
 
 
@@ -472,7 +512,7 @@ def _load() -> list[float] | None:
 
 def _keyframes(path: str) -> list[int] | None:
     """The clip's keyframe (sync sample) numbers from its MP4 index, None without one."""
-    from ..io.video import mp4
+    from ..io.video import mp4  # deferred: imports numpy
     with open(path, "rb") as f:
         data = f.read()
     return mp4.sync_samples(data)
@@ -480,12 +520,11 @@ def _keyframes(path: str) -> list[int] | None:
 
 def _ordered(frames: "np.ndarray", wanted: list[int], indices: list[int]) -> "np.ndarray":
     """Decoded distinct frames (sorted ``wanted``) -> the plan's order (repeats copied)."""
-    import numpy as np
+    import numpy as np  # deferred: heavy
     where = {k: i for i, k in enumerate(wanted)}
     pick = np.asarray([where[k] for k in indices], dtype=np.int64)
     return np.ascontiguousarray(frames[pick])
 
 
 def _options(opts: Any) -> dict | None:
-    from dataclasses import asdict
     return asdict(opts) if opts is not None else None
