@@ -6,7 +6,7 @@ import json
 import pytest
 
 import vlmprep
-from vlmprep import ops
+from vlmprep import hf_forms, ops
 
 # Public checkpoint values (PEERS.md 2.1, 2.2), written out here, not read from vlmprep.
 QWEN2 = dict(factor=28, min_pixels=3136, max_pixels=12_845_056, patch_size=14,
@@ -204,11 +204,37 @@ def test_every_sizing_op_has_one_plan_rule_and_owns_its_tile_size():
     assert ops.resize(mode="shortest_edge", size=336).tile_hw is None
 
 
+def test_an_unregistered_hf_output_is_refused_when_the_processor_is_made():
+    """ops.pack checks only the name's form (the registry is a layer above); the Processor
+    checks the registry at construction, so a typo never waits for to_hf()."""
+    ops.pack(hf_output="qwen2vl_typo")  # well formed: accepted by the op
+    with pytest.raises(ValueError, match=r"pack.hf_output expected one of .*'qwen2_vl'.*got "
+                                         r"'qwen2vl_typo'.*@vlmprep.hf_forms.hf_form"):
+        vlmprep.Processor("qwen2-vl", hf_output="qwen2vl_typo")
+
+
 def test_hf_forms_and_presets_come_from_their_registries():
     from vlmprep.hf_forms import HF_FORMS
-    assert set(HF_FORMS) == set(ops.HF_OUTPUTS) - {"auto"}
+    assert set(HF_FORMS) == set(hf_forms.HF_OUTPUTS) - {"auto"}
     fams = vlmprep.presets.FAMILIES
     assert vlmprep.presets.names() == sorted(n for f in fams for n in f.PRESETS)
     for name in vlmprep.presets.names():
         assert vlmprep.presets.get(name).name == name
         assert name in vlmprep.presets.family(name).PRESETS
+
+
+def test_normalize_for_and_executed_ops_decide_uint8_once():
+    """"uint8 means no normalize" is the pipeline's answer (normalize_for / executed_ops), and
+    what every backend runs: its ops, its fused lut."""
+    p = vlmprep.presets.get("qwen2-vl")
+    assert p.normalize_for("float32") is p.normalize and p.normalize_for("bfloat16") is p.normalize
+    assert p.normalize_for("uint8") is None
+    assert [o.name for o in p.executed_ops("float32")] == ["decode", "smart_resize", "normalize",
+                                                          "patchify"]
+    assert [o.name for o in p.executed_ops("uint8")] == ["decode", "smart_resize", "patchify"]
+    bare = vlmprep.Pipeline([o for o in p if o.name != "normalize"])
+    assert bare.normalize_for("float32") is None
+    assert [o.name for o in bare.executed_ops("float32")] == ["decode", "smart_resize", "patchify"]
+    for dtype in ("float32", "uint8"):
+        backend = vlmprep.Processor(p, backend="reference", dtype=dtype)._backend
+        assert tuple(backend.ops) == p.executed_ops(dtype)

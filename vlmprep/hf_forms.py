@@ -9,29 +9,55 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence, cast
 
-from .ops import HF_OUTPUTS
+from .plan.mllama import image_aspect_ratio_id
 
 if TYPE_CHECKING:
     from .ops import canvas_tile
     from .pack import PackedBatch
     from .pipeline import Pipeline
 
-#: ``pack.hf_output`` name -> fn(batch) -> the transformers image processor's output dict.
+__all__ = ["HF_FORMS", "HF_NESTING_FORMS", "HF_OUTPUTS", "VIDEO_HF_FORMS", "hf_form",
+           "hf_video_form", "hf_output", "hf_outputs"]
+
+#: ``pack.hf_output`` name -> fn(batch) -> the transformers image processor's output dict: the one
+#: registry of forms (``@hf_form``); ``HF_OUTPUTS`` is "auto" and its names. What each gives:
+#: "auto" (qwen2_vl or images, by patchify order); qwen2_vl (pixel_values + image_grid_thw);
+#: images (pixel_values [N, C, H, W]); got_ocr2 (tiles + num_patches); pixtral ([B, 3, Hmax,
+#: Wmax] + image_sizes); siglip2 ([B, max_num_patches, P*P*3] + pixel_attention_mask +
+#: spatial_shapes); idefics3 ([B, max_imgs, C, M, M] + pixel_attention_mask); llava_next /
+#: llava_onevision ([B, max_crops, C, T, T] + image_sizes, + batch_num_images for OneVision);
+#: mllama ([B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask); gemma3 ([sum(1 + crops),
+#: C, S, S] + num_crops).
 HF_FORMS: dict[str, Callable[..., dict]] = {}
 #: Forms called as fn(batch, images_per_sample) (None: the processor's reading of a flat list);
 #: filled by ``hf_form(name, nesting=True)``.
 HF_NESTING_FORMS: set[str] = set()
 
 
+#: The names ``pack.hf_output`` may take: ``"auto"`` (by patchify order) and every registered
+#: ``@hf_form`` (kept equal to ``hf_outputs()`` by ``hf_form``; also ``vlmprep.ops.HF_OUTPUTS``).
+HF_OUTPUTS: tuple[str, ...] = ("auto",)
+
+
+def hf_outputs() -> tuple[str, ...]:
+    """``HF_OUTPUTS`` now: "auto" and the registered forms, in registration order."""
+    return ("auto",) + tuple(HF_FORMS)
+
+
 def hf_form(name: str, nesting: bool = False):
-    """Decorator: register the ``to_hf()`` form called ``name`` (one of ``ops.HF_OUTPUTS``);
-    ``nesting``: called as fn(batch, images_per_sample). Loud on conflicts and unknown names."""
+    """Decorator: register the ``to_hf()`` form called ``name`` (a snake_case name, then one of
+    ``HF_OUTPUTS``, for ``pack(hf_output=name)``); ``nesting``: called as fn(batch,
+    images_per_sample). Loud on a name defined twice or not a name."""
     def deco(fn):
         if name in HF_FORMS:
             raise RuntimeError(f"to_hf form {name!r} defined twice")
-        if name not in HF_OUTPUTS:
-            raise RuntimeError(f"to_hf form {name!r}: expected one of ops.HF_OUTPUTS {HF_OUTPUTS}")
+        if not isinstance(name, str) or not name.isidentifier() or name == "auto":
+            raise RuntimeError(f"to_hf form {name!r}: expected a snake_case name other than "
+                               f"'auto' (HF_OUTPUTS: {hf_outputs()}), got {name!r}; name it as "
+                               f"pack(hf_output=...) will")
+        global HF_OUTPUTS
         HF_FORMS[name] = fn
+        HF_OUTPUTS = hf_outputs()
         if nesting:
             HF_NESTING_FORMS.add(name)
         return fn
@@ -169,7 +195,6 @@ def _mllama(b: "PackedBatch", images_per_sample: Sequence[int] | None) -> dict:
     """
     import torch
 
-    from .plan.mllama import image_aspect_ratio_id
     plans = _ok_plans(b, "mllama")
     op = cast("canvas_tile", b.pipeline["canvas_tile"])  # type: ignore[index]
     max_tiles = op.max_tiles
@@ -265,14 +290,15 @@ VIDEO_HF_FORMS: dict[str, Callable[..., dict]] = {}
 
 def hf_video_form(*names: str):
     """Decorator: register the ``to_hf()`` video keys of the families whose image form is one of
-    ``names`` (``ops.HF_OUTPUTS``); fn(batch) gets the ``"video"`` PackedBatch."""
+    ``names`` (registered ``@hf_form`` names); fn(batch) gets the ``"video"`` PackedBatch."""
     def deco(fn):
         for name in names:
             if name in VIDEO_HF_FORMS:
                 raise RuntimeError(f"to_hf video form {name!r} defined twice")
-            if name not in HF_OUTPUTS:
-                raise RuntimeError(f"to_hf video form {name!r}: expected one of ops.HF_OUTPUTS "
-                                   f"{HF_OUTPUTS}")
+            if name not in HF_FORMS:
+                raise RuntimeError(f"to_hf video form {name!r}: expected an image form "
+                                   f"registered with @hf_form, one of {sorted(HF_FORMS)}, got "
+                                   f"{name!r}; register the image form first")
             VIDEO_HF_FORMS[name] = fn
         return fn
     return deco
@@ -291,13 +317,14 @@ def _qwen2_vl_video(b: "PackedBatch") -> dict:
     """``Qwen2VLVideoProcessor`` / ``Qwen3VLVideoProcessor``: ``pixel_values_videos
     (total_patches, C*T*P*P)`` and ``video_grid_thw (num_videos, 3)`` int64; Qwen2.5-VL's
     processor adds ``second_per_grid_ts (num_videos,)`` float32 (``temporal_patch_size /
-    sampled fps``), present when the plans carry it (``VideoPlan.extras``)."""
+    sampled fps``), present when the plans carry it (``VideoPlan.second_per_grid_ts``)."""
     import torch
     out = {"pixel_values_videos": b.pixel_values, "video_grid_thw": b.grid_thw}
     plans = _ok_video_plans(b)
-    if plans and all("second_per_grid_ts" in p.extras for p in plans):
-        out["second_per_grid_ts"] = torch.tensor([float(p.extras["second_per_grid_ts"])
-                                                  for p in plans], dtype=torch.float32)
+    secs = [p.second_per_grid_ts for p in plans]
+    if plans and all(s is not None for s in secs):
+        out["second_per_grid_ts"] = torch.tensor([float(s) for s in secs if s is not None],
+                                                 dtype=torch.float32)
     return out
 
 
@@ -352,4 +379,8 @@ def hf_output(pipeline: "Pipeline | None") -> str:
     form = pipeline.pack.hf_output
     if form == "auto":
         return "images" if pipeline.patchify.order == "tiles" else "qwen2_vl"
+    if form not in HF_FORMS:
+        raise ValueError(f"to_hf: pack.hf_output expected one of {hf_outputs()} (the registered "
+                         f"forms), got {form!r} in pipeline {pipeline.name!r}; register it with "
+                         f"@vlmprep.hf_forms.hf_form({form!r}) or pick one of those")
     return form

@@ -18,7 +18,7 @@ __all__ = [
     "decode", "smart_resize", "resize", "internvl_tile", "idefics3_tile", "anyres_tile",
     "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "center_crop", "normalize",
     "patchify", "pack", "tile",
-    "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "HF_OUTPUTS", "CLIP_MEAN", "CLIP_STD",
+    "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "CLIP_MEAN", "CLIP_STD",
     "LLAVA_NEXT_PINPOINTS",
 ]
 
@@ -94,6 +94,10 @@ class Op:
     #: A sizing op whose rule keeps the resized image as one canvas and honours a later
     #: ``center_crop`` (its rule returns ``vlmprep.plan.one_canvas``): ``resize``, ``smart_resize``.
     allows_center_crop: ClassVar[bool] = False
+    #: A sizing op whose pipelines are checked bit for bit against transformers' torchvision-backend
+    #: processors (tests/backends/test_torchvision_match.py): ``match="torchvision"`` runs it
+    #: (``vlmprep.backends.torch.tv_match.SIZING_OPS`` is the list of these), refuses the others.
+    torchvision_exact: ClassVar[bool] = False
 
     def __init_subclass__(cls, base: bool = False, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -201,6 +205,7 @@ class smart_resize(SizingOp):
 
     name: ClassVar[str] = "smart_resize"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     allows_center_crop: ClassVar[bool] = True
     factor: int = 28
     min_pixels: int = 3136
@@ -234,6 +239,7 @@ class resize(SizingOp):
 
     name: ClassVar[str] = "resize"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     allows_center_crop: ClassVar[bool] = True
     mode: str = "fixed"
     size: int = 0
@@ -268,6 +274,7 @@ class internvl_tile(SizingOp):
 
     name: ClassVar[str] = "internvl_tile"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     tile_size: int = 448
     min_tiles: int = 1
     max_tiles: int = 12
@@ -312,6 +319,7 @@ class idefics3_tile(SizingOp):
 
     name: ClassVar[str] = "idefics3_tile"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     longest_edge: int = 1820
     tile_size: int = 364
     split: bool = True
@@ -358,6 +366,7 @@ class anyres_tile(SizingOp):
 
     name: ClassVar[str] = "anyres_tile"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     tile_size: int = 336
     pinpoints: tuple[tuple[int, int], ...] = LLAVA_NEXT_PINPOINTS
     max_num_patches: int = 0
@@ -408,6 +417,7 @@ class canvas_tile(SizingOp):
 
     name: ClassVar[str] = "canvas_tile"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     tile_size: int = 560
     max_tiles: int = 4
     interpolation: str = "bilinear"
@@ -433,6 +443,7 @@ class pan_and_scan(SizingOp):
 
     name: ClassVar[str] = "pan_and_scan"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     height: int = 896
     width: int = 896
     do_pan_and_scan: bool = False
@@ -515,6 +526,7 @@ class pixtral_resize(SizingOp):
 
     name: ClassVar[str] = "pixtral_resize"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     longest_edge: int = 1024
     break_token: str = "[IMG_BREAK]"
     end_token: str = "[IMG_END]"
@@ -538,6 +550,7 @@ class naflex_resize(SizingOp):
 
     name: ClassVar[str] = "naflex_resize"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     max_num_patches: int = 256
     interpolation: str = "bilinear"
 
@@ -603,16 +616,9 @@ class patchify(Op):
                   self.temporal_patch_size, "pass temporal_patch_size=1")
 
 
-#: ``to_hf()`` forms (``vlmprep.hf_forms``), the transformers image processor output each gives:
-#: "auto" (qwen2_vl or images, by patchify order); qwen2_vl (pixel_values + image_grid_thw);
-#: images (pixel_values [N, C, H, W]); got_ocr2 (tiles + num_patches); pixtral ([B, 3, Hmax,
-#: Wmax] + image_sizes); siglip2 ([B, max_num_patches, P*P*3] + pixel_attention_mask +
-#: spatial_shapes); idefics3 ([B, max_imgs, C, M, M] + pixel_attention_mask); llava_next /
-#: llava_onevision ([B, max_crops, C, T, T] + image_sizes, + batch_num_images for OneVision);
-#: mllama ([B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask); gemma3 ([sum(1 + crops),
-#: C, S, S] + num_crops).
-HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2", "pixtral", "siglip2", "idefics3",
-              "llava_next", "llava_onevision", "mllama", "gemma3")
+# ``to_hf()`` form names: ``vlmprep.hf_forms.HF_OUTPUTS`` ("auto" and every ``@hf_form``, the one
+# list, a layer above): ``pack`` checks the name's form; the Processor checks it is registered
+# when it is made, and hf_forms again when a batch is handed out.
 
 
 @dataclass(frozen=True)
@@ -644,8 +650,7 @@ class pack(Op):
             if not isinstance(getattr(self, k), str):
                 fail(self.name, k, "a str", getattr(self, k), f"pass {k}='...'")
         check_int(self.name, "extra_tokens", self.extra_tokens, lo=0)
-        if self.hf_output not in HF_OUTPUTS:
-            fail(self.name, "hf_output", f"one of {HF_OUTPUTS}", self.hf_output,
-                  "'auto' picks from the patchify order")
-
-
+        if not isinstance(self.hf_output, str) or not self.hf_output.isidentifier():
+            fail(self.name, "hf_output", "'auto' or a to_hf form name (vlmprep.hf_forms."
+                 "HF_OUTPUTS: registered with @hf_form)", self.hf_output,
+                 "'auto' picks from the patchify order")

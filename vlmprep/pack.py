@@ -20,6 +20,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterator, MutableMapping, Sequence
 
 from .errors import ImageError
+from .hf_forms import HF_FORMS, HF_NESTING_FORMS, VIDEO_HF_FORMS, hf_output
+from .ops import pack
+from .plan.plan import count_embeddings
 
 if TYPE_CHECKING:
     import torch
@@ -135,8 +138,6 @@ class PackedBatch:
         if self.modality == "video":
             return [0 if i in self.errors else p.num_embeddings
                     for i, p in enumerate(self.video_plans)]
-        from .ops import pack
-        from .plan.plan import count_embeddings
         if len(self.placeholders) != self.num_images:
             raise ValueError(f"PackedBatch.num_embeddings: expected {self.num_images} placeholders "
                              f"(one per image), got {len(self.placeholders)}; make the batch with "
@@ -299,7 +300,6 @@ class PackedBatch:
                            videos=vids).to_hf(images_per_sample, return_tensors)
         if self.modality == "video":
             return _finish(self._video_hf(), return_tensors)
-        from .hf_forms import HF_FORMS, HF_NESTING_FORMS, hf_output
         form = hf_output(self.pipeline)
         out: dict[str, Any] = {}
         if self.videos is None or self.num_images > 0:
@@ -320,7 +320,6 @@ class PackedBatch:
 
     def _video_hf(self) -> dict[str, Any]:
         """The video processor's keys for this ``"video"`` batch (``hf_forms.VIDEO_HF_FORMS``)."""
-        from .hf_forms import VIDEO_HF_FORMS, hf_output
         form = hf_output(self.pipeline)
         fn = VIDEO_HF_FORMS.get(form)
         if fn is None:

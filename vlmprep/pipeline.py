@@ -8,6 +8,8 @@ from .ops import INTERPOLATIONS, OP_TYPES, Op, decode, normalize, pack, patchify
 
 __all__ = ["Pipeline"]
 
+_Normalize = normalize  # the op class, for annotations inside Pipeline (whose normalize is a property)
+
 #: Old ``to_dict()`` spellings ``from_dict`` still reads (with a DeprecationWarning):
 #: op name -> (new op name, {field that only had one value: that value});
 #: (op name, old field) -> new field.
@@ -160,6 +162,26 @@ class Pipeline:
     @property
     def pack(self) -> pack:
         return self["pack"]  # type: ignore[return-value]
+
+    # -- what an output dtype runs (the one place "uint8 means no normalize" is decided) --------
+    def normalize_for(self, dtype: str) -> _Normalize | None:
+        """The normalize op an output of ``dtype`` runs: the pipeline's, or None for ``"uint8"``
+        (the resized, patchified pixels: normalize is left to the consumer, e.g. vLLM's
+        ``mm_device_do_normalize`` or ``adapters.vit.normalize_on_device``) and for a pipeline
+        without one. Every backend, executor and the video path ask this."""
+        return None if dtype == "uint8" else self.normalize
+
+    def executed_ops(self, dtype: str) -> tuple[Op, ...]:
+        """The ops a backend lowers for an output of ``dtype``, in order: every op but ``pack``
+        (the Processor packs), and without ``normalize`` where ``normalize_for(dtype)`` is None.
+
+        Given qwen2-vl (decode, smart_resize, normalize, patchify, pack)
+        Output "float32": (decode, smart_resize, normalize, patchify); "uint8": (decode,
+               smart_resize, patchify)
+        """
+        norm = self.normalize_for(dtype)
+        return tuple(op for op in self._ops
+                     if op.name != "pack" and (op.name != "normalize" or norm is not None))
 
     # -- changes --------------------------------------------------------------------------------
     def replace(self, **overrides: Any) -> "Pipeline":

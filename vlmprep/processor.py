@@ -1,8 +1,9 @@
 """Processor: the user's entry point. Resolve inputs -> plan -> backend -> PackedBatch.
 
 Images: ``prepare`` (headers) -> ``execute`` (the Backend). Videos: ``prepare_videos`` (container
-metadata: ``probe_video`` + ``plan_video``) -> ``execute_videos`` (``backends.video.run_video``),
-packed in ``batch.videos`` beside the images (``pack.build_videos``)."""
+metadata: ``probe_video`` + ``plan_video``) -> ``execute_videos`` (the backend's video lowering,
+``registry.VIDEO``: ``backends/video.py``), packed in ``batch.videos`` beside the images
+(``pack.build_videos``)."""
 from __future__ import annotations
 
 import os
@@ -10,12 +11,17 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
-from . import presets
+from . import backends, hf_forms, kernels, pack, presets
+from .backends import video as vx
 from .backends.registry import MATCHES
 from .errors import ConfigNotFoundError, ImageError, describe_source
 from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, as_image_list, resolve
+from .io.warm import warm_decoders
+from .pack import execution_pipeline
 from .pipeline import Pipeline
 from .plan import ImagePlan, Plan, plan_images
+from .plan.grid import row_length
+from .plan.video import VIDEO_RULES, VideoOptions, VideoPlan, plan_video
 
 if TYPE_CHECKING:
     from .io.video import VideoLimits
@@ -39,7 +45,10 @@ class Processor:
         pipeline: a preset name (``vlmprep.presets.names()``) or a ``vlmprep.Pipeline``.
         backend: ``"auto"`` | ``"dali"`` | ``"torch"`` | ``"reference"``
             (``vlmprep.backends.available()``; ``"auto"``: the first usable of dali, torch on
-            CUDA, of torch, reference on the CPU).
+            CUDA, of torch, reference on the CPU). Videos run on the same backend (its video
+            lowering, ``backends/video.py``); one without (dali) refuses them at the first video
+            call, naming the backends that run them; ``"auto"`` picks, for videos, the first
+            usable backend that has one (torch where dali is picked for the images).
         device: ``"cpu"`` | ``"cuda"`` | ``"cuda:N"``: where ``pixel_values`` is produced.
         dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"`` (resized, patchified, not normalized).
         match: whose pixels to reproduce: ``"pil"`` (the default: transformers' PIL-backend
@@ -55,7 +64,7 @@ class Processor:
         fetch_timeout_s: seconds one ``fetch`` may take, reading included.
         video_options: ``vlmprep.plan.video.VideoOptions`` for ``videos=`` (frame sampling and
             the video pixel budget); None: the checkpoint defaults of the pipeline's family
-            (``video_defaults``), or the checkpoint's video config (``from_pretrained``).
+            (``presets.video_defaults``), or the checkpoint's video config (``from_pretrained``).
             Pipelines without a video rule refuse ``videos=``.
         video_limits: ``vlmprep.io.video.VideoLimits`` bounding each video's probe and decode
             (bytes, frames, seconds, pixels, time); None: the defaults with the decode op's
@@ -86,8 +95,6 @@ class Processor:
                  video_options: "VideoOptions | None" = None,
                  video_limits: "VideoLimits | None" = None, video_decoder: str = "auto",
                  row_form: str = "full", **overrides: Any):
-        from . import backends
-        from .pack import execution_pipeline
         if isinstance(pipeline, Pipeline):
             pipe = pipeline.replace(**overrides)
         elif isinstance(pipeline, str):
@@ -104,6 +111,7 @@ class Processor:
             raise ValueError(f"errors: expected one of {_ERRORS}, got {errors!r}")
         if match not in MATCHES:
             raise ValueError(f"match: expected one of {MATCHES}, got {match!r}")
+        hf_forms.hf_output(pipe)  # a pack(hf_output=) no @hf_form registers: refused here, not at to_hf()
         # What the backend executes: the pipeline, or its one-copy rows for "compact" (plans and
         # geometry always come from ``pipe``).
         rows_pipe = execution_pipeline(pipe, row_form)
@@ -127,6 +135,8 @@ class Processor:
                                  "for CUDA, or device='cpu'")
         self.pipeline = pipe
         self.backend_name = name
+        self._backend_asked = backend  # "auto" or the name: what decides the videos' lowering
+        self._video_run: Any = None  # the video lowering, found at the first video call
         self.device = device
         self.dtype = dtype
         self.errors = errors
@@ -136,13 +146,12 @@ class Processor:
         self.fetch_timeout_s = float(fetch_timeout_s)
         self._backend = cls(rows_pipe, device, dtype)
         if video_decoder == "auto" and name == "dali":
-            from .io.video.dali import nvdec_for
+            from .io.video.dali import nvdec_for  # deferred: video modules import numpy
             video_decoder = nvdec_for(device) or "auto"  # NVDEC on the same GPU, where DALI sees it
         self.video_options, self.video_limits, self.video_decoder = _video_settings(
             pipe, video_options, video_limits, video_decoder)
         # Every decoder an image may load lazily, loaded now, once per process (io/warm.py): a
         # first import racing another thread's decode crashed the process, and it holds the GIL.
-        from .io.warm import warm_decoders
         warm_decoders()
 
     @classmethod
@@ -167,7 +176,7 @@ class Processor:
         Video options come from ``video_preprocessor_config.json`` beside it (transformers 5.x),
         else from ``preprocessor_config.json`` itself (4.x kept the video keys there; Qwen2-VL /
         Qwen2.5-VL ship no video config and transformers reads the image one), as the family's
-        video processor reads them (``presets._config.video_options_from_config``); None for a
+        video processor reads them (``presets.video_options_from_config``); None for a
         family without video.
         """
         # local_only: the hub is not asked again (for the video config) once it proved unreachable
@@ -176,10 +185,9 @@ class Processor:
         cfg = presets.load_config(cfg_path)
         pipe = presets.from_config(cfg)
         if "video_options" not in kwargs:
-            from .presets._config import video_options_from_config
             video_cfg = _video_config(path, cfg_path, revision=revision, cache_dir=cache_dir,
                                       local_files_only=local_only, token=token)
-            kwargs["video_options"] = video_options_from_config(pipe, video_cfg or cfg)
+            kwargs["video_options"] = presets.video_options_from_config(pipe, video_cfg or cfg)
         return cls(pipe, **kwargs)
 
     def clone(self, **changes: Any) -> "Processor":
@@ -189,7 +197,7 @@ class Processor:
         ``proc.clone(errors="skip")``. Shares no backend state. A new ``pipeline=`` takes its own
         family's video defaults unless ``video_options=`` is given too (and keeps the row form:
         a pipeline that refuses "compact" needs ``row_form="full"`` too)."""
-        kw: dict[str, Any] = dict(backend=self.backend_name, device=self.device, dtype=self.dtype,
+        kw: dict[str, Any] = dict(backend=self._backend_asked, device=self.device, dtype=self.dtype,
                                   errors=self.errors, match=self.match, fetch=self.fetch,
                                   fetch_timeout_s=self.fetch_timeout_s,
                                   video_options=self.video_options,
@@ -254,8 +262,8 @@ class Processor:
         Never raises for a per-item cause: the plan's ``error`` names the item (``index`` its
         position in ``videos``); ValueError when the pipeline has no video rule.
         """
+        # deferred: the video modules import numpy; an image-only Processor never loads them
         from .io.video import Video, as_video, probe_video
-        from .plan.video import VideoPlan, plan_video
         opts = self._need_video_options()
         videos: list = []
         plans: list[VideoPlan] = []
@@ -278,7 +286,6 @@ class Processor:
 
     def _need_video_options(self) -> "VideoOptions":
         if self.video_options is None:
-            from .plan.video import VIDEO_RULES
             raise ValueError(f"videos: expected a pipeline with a video rule (families "
                              f"{sorted(VIDEO_RULES)}), got {self.pipeline.name!r}; use one of "
                              f"those presets or checkpoints, or pass video_options=VideoOptions("
@@ -311,6 +318,7 @@ class Processor:
         """
         if videos is None:
             return self.execute(*self.prepare(as_image_list(images)))
+        self._video_lowering()  # a backend that runs no videos refuses before anything runs
         prepared = self.prepare(as_image_list(images) if images is not None else [])
         vprepared = self.prepare_videos(_video_list(videos))
         self._first_error(prepared[1])
@@ -321,10 +329,10 @@ class Processor:
 
     def execute_videos(self, videos: Sequence[Any], plans: Sequence["VideoPlan"]) -> "PackedBatch":
         """``prepare_videos``' output -> the ``"video"`` PackedBatch (``batch.videos``): decode
-        only the planned frames, resize / normalize / patchify as the family's video processor
-        (``vlmprep.backends.video``, the one place a video's execution is decided)."""
-        from . import pack
-        from .backends import video as vx
+        only the planned frames, resize / normalize / patchify as the family's video processor,
+        by the backend's video lowering (``vlmprep.backends.video``, the one place a video's
+        execution is decided). ValueError (expected / got / fix) on a backend without one."""
+        run = self._video_lowering()
         self._first_error(plans)
         layout = vx.video_layout(self.pipeline)
         rows, late = [], {}
@@ -332,8 +340,8 @@ class Processor:
             if p.error is not None:
                 continue
             try:
-                rows.append(vx.run_video(videos[p.index], p, self.pipeline, self.dtype,
-                                         self.video_limits, self.video_decoder))
+                rows.append(run(videos[p.index], p, self.pipeline, self.dtype,
+                                self.video_limits, self.video_decoder))
             except ImageError as e:
                 src = videos[p.index].source if videos[p.index] is not None else None
                 err = e.at(index=p.index, source=e.source or describe_source(src), item="video")
@@ -345,6 +353,15 @@ class Processor:
         out = vx.pack_rows(rows, self.pipeline, self.dtype, self.device)
         return pack.build_videos(out, plans, errors, self.pipeline, layout)
 
+    def _video_lowering(self) -> Any:
+        """The video lowering this Processor runs (``backends.video.lowering_for``: its backend's,
+        or for ``backend="auto"`` the first usable backend's that has one), found once; ValueError
+        naming the backends that run videos when its backend has none."""
+        if self._video_run is None:
+            self._video_run = vx.lowering_for(self._backend_asked, type(self._backend).name,
+                                              self.backend_name, self.device, self.match)
+        return self._video_run
+
     def execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
         """``prepare``'s output -> PackedBatch, without probing again (the Batcher plans a
         request when it arrives and runs it later through this).
@@ -353,8 +370,6 @@ class Processor:
         """
         import torch
 
-        from . import pack
-        from .plan.grid import row_length
         self._first_error(plans)  # raise before any decode: no partial state
         order = self.pipeline.patchify.order
         total = sum(p.rows(order) for p in plans if p.error is None)
@@ -362,7 +377,7 @@ class Processor:
             shape = (total, 3, *self.pipeline.tile_hw)  # type: ignore[misc]
         else:
             shape = (total, row_length(self._backend.pipeline.patchify))  # its row form's width
-        from . import kernels  # on the CPU a cached buffer: a fresh one costs more to fault in
+        # on the CPU a cached buffer: a fresh one costs more to fault in
         out = kernels.empty(shape, getattr(torch, self.dtype), self.device)
         late = self._backend.run(sources, plans, out)
         if late:
@@ -388,15 +403,16 @@ def _video_settings(pipe: Pipeline, options: Any, limits: Any, decoder: str
                     ) -> tuple[Any, "VideoLimits", str]:
     """(video_options, video_limits, video_decoder), checked; options None -> the family's
     checkpoint defaults, or None for a pipeline without a video rule."""
+    # deferred: the video modules import numpy; an image-only Processor never loads them
     from .io.video import VideoLimits, limits_of
     from .io.video.decode import resolve_decoder
-    from .plan.video import VIDEO_DEFAULTS, VideoOptions, video_defaults
-    if options is None:
-        options = video_defaults(pipe.name) if pipe.name in VIDEO_DEFAULTS else None
+    if options is None:  # the family's checkpoint defaults, as its preset module declares them
+        options = (presets.video_defaults(pipe.name) if pipe.name in presets.video_families()
+                   else None)
     elif not isinstance(options, VideoOptions):
         raise TypeError(f"video_options: expected None or a vlmprep.plan.video.VideoOptions, got "
-                        f"{type(options).__name__}; build one with video_defaults(family) and "
-                        f"dataclasses.replace")
+                        f"{type(options).__name__}; build one with vlmprep.presets.video_defaults("
+                        f"family) and dataclasses.replace")
     if limits is not None and not isinstance(limits, VideoLimits):
         raise TypeError(f"video_limits: expected None or a vlmprep.io.video.VideoLimits, got "
                         f"{type(limits).__name__}")

@@ -29,7 +29,7 @@ from vlmprep.adapters import vit  # noqa: E402
 from vlmprep.adapters import vllm as vl  # noqa: E402
 from vlmprep.bench.video import hf_video_processor  # noqa: E402
 from vlmprep.io.video import Video  # noqa: E402
-from vlmprep.plan.video import video_defaults  # noqa: E402
+from vlmprep.presets import video_defaults  # noqa: E402
 
 # -- schemas the released engines accept for videos ----------------------------------------------
 # vLLM 0.33.0 vllm/model_executor/models/qwen2_vl.py Qwen2VLMultiModalDataParser.embedding_fields
@@ -396,7 +396,7 @@ def test_vllm_video_refusals(seed):
     # Qwen2.5-VL: second_per_grid_ts != 1.0 cannot reach vLLM through embeddings
     opts = video_defaults("qwen2.5-vl")
     b = _qwen_batch([f], fps=4.0, video_options=opts)
-    assert b.videos.video_plans[0].extras["second_per_grid_ts"] == 0.5
+    assert b.videos.video_plans[0].second_per_grid_ts == 0.5
     e = torch.randn(b.videos.num_embeddings[0], 32)
     with pytest.raises(ValueError, match="second_per_grid_ts: expected 1.0"):
         vl.prompt_inputs(VIDEO, b, video_embeds=e)

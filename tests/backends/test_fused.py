@@ -5,6 +5,8 @@ within the ~1 ulp its own normalize formula differs by (rescale folded into mean
 transformers' torchvision backend)."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from _support.imgdata import encode, tiled
@@ -200,6 +202,31 @@ def test_at_most_is_checked():
     with pytest.raises(ValueError, match="expected one of"):
         with fusion.at_most("fused"):
             pass
+
+
+def test_at_most_is_per_context_and_reaches_the_image_threads(monkeypatch):
+    """The cap holds for the images a call runs on its threads (submitted in a copy of the
+    caller's context) and not for another thread running beside the block."""
+    if not vk.available():
+        pytest.skip("no kernels: every choice is OP_BY_OP")
+    proc = vlmprep.Processor("qwen2-vl", backend="reference")
+    chosen = record_returns(monkeypatch, fusion, "choose")
+    vk.set_num_threads(2)
+    try:
+        with fusion.at_most(fusion.OP_BY_OP):
+            beside: list[str] = []
+            t = threading.Thread(target=lambda: beside.append(fusion._CAP.get()))
+            t.start()
+            t.join()
+            proc(IMAGES)
+        capped = list(chosen)
+        chosen.clear()
+        proc(IMAGES)
+    finally:
+        vk.set_num_threads(None)
+    assert beside == [fusion.DECODE_RESIZE_ROWS]
+    assert len(capped) == len(IMAGES) and set(capped) == {fusion.OP_BY_OP}, capped
+    assert fusion.OP_BY_OP not in chosen, chosen
 
 
 def test_damaged_jpeg_on_the_deferred_path_is_the_same_error(kernels):

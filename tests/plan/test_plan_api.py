@@ -186,8 +186,10 @@ def test_hf_form_registry_is_loud():
     from vlmprep.hf_forms import hf_form
     with pytest.raises(RuntimeError, match="defined twice"):
         hf_form("qwen2_vl")(lambda b: {})
-    with pytest.raises(RuntimeError, match="HF_OUTPUTS"):
-        hf_form("not_a_form")(lambda b: {})
+    with pytest.raises(RuntimeError, match="HF_OUTPUTS"):  # the registry is the list: no typo list
+        hf_form("not a form")(lambda b: {})
+    with pytest.raises(RuntimeError, match="other than 'auto'"):
+        hf_form("auto")(lambda b: {})
 
 
 # -- issue 17 item 4: no silent wrong geometry ----------------------------------------------------

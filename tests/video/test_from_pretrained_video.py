@@ -15,8 +15,7 @@ import pytest
 
 import vlmprep
 from vlmprep.io.video import Video
-from vlmprep.plan.video import video_defaults
-from vlmprep.presets import idefics3, qwen
+from vlmprep.presets import idefics3, qwen, video_defaults
 
 CHECKPOINTS = Path(vlmprep.__file__).parent / "presets" / "checkpoints"
 

@@ -18,11 +18,13 @@ pytestmark = pytest.mark.hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _support.video_plan import plan_video_of  # noqa: E402
+
 from vlmprep import presets  # noqa: E402
 from vlmprep.errors import ImageError  # noqa: E402
 from vlmprep.io.video import Video, VideoLimits, VideoMeta  # noqa: E402
 from vlmprep.plan.internvl import _torch_arange_f32  # noqa: E402
-from vlmprep.plan.video import plan_video, video_defaults  # noqa: E402
+from vlmprep.presets import video_defaults  # noqa: E402
 from vlmprep.presets.internvl import video_configs  # noqa: E402
 
 FAMILY = "internvl"
@@ -74,7 +76,7 @@ def _hf_indices(vp, meta: VideoMeta, kind: str, value) -> list[int] | Exception:
 def test_defaults_are_the_checkpoint_config():
     opts = video_defaults(FAMILY)
     assert (opts.do_sample_frames, opts.fps, opts.num_frames) == (False, None, None)
-    p = plan_video(FAMILY, _meta(5, 24.0))
+    p = plan_video_of(FAMILY, _meta(5, 24.0))
     assert p.ok and p.frame_indices == list(range(5))
     assert p.resized_hw == (448, 448) and p.grid_thw == [(1, 32, 32)] * 5
     assert p.num_embeddings == 5 * SEQ and p.num_tokens == 5 * (SEQ + 2)
@@ -90,7 +92,7 @@ def test_sampling_sweep_equals_sample_frames(video_processor, kind, value):
         for rate in RATES:
             meta = _meta(total, rate)
             want = _hf_indices(video_processor, meta, kind, value)
-            got = plan_video(pipe, meta, per_item=Video("x", **{kind: value}), limits=big)
+            got = plan_video_of(pipe, meta, per_item=Video("x", **{kind: value}), limits=big)
             where = f"total={total} fps={rate} {kind}={value}"
             if isinstance(want, Exception):
                 assert isinstance(got.error, ImageError), (where, want, got)
@@ -132,7 +134,7 @@ def test_processor_equals_plan(processor, seed, total, rate, hw, req):
     from transformers.video_utils import VideoMetadata
     meta = _meta(total, rate, hw)
     frames = np.random.default_rng(seed).integers(0, 256, (total, *hw, 3), dtype=np.uint8)
-    plan = plan_video(presets.get(FAMILY), meta, per_item=Video(frames, **req))
+    plan = plan_video_of(presets.get(FAMILY), meta, per_item=Video(frames, **req))
     assert plan.ok, plan.error
     hf_meta = [VideoMetadata(**meta.to_hf())]
     out = processor(text=["describe <video>"], videos=[frames], video_metadata=hf_meta,
@@ -160,8 +162,8 @@ def test_processor_equals_plan(processor, seed, total, rate, hw, req):
 
 def test_unknown_source_fps(video_processor):
     meta = _meta(40, 0.0)
-    assert isinstance(plan_video(FAMILY, meta, per_item=Video("x", fps=2.0)).error, ImageError)
-    p = plan_video(FAMILY, meta, per_item=Video("x", num_frames=5))
+    assert isinstance(plan_video_of(FAMILY, meta, per_item=Video("x", fps=2.0)).error, ImageError)
+    p = plan_video_of(FAMILY, meta, per_item=Video("x", num_frames=5))
     assert p.frame_indices == _hf_indices(video_processor, meta, "num_frames", 5)
     assert p.timestamps == []
 
@@ -173,13 +175,13 @@ def test_unknown_source_fps(video_processor):
     (VideoMeta(10, 30.0, 1.0, 100_000, 100_000), "pixels"),
 ])
 def test_hostile_metadata_is_an_error(meta, why):
-    p = plan_video(FAMILY, meta)
+    p = plan_video_of(FAMILY, meta)
     assert isinstance(p.error, ImageError) and why in str(p.error)
     assert p.frame_indices == [] and p.placeholder == "" and p.num_tokens == 0
 
 
 def test_every_frame_of_a_long_video_is_refused_before_any_list():
-    p = plan_video(FAMILY, _meta(2_160_000, 60.0))
+    p = plan_video_of(FAMILY, _meta(2_160_000, 60.0))
     assert isinstance(p.error, ImageError) and "fps=" in str(p.error)
-    ok = plan_video(FAMILY, _meta(2_160_000, 60.0), per_item=Video("x", num_frames=16))
+    ok = plan_video_of(FAMILY, _meta(2_160_000, 60.0), per_item=Video("x", num_frames=16))
     assert ok.ok and len(ok.frame_indices) == 16 and ok.num_tokens == 16 * (SEQ + 2)

@@ -19,11 +19,14 @@ pytestmark = pytest.mark.hf
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _support.video_plan import plan_video_of  # noqa: E402
+
 from vlmprep import presets  # noqa: E402
 from vlmprep.errors import ImageError  # noqa: E402
 from vlmprep.io.video import Video, VideoLimits, VideoMeta  # noqa: E402
 from vlmprep.plan.anyres import VIDEO_TOKEN  # noqa: E402
-from vlmprep.plan.video import VideoOptions, plan_video, video_defaults  # noqa: E402
+from vlmprep.plan.video import VideoOptions  # noqa: E402
+from vlmprep.presets import video_defaults  # noqa: E402
 from vlmprep.presets.llava_next import video_configs  # noqa: E402
 
 FAMILY = "llava-onevision"
@@ -78,11 +81,12 @@ def test_defaults_are_the_checkpoint_config():
     opts = video_defaults(FAMILY)
     assert (opts.do_sample_frames, opts.fps, opts.num_frames) == (False, None, None)
     # every frame of the clip, each 384x384, 196 pooled tokens per frame + 1 newline
-    p = plan_video(FAMILY, _meta(12, 24.0))
+    p = plan_video_of(FAMILY, _meta(12, 24.0))
     assert p.ok and p.frame_indices == list(range(12))
     assert p.resized_hw == (384, 384) and p.grid_thw == [(1, 27, 27)] * 12
     assert p.num_tokens == p.num_embeddings == 12 * 196 + 1 == len(p.placeholder) // len(VIDEO_TOKEN)
-    assert p.num_patches == 12 * 729 and p.extras == {}
+    assert p.num_patches == 12 * 729
+    assert (p.second_per_grid_ts, p.group_timestamps, p.first_resize_hw) == (None, None, None)
 
 
 @pytest.mark.parametrize("kind,value", REQUESTS)
@@ -94,7 +98,7 @@ def test_sampling_sweep_equals_sample_frames(video_processor, kind, value):
         for rate in RATES:
             meta = _meta(total, rate)
             want = _hf_indices(video_processor, meta, kind, value)
-            got = plan_video(pipe, meta, per_item=Video("x", **{kind: value}), limits=big)
+            got = plan_video_of(pipe, meta, per_item=Video("x", **{kind: value}), limits=big)
             where = f"total={total} fps={rate} {kind}={value}"
             if isinstance(want, Exception):
                 assert isinstance(got.error, ImageError), (where, want, got)
@@ -110,8 +114,8 @@ def test_sampling_sweep_equals_sample_frames(video_processor, kind, value):
 def test_unknown_source_fps(video_processor):
     meta = _meta(40, 0.0)  # a frame sequence without source_fps
     assert isinstance(_hf_indices(video_processor, meta, "fps", 2.0), ValueError)
-    assert isinstance(plan_video(FAMILY, meta, per_item=Video("x", fps=2.0)).error, ImageError)
-    p = plan_video(FAMILY, meta, per_item=Video("x", num_frames=5))
+    assert isinstance(plan_video_of(FAMILY, meta, per_item=Video("x", fps=2.0)).error, ImageError)
+    p = plan_video_of(FAMILY, meta, per_item=Video("x", num_frames=5))
     assert p.frame_indices == _hf_indices(video_processor, meta, "num_frames", 5)
     assert p.timestamps == []
 
@@ -132,7 +136,7 @@ def test_processor_equals_plan(processor, seed, total, rate, hw, req):
     from transformers.video_utils import VideoMetadata
     meta = _meta(total, rate, hw)
     frames = np.random.default_rng(seed).integers(0, 256, (total, *hw, 3), dtype=np.uint8)
-    plan = plan_video(presets.get(FAMILY), meta, per_item=Video(frames, **req))
+    plan = plan_video_of(presets.get(FAMILY), meta, per_item=Video(frames, **req))
     assert plan.ok, plan.error
     out = processor(text=["describe <video>"], videos=[frames],
                     video_metadata=[VideoMetadata(**meta.to_hf())], do_sample_frames=bool(req),
@@ -154,7 +158,7 @@ def test_window_samples_inside_it(video_processor):
     """start/end (seconds): the window's frames are sampled as a clip of their own."""
     from transformers.video_utils import VideoMetadata
     meta = _meta(300, 30.0)
-    p = plan_video(FAMILY, meta, per_item=Video("x", num_frames=4, start=2.0, end=6.0))
+    p = plan_video_of(FAMILY, meta, per_item=Video("x", num_frames=4, start=2.0, end=6.0))
     first, count = 60, 121  # frames 60..180
     sub = VideoMetadata(total_num_frames=count, fps=30.0, duration=count / 30.0)
     assert p.frame_indices == [first + int(i) for i in video_processor.sample_frames(sub, num_frames=4)]
@@ -169,7 +173,7 @@ def test_window_samples_inside_it(video_processor):
     (VideoMeta(10, 30.0, 1.0, 100_000, 100_000), "pixels"),
 ])
 def test_hostile_metadata_is_an_error(meta, why):
-    p = plan_video(FAMILY, meta)
+    p = plan_video_of(FAMILY, meta)
     assert isinstance(p.error, ImageError) and why in str(p.error)
     assert p.frame_indices == [] and p.placeholder == "" and p.num_tokens == 0
 
@@ -177,9 +181,9 @@ def test_hostile_metadata_is_an_error(meta, why):
 def test_every_frame_of_a_long_video_is_refused_before_any_list():
     """The default takes every frame: a 10-hour 60 fps clip (2.16 M frames) is refused from its
     counts, with a fix (sample), not planned into a 3-billion-character placeholder."""
-    p = plan_video(FAMILY, _meta(2_160_000, 60.0))
+    p = plan_video_of(FAMILY, _meta(2_160_000, 60.0))
     assert isinstance(p.error, ImageError) and "fps=" in str(p.error)
-    ok = plan_video(FAMILY, _meta(2_160_000, 60.0), per_item=Video("x", num_frames=32))
+    ok = plan_video_of(FAMILY, _meta(2_160_000, 60.0), per_item=Video("x", num_frames=32))
     assert ok.ok and len(ok.frame_indices) == 32
     assert ok.num_tokens == 32 * math.ceil(27 / 2) ** 2 + 1
 
@@ -220,6 +224,6 @@ def test_vllm_sampling_equals_vllm_loader():
                 want = [int(i) for i in sampler(None, NS(total_frames_num=total, duration=total / rate),
                                                 NS(num_frames=num or 32, fps=fps or -1))]
                 opts = VideoOptions(num_frames=num, fps=fps, sampling="vllm", family=FAMILY)
-                p = plan_video(FAMILY, _meta(total, rate), opts, limits=big)
+                p = plan_video_of(FAMILY, _meta(total, rate), opts, limits=big)
                 assert p.frame_indices == want, (total, rate, num, fps)
                 assert p.num_tokens == len(want) * 196 + 1

@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
+from _support.video_plan import plan_video_of
 
 from tests.hfref import config
+from vlmprep import presets
 from vlmprep.errors import ImageError
 from vlmprep.io.video import Video, VideoMeta
 from vlmprep.plan import video as pv
@@ -28,8 +30,9 @@ from vlmprep.plan.qwen import (
     smart_resize_qwen_vl_utils,
     smart_resize_video,
 )
-from vlmprep.plan.video import VideoOptions, plan_video, video_defaults
+from vlmprep.plan.video import VideoOptions, plan_video
 from vlmprep.presets import qwen as preset_qwen
+from vlmprep.presets import video_defaults
 
 _HF = importlib.util.find_spec("transformers") is not None
 
@@ -176,9 +179,9 @@ def check_same(plan, hf, proc, tps: int = 2, offset: int = 0) -> None:
     n_video = sum(int(t == proc.video_token_id) for t in out["input_ids"][0])
     assert plan.num_tokens == plan.num_embeddings == n_video == plan.placeholder.count(VIDEO_TOKEN)
     if "second_per_grid_ts" in out:
-        assert plan.extras["second_per_grid_ts"] == out["second_per_grid_ts"][0]
+        assert plan.second_per_grid_ts == out["second_per_grid_ts"][0]
     else:
-        assert "second_per_grid_ts" not in plan.extras
+        assert plan.second_per_grid_ts is None
 
 
 # -- the sweep ----------------------------------------------------------------------------------
@@ -213,7 +216,7 @@ def test_sweep_equals_transformers(folders, fam):
             m = meta(total, fps, h, w)
             item, kw = spec_args(spec)
             hf = run_hf(proc, m, frames_of(total, h, w), **kw)
-            plan = plan_video(fam, m, per_item=item, index=3)
+            plan = plan_video_of(fam, m, per_item=item, index=3)
             check_same(plan, hf, proc)
             if plan.ok:
                 assert plan.timestamps == ([i / fps for i in plan.frame_indices] if fps else [])
@@ -246,7 +249,7 @@ def test_pixel_bounds_and_cap(folders, fam):
             init["max_video_tokens"] = mvt
         proc = processor(folders, fam, **init)
         hf = run_hf(proc, m, frames_of(total, h, w), **kw)
-        check_same(plan_video(fam, m, opts, Video("x", fps=2.0)), hf, proc, tps)
+        check_same(plan_video_of(fam, m, opts, Video("x", fps=2.0)), hf, proc, tps)
 
 
 @hf_test
@@ -256,7 +259,7 @@ def test_window_is_a_trimmed_clip(folders, fam):
     samples that trimmed clip (indices offset back to the source; Qwen3's prompt times are the
     trimmed clip's, as transformers given the trimmed frames writes them)."""
     m = meta(50, 10.0, 90, 160)
-    plan = plan_video(fam, m, per_item=Video("x", start=1.04, end=3.0))
+    plan = plan_video_of(fam, m, per_item=Video("x", start=1.04, end=3.0))
     assert plan.ok
     first, last = 11, 30
     trimmed = meta(last - first + 1, 10.0, 90, 160)
@@ -308,20 +311,20 @@ def test_qwen_vl_utils_sampling():
     torch = pytest.importorskip("torch")
     m = meta(300, 30.0, 720, 1280)
     opts = replace(video_defaults("qwen2.5-vl"), sampling="qwen_vl_utils")
-    plan = plan_video("qwen2-vl", m, opts)
+    plan = plan_video_of("qwen2-vl", m, opts)
     assert plan.ok
     # n = 300 / 30 * 2 = 20; per frame max(min(768*784, 128000*784*0.9/20*2), 1.05*128*784)
     assert plan.frame_indices == torch.linspace(0, 299, 20).round().long().tolist()
     assert plan.resized_hw == (560, 1008) == smart_resize_qwen_vl_utils(720, 1280, 28, 100352,
                                                                         602112)
     assert plan.grid_thw == [(10, 40, 72)] and plan.num_tokens == 7200
-    assert plan.extras["second_per_grid_ts"] == 1.0
+    assert plan.second_per_grid_ts == 1.0
     # qwen_vl_utils' variant differs from transformers on a thin frame (PEERS.md §2.1)
     assert smart_resize_qwen_vl_utils(10, 2000, 28, 3136, 12845056) == (28, 1988)
     # indices: float32 torch.linspace, both ends kept, inside a start/end window too
     for total, fps, item in ((451, 30.0, None), (1000, 29.97, Video("x", fps=1.0)),
                              (250, 25.0, Video("x", start=2.0, end=7.5)), (77, 10.0, Video("x", num_frames=9))):
-        p = plan_video("qwen3-vl", meta(total, fps, 90, 160),
+        p = plan_video_of("qwen3-vl", meta(total, fps, 90, 160),
                        replace(video_defaults("qwen3-vl"), sampling="qwen_vl_utils"), item)
         assert p.ok, p.error
         first, count = (0, total) if item is None or item.start is None else (
@@ -329,7 +332,7 @@ def test_qwen_vl_utils_sampling():
         n = len(p.frame_indices)
         assert n % 2 == 0
         assert p.frame_indices == torch.linspace(first, first + count - 1, n).round().long().tolist()
-    assert plan_video("qwen2-vl", meta(300, 0.0, 90, 160), opts).error is not None  # needs fps
+    assert plan_video_of("qwen2-vl", meta(300, 0.0, 90, 160), opts).error is not None  # needs fps
 
 
 @hf_test
@@ -339,7 +342,7 @@ def test_qwen_vl_utils_frames_through_processor(folders):
     from transformers.video_utils import VideoMetadata
     for fam in FAMILIES:
         m = meta(151, 29.97, 90, 160)
-        plan = plan_video(fam, m, replace(video_defaults(fam), sampling="qwen_vl_utils"))
+        plan = plan_video_of(fam, m, replace(video_defaults(fam), sampling="qwen_vl_utils"))
         assert plan.ok
         n = len(plan.frame_indices)
         md = VideoMetadata(total_num_frames=151, fps=29.97, frames_indices=plan.frame_indices)
@@ -351,7 +354,7 @@ def test_qwen_vl_utils_frames_through_processor(folders):
         assert [tuple(int(v) for v in out["video_grid_thw"][0])] == plan.grid_thw
         assert out["text_replacement_offsets"][0][0]["replacement"] == plan.placeholder
         if fam == "qwen2.5-vl":
-            assert out["second_per_grid_ts"][0] == plan.extras["second_per_grid_ts"]
+            assert out["second_per_grid_ts"][0] == plan.second_per_grid_ts
 
 
 def test_vllm_sampling():
@@ -360,16 +363,16 @@ def test_vllm_sampling():
     torch = pytest.importorskip("torch")
     o2 = replace(video_defaults("qwen2-vl"), sampling="vllm")
     # 17 frames at 10 fps, fps 8.5 -> n 14: transformers' float32 arange reaches index 17
-    assert plan_video("qwen2-vl", meta(17, 10.0, 90, 160), per_item=Video("x", fps=8.5)).error
-    p = plan_video("qwen2-vl", meta(17, 10.0, 90, 160), o2, Video("x", fps=8.5))
+    assert plan_video_of("qwen2-vl", meta(17, 10.0, 90, 160), per_item=Video("x", fps=8.5)).error
+    p = plan_video_of("qwen2-vl", meta(17, 10.0, 90, 160), o2, Video("x", fps=8.5))
     ref = torch.clamp(torch.arange(0, 17, 17 / 14).int(), max=16).tolist()
     assert p.frame_indices == ref + [ref[-1]] * (len(ref) % 2) and len(ref) == 15
     # num_frames is ignored, fps capped at 30
-    p = plan_video("qwen2-vl", meta(600, 60.0, 90, 160), o2, Video("x", fps=60.0))
+    p = plan_video_of("qwen2-vl", meta(600, 60.0, 90, 160), o2, Video("x", fps=60.0))
     assert len(p.frame_indices) == 300
-    p3 = plan_video("qwen3-vl", meta(300, 30.0, 90, 160),
+    p3 = plan_video_of("qwen3-vl", meta(300, 30.0, 90, 160),
                     replace(video_defaults("qwen3-vl"), sampling="vllm"))
-    assert p3.frame_indices == plan_video("qwen3-vl", meta(300, 30.0, 90, 160)).frame_indices
+    assert p3.frame_indices == plan_video_of("qwen3-vl", meta(300, 30.0, 90, 160)).frame_indices
 
 
 @hf_test
@@ -423,13 +426,13 @@ HOSTILE = [
 
 @pytest.mark.parametrize("m,item,word,q3", HOSTILE)
 def test_hostile_metadata_is_an_error_not_an_exception(m, item, word, q3):
-    plan = plan_video("qwen2-vl", m, per_item=item, index=5)
+    plan = plan_video_of("qwen2-vl", m, per_item=item, index=5)
     assert isinstance(plan.error, ImageError), plan
     msg = str(plan.error)
     assert word in msg and "expected" in msg and "got" in msg and ";" in msg
     assert plan.error.index == 5 and plan.frame_indices == [] and plan.placeholder == ""
     assert plan.num_tokens == plan.num_patches == 0
-    assert isinstance(plan_video("qwen3-vl", m, per_item=item).error, ImageError) is q3
+    assert isinstance(plan_video_of("qwen3-vl", m, per_item=item).error, ImageError) is q3
 
 
 @hf_test
@@ -440,7 +443,7 @@ def test_qwen3_one_frame_and_unknown_fps(folders):
     for total, fps in ((1, 10.0), (1, 0.0), (30, 0.0)):
         m = meta(total, fps, 90, 160)
         hf = run_hf(proc, m, frames_of(total, 90, 160))
-        check_same(plan_video("qwen3-vl", m), hf, proc)
+        check_same(plan_video_of("qwen3-vl", m), hf, proc)
 
 
 def test_options_validation():
@@ -451,8 +454,14 @@ def test_options_validation():
     with pytest.raises(ValueError, match="min_frames"):
         VideoOptions(min_frames=0)
     with pytest.raises(ValueError, match="video rule"):
-        plan_video("siglip", meta(10, 10.0, 90, 160))
-    p = plan_video("qwen3-vl", meta(300, 30.0, 720, 1280))
+        plan_video(presets.get("siglip"), meta(10, 10.0, 90, 160), VideoOptions())
+    with pytest.raises(TypeError, match=r"family name 'qwen3-vl'.*presets\.video_pipeline"):
+        plan_video("qwen3-vl", meta(10, 10.0, 90, 160), video_defaults("qwen3-vl"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected options: a VideoOptions, got NoneType"):
+        plan_video(presets.get("qwen3-vl"), meta(10, 10.0, 90, 160), None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="video defaults.*got 'siglip'"):
+        plan_video_of("siglip", meta(10, 10.0, 90, 160))
+    p = plan_video_of("qwen3-vl", meta(300, 30.0, 720, 1280))
     assert "chars)" in repr(p) and len(repr(p)) < 2000
 
 
@@ -477,7 +486,7 @@ def test_vllm_sampling_equals_vllm_loaders():
                 src, vv.VideoTargetMetadata(num_frames=-1, fps=want or 2, max_duration=300))
         except (ValueError, ZeroDivisionError):
             ref = None
-        plan = plan_video(fam, meta(total, fps, 90, 160),
+        plan = plan_video_of(fam, meta(total, fps, 90, 160),
                           replace(video_defaults(fam), sampling="vllm"),
                           Video("x", fps=want) if want else None)
         if ref is None:
@@ -508,7 +517,7 @@ def test_qwen_vl_utils_equals_package():
             ele["nframes"] = rng.randint(1, 64)
         item = (Video("x", fps=ele["fps"]) if "fps" in ele else
                 Video("x", num_frames=ele["nframes"]) if "nframes" in ele else None)
-        plan = plan_video(fam, meta(total, fps, h, w),
+        plan = plan_video_of(fam, meta(total, fps, h, w),
                           replace(video_defaults(fam), sampling="qwen_vl_utils"), item)
         try:
             n = Q.smart_nframes(dict(ele), total_frames=total, video_fps=fps)

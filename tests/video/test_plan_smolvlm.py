@@ -20,12 +20,15 @@ pytestmark = pytest.mark.hf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from _support.video_plan import plan_video_of  # noqa: E402
+
 from tests.hfref import config, hf_processor  # noqa: E402
 from vlmprep import presets  # noqa: E402
 from vlmprep.errors import ImageError  # noqa: E402
 from vlmprep.io.video import Video, VideoLimits, VideoMeta  # noqa: E402
 from vlmprep.plan.idefics3 import english_number  # noqa: E402
-from vlmprep.plan.video import VideoOptions, plan_video, video_defaults  # noqa: E402
+from vlmprep.plan.video import VideoOptions  # noqa: E402
+from vlmprep.presets import video_defaults  # noqa: E402
 from vlmprep.presets.idefics3 import video_configs  # noqa: E402
 
 FAMILY = "idefics3"
@@ -100,7 +103,7 @@ def test_sampling_sweep_equals_sample_frames(video_processor, pipe, fps, num):
             for extra in (0.0, 0.37, -0.2):
                 meta = _meta(total, rate, extra=extra)
                 want = _hf_indices(video_processor, meta, fps=fps, num_frames=num)
-                got = plan_video(pipe, meta, opts, limits=big)
+                got = plan_video_of(pipe, meta, opts, limits=big)
                 where = f"total={total} rate={rate} duration={meta.duration} fps={fps} n={num}"
                 if isinstance(want, Exception):
                     assert isinstance(got.error, ImageError), (where, want, got)
@@ -114,8 +117,8 @@ def test_sampling_sweep_equals_sample_frames(video_processor, pipe, fps, num):
 @pytest.mark.parametrize("hw", [(720, 1280), (1280, 720), (17, 900), (900, 17), (1, 1), (333, 777)])
 def test_first_resize_equals_transformers(pipe, hw):
     from transformers.models.smolvlm.video_processing_smolvlm import get_resize_output_image_size
-    p = plan_video(pipe, _meta(30, 30.0, hw))
-    assert p.extras["first_resize_hw"] == get_resize_output_image_size(torch.empty(1, 3, *hw), 2048)
+    p = plan_video_of(pipe, _meta(30, 30.0, hw))
+    assert p.first_resize_hw == get_resize_output_image_size(torch.empty(1, 3, *hw), 2048)
     assert p.resized_hw == (512, 512) and p.grid_thw == [(1, 32, 32)] * len(p.frame_indices)
 
 
@@ -136,7 +139,7 @@ def test_processor_equals_plan(processor, pipe, seed, total, rate, hw, req, extr
     frames = np.random.default_rng(seed).integers(0, 256, (total, *hw, 3), dtype=np.uint8)
     opts = (VideoOptions(**req, do_sample_frames=True, family=FAMILY) if req
             else VideoOptions(do_sample_frames=False, family=FAMILY))
-    plan = plan_video(pipe, meta, opts)
+    plan = plan_video_of(pipe, meta, opts)
     assert plan.ok, plan.error
     hf_meta = VideoMetadata(**meta.to_hf())
     if req is None:  # frames given as they are: the processor's own frame indices (all)
@@ -172,17 +175,17 @@ def test_per_item_options_keep_the_other_default(video_processor, pipe):
     """Video(fps=2) keeps SmolVLM's 64-frame cap, Video(num_frames=4) its fps 1, as transformers'
     sample_frames fills the one not passed from the processor's own values."""
     meta = _meta(3000, 30.0)
-    p = plan_video(pipe, meta, per_item=Video("x", fps=2.0))
+    p = plan_video_of(pipe, meta, per_item=Video("x", fps=2.0))
     assert p.frame_indices == _hf_indices(video_processor, meta, fps=2.0)
-    q = plan_video(pipe, meta, per_item=Video("x", num_frames=4))
+    q = plan_video_of(pipe, meta, per_item=Video("x", num_frames=4))
     assert q.frame_indices == _hf_indices(video_processor, meta, num_frames=4)
 
 
 def test_unknown_source_fps_refuses_sampling_but_not_all_frames(pipe, video_processor):
     meta = _meta(40, 0.0, (24, 24))
     assert isinstance(_hf_indices(video_processor, meta, fps=1.0, num_frames=8), ValueError)
-    assert isinstance(plan_video(pipe, meta).error, ImageError)
-    p = plan_video(pipe, meta, VideoOptions(do_sample_frames=False, family=FAMILY))
+    assert isinstance(plan_video_of(pipe, meta).error, ImageError)
+    p = plan_video_of(pipe, meta, VideoOptions(do_sample_frames=False, family=FAMILY))
     # the processor's fallback: 24 fps for the timestamps, int(last time) for the duration
     assert p.ok and p.frame_indices == list(range(40)) and p.timestamps == []
     assert "from a 0:00:01 [H:MM:SS] video" in p.placeholder
@@ -197,7 +200,7 @@ def test_unknown_source_fps_refuses_sampling_but_not_all_frames(pipe, video_proc
     (VideoMeta(10, 30.0, 1.0, 100_000, 100_000), "pixels"),
 ])
 def test_hostile_metadata_is_an_error(pipe, meta, why):
-    p = plan_video(pipe, meta)
+    p = plan_video_of(pipe, meta)
     assert isinstance(p.error, ImageError) and why in str(p.error)
     assert p.frame_indices == [] and p.placeholder == "" and p.num_tokens == 0
 
@@ -206,12 +209,12 @@ def test_huge_requests_are_refused_from_counts(pipe):
     """A 10-hour clip at 60 fps with every frame, or fps 60 x 10 h with num_frames 2**16: refused
     from the counts (max_total_pixels), never planned into lists."""
     meta = _meta(2_160_000, 60.0)
-    p = plan_video(pipe, meta, VideoOptions(do_sample_frames=False, family=FAMILY))
+    p = plan_video_of(pipe, meta, VideoOptions(do_sample_frames=False, family=FAMILY))
     assert isinstance(p.error, ImageError)
-    q = plan_video(pipe, meta, VideoOptions(fps=60.0, num_frames=1 << 16, do_sample_frames=True,
+    q = plan_video_of(pipe, meta, VideoOptions(fps=60.0, num_frames=1 << 16, do_sample_frames=True,
                                             family=FAMILY))
     assert isinstance(q.error, ImageError) and "sample fewer frames" in str(q.error)
-    ok = plan_video(pipe, meta)  # the checkpoint's sampling: 64 frames
+    ok = plan_video_of(pipe, meta)  # the checkpoint's sampling: 64 frames
     assert ok.ok and len(ok.frame_indices) == 64
 
 

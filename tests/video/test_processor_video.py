@@ -21,8 +21,7 @@ import torch
 import vlmprep
 from vlmprep import ImageError
 from vlmprep.io.video import Video, decode_frames, probe_video
-from vlmprep.plan.video import video_defaults
-from vlmprep.presets import idefics3, internvl, llava_next, qwen
+from vlmprep.presets import idefics3, internvl, llava_next, qwen, video_defaults
 
 transformers = pytest.importorskip("transformers")
 from transformers.video_utils import VideoMetadata  # noqa: E402
@@ -346,3 +345,86 @@ def test_qwen2_5_vl_full_processor_mixed_batch(videos, tmp_path, seed):
                        torch.cat([torch.as_tensor(o["second_per_grid_ts"]) for o in outs]).float())
     tok = ref_proc.tokenizer.convert_tokens_to_ids("<|video_pad|>")
     assert [int((o["input_ids"] == tok).sum()) for o in outs] == ours.videos.num_tokens
+
+
+# -- backends: videos run on the Processor's backend (its registry.VIDEO lowering) --------------
+#: (backend, match) of every backend that runs videos; each must give the pixels the tests above
+#: compare with (transformers' video processor, bit for bit), every dtype the same bits.
+VIDEO_BACKENDS = [("reference", "pil"), ("torch", "pil"), ("torch", "torchvision")]
+
+
+@pytest.mark.parametrize("case", ["qwen2-vl_fps2", "qwen3-vl", "internvl_fps2", "smolvlm"])
+def test_every_video_backend_gives_transformers_pixels(case, videos, tmp_path):
+    from vlmprep.backends import registry
+    from vlmprep.backends import video as vx
+    kind, cls_name, cfg, fps, call_kw = CASES[case]
+    clip = videos.get("mjpg_avi")
+    item = Video(clip.path, fps=fps) if fps else clip.path
+    ref = _reference(cls_name, cfg, clip.path, call_kw)
+    by_dtype: dict[str, torch.Tensor] = {}
+    for backend, match in VIDEO_BACKENDS:
+        proc = _processor(kind, tmp_path, backend=backend, match=match)
+        key = type(proc._backend).name
+        assert registry.get_lowering(key, registry.VIDEO) is vx.run_video  # the shared lowering
+        _assert_same(dict(proc(videos=[item]).to_hf()), ref)
+        for dtype in ("bfloat16", "uint8"):
+            got = proc.clone(dtype=dtype)(videos=[item]).videos.pixel_values
+            want = by_dtype.setdefault(dtype, got)
+            assert got.dtype == want.dtype and torch.equal(got, want), (backend, match, dtype)
+        assert proc._video_run is vx.run_video and pickle.loads(pickle.dumps(proc))._video_run \
+            is vx.run_video
+
+
+def _refused(proc: vlmprep.Processor, item) -> str:
+    with pytest.raises(ValueError) as e:
+        proc(videos=[item])
+    return str(e.value)
+
+
+def test_a_backend_without_video_refuses_naming_those_with(videos, monkeypatch):
+    """A backend with no video lowering refuses videos at the first video call (before any image
+    runs), expected / got / fix naming the backends that run videos; never another executor."""
+    from vlmprep.backends import registry
+    from vlmprep.backends import video as vx
+    item = Video(videos.get("mjpg_avi").path, fps=2.0)
+    proc = vlmprep.Processor("qwen2-vl", backend="reference")
+    monkeypatch.delitem(registry._LOWERINGS, ("reference", registry.VIDEO))
+    msg = _refused(proc, item)
+    assert msg.startswith("videos on backend 'reference': expected a backend that runs videos, "
+                          "one of ['torch']"), msg
+    assert "got backend='reference'" in msg and "fix: process videos with a Processor(..., " \
+        "backend='torch')" in msg
+    ran = []
+    monkeypatch.setattr(proc, "execute", lambda *a: ran.append(a))
+    with pytest.raises(ValueError, match="runs videos"):
+        proc([np.zeros((32, 32, 3), np.uint8)], videos=[item])
+    assert not ran  # the images did not run either
+    assert proc.plan(videos=[item]).videos[0].ok  # planning needs no backend
+    assert vx.video_backends() == ["torch"]
+
+
+@pytest.mark.skipif("dali" not in vlmprep.backends.available(), reason="DALI is not installed")
+def test_dali_refuses_videos(videos):
+    item = Video(videos.get("mjpg_avi").path, fps=2.0)
+    proc = vlmprep.Processor("qwen2-vl", backend="dali")
+    msg = _refused(proc, item)
+    assert msg.startswith("videos on backend 'dali': expected a backend that runs videos, one of "
+                          "['torch', 'reference']"), msg
+    assert "got backend='dali', which has no video lowering" in msg and "fix:" in msg
+    with pytest.raises(ValueError, match="runs videos"):
+        proc.execute_videos(*proc.prepare_videos([item]))
+    assert proc.plan(videos=[item]).videos[0].ok
+
+
+def test_auto_picks_a_backend_that_runs_videos():
+    """``backend="auto"``: the videos' lowering is the image backend's when it has one, else the
+    first usable backend's that has one (dali picked for the images on a GPU: torch)."""
+    from vlmprep.backends import registry
+    from vlmprep.backends import video as vx
+    assert registry.resolve_auto("cpu", op=registry.VIDEO) == "torch"
+    assert vx.lowering_for("auto", "dali", "dali", "cpu", "pil") is vx.run_video
+    with pytest.raises(ValueError, match="backend='dali'"):
+        vx.lowering_for("dali", "dali", "dali", "cpu", "pil")
+    proc = vlmprep.Processor("qwen2-vl")
+    assert proc.backend_name == "torch" and proc._video_lowering() is vx.run_video
+    assert proc.clone(errors="skip")._backend_asked == "auto"

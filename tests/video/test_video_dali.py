@@ -203,10 +203,15 @@ def test_cuda_nvdec_h264(videos):
 
 @needs_gpu
 def test_cuda_processor_auto_picks_nvdec(videos):
-    proc = vlmprep.Processor("qwen2-vl", backend="dali", device="cuda")
-    assert proc.video_decoder == "dali:cuda:0"
+    """backend="auto" on a GPU with DALI: the images on dali, video_decoder NVDEC on that GPU, the
+    videos' pixels on torch's video lowering (dali has none: backend="dali" refuses videos)."""
+    proc = vlmprep.Processor("qwen2-vl", device="cuda")
+    assert proc.backend_name == "dali" and proc.video_decoder == "dali:cuda:0"
+    assert vlmprep.Processor("qwen2-vl", backend="dali", device="cuda").video_decoder == "dali:cuda:0"
     clip = videos.get("vp90_webm")
     v = proc(videos=[Video(clip.path, fps=2.0)]).videos
-    ref = vlmprep.Processor("qwen2-vl", backend="dali", device="cuda", video_decoder="opencv")(
+    ref = vlmprep.Processor("qwen2-vl", backend="torch", device="cuda", video_decoder="opencv")(
         videos=[Video(clip.path, fps=2.0)]).videos
     assert v.grid_thw.tolist() == ref.grid_thw.tolist() and v.pixel_values.is_cuda
+    with pytest.raises(ValueError, match="got backend='dali', which has no video lowering"):
+        vlmprep.Processor("qwen2-vl", backend="dali", device="cuda")(videos=[Video(clip.path)])

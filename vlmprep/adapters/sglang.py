@@ -32,14 +32,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .. import presets
+from ..hf_forms import hf_output
 from ._embeds import concat_embeds
+from .transformers import prompt_video_token
 
 if TYPE_CHECKING:
     import torch
 
     from ..pack import PackedBatch
 
-__all__ = ["processor_output", "precomputed_embedding", "PRECOMPUTED_ARCHITECTURES"]
+__all__ = ["processor_output", "precomputed_embedding", "PRECOMPUTED_ARCHITECTURES"]  # noqa: F822 (module __getattr__)
 
 
 def _fail(what: str, expected: str, got: str, fix: str) -> ValueError:
@@ -66,7 +69,6 @@ def _check_video_ids(ids: list[int], batch: "PackedBatch", video_token_id: int |
     vids = getattr(batch, "videos", None)
     if video_token_id is None or vids is None:
         return
-    from .transformers import prompt_video_token
     tok = prompt_video_token(vids) if vids.num_images else ""
     want = sum(p.count(tok) for i, p in enumerate(vids.placeholders) if i not in vids.errors) \
         if tok else 0
@@ -147,13 +149,14 @@ def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch
                     "send videos with processor_output(batch, input_ids) (SGLang runs the vision "
                     "tower)")
     _check_ids(ids, batch, image_token_id)
-    from ..hf_forms import hf_output
     form = hf_output(batch.pipeline)
-    archs = PRECOMPUTED_ARCHITECTURES.get(form, ())
+    precomputed = _table("PRECOMPUTED_ARCHITECTURES")
+    archs = precomputed.get(form, ())
     if not archs:
         raise _fail("precomputed_embedding", f"a family whose SGLang 0.5.23 model uses the feature "
-                    f"as embeddings (forms {sorted(PRECOMPUTED_ARCHITECTURES)})",
-                    f"form {form!r}: {_NOT_PASSED.get(form, 'no pass-through in its model')}",
+                    f"as embeddings (forms {sorted(precomputed)})",
+                    f"form {form!r}: "
+                    f"{_table('_NOT_PASSED').get(form, 'no pass-through in its model')}",
                     "use processor_output(batch, input_ids) (SGLang runs the vision tower)")
     if architecture is None and form == "qwen2_vl":
         raise _fail("architecture", f"one of {list(archs)} (the served config.architectures[0])",
@@ -161,8 +164,8 @@ def precomputed_embedding(embeds: "torch.Tensor | Sequence[torch.Tensor]", batch
                     "and Qwen3VLForConditionalGeneration re-encode the feature with the vision "
                     "tower: use processor_output for those")
     if architecture is not None and architecture not in archs:
-        why = _REENCODED.get(architecture, "its SGLang 0.5.23 model runs the vision tower on "
-                                           "the feature")
+        why = _table("_REENCODED").get(architecture, "its SGLang 0.5.23 model runs the vision "
+                                                     "tower on the feature")
         raise _fail("architecture", f"one of {list(archs)} for form {form!r}",
                     f"{architecture!r} ({why})", "use processor_output(batch, input_ids)")
     per = _good(batch.num_embeddings, batch)
@@ -183,28 +186,30 @@ def _good(values: list[int], batch: "PackedBatch") -> list[int]:
     return [n for i, n in enumerate(values) if i not in batch.errors]
 
 
-#: ``to_hf`` form -> the SGLang 0.5.23 architectures whose ``get_image_feature`` passes a
-#: precomputed feature through (read from sglang/srt/models/*.py): Qwen2.5-VL (a 2-D feature
-#: whose last dim is not the 1176 of pixel rows), InternVLChatModel (any non-4-D feature),
-#: Gemma 3 (a 3-D feature of the text hidden size).
-PRECOMPUTED_ARCHITECTURES: dict[str, tuple[str, ...]] = {
-    "qwen2_vl": ("Qwen2_5_VLForConditionalGeneration",),
-    "got_ocr2": ("InternVLChatModel",),
-    "gemma3": ("Gemma3ForConditionalGeneration",),
-}
+# The family tables, derived from the families' declarations (``vlmprep.presets.forms()``:
+# ``FormSpec.sglang_*`` in each ``presets/<family>.py``, read from sglang/srt/models/*.py), on
+# access (a family added with ``presets.register`` is in them):
+#
+# - ``PRECOMPUTED_ARCHITECTURES``: ``to_hf`` form -> the SGLang 0.5.23 architectures whose
+#   ``get_image_feature`` passes a precomputed feature through: Qwen2.5-VL (a 2-D feature whose
+#   last dim is not the 1176 of pixel rows), InternVLChatModel (any non-4-D feature), Gemma 3 (a
+#   3-D feature of the text hidden size).
+# - ``_REENCODED``: architecture -> why its SGLang model runs the vision tower on the feature.
+# - ``_NOT_PASSED``: form -> why no SGLang architecture of it passes the feature through.
+_TABLE_NAMES = ("PRECOMPUTED_ARCHITECTURES", "_REENCODED", "_NOT_PASSED")
 
-_REENCODED = {
-    "Qwen2VLForConditionalGeneration": "qwen2_vl.py get_image_feature runs self.visual on the "
-                                       "feature",
-    "Qwen3VLForConditionalGeneration": "qwen3_vl.py runs self.visual on the feature",
-}
 
-_NOT_PASSED = {
-    "llava_next": "llava.py get_image_feature runs the vision tower on the feature",
-    "llava_onevision": "llava.py get_image_feature runs the vision tower on the feature",
-    "images": "llava.py get_image_feature runs the vision tower on the feature",
-    "pixtral": "pixtral.py get_image_feature runs the vision encoder on the feature",
-    "idefics3": "SGLang 0.5.23 has no Idefics3 model",
-    "mllama": "mllama.py runs the vision model on the feature",
-    "siglip2": "a vision encoder, not an SGLang generation model",
-}
+def _table(name: str) -> dict[str, Any]:
+    """One of ``_TABLE_NAMES``, from ``presets.forms()``."""
+    forms = presets.forms().values()
+    if name == "PRECOMPUTED_ARCHITECTURES":
+        return {f.name: f.sglang_precomputed for f in forms if f.sglang_precomputed}
+    if name == "_REENCODED":
+        return {arch: why for f in forms for arch, why in f.sglang_reencoded.items()}
+    return {f.name: f.sglang_not_passed for f in forms if f.sglang_not_passed}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TABLE_NAMES:
+        return _table(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

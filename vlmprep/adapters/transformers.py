@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
-from ..presets import gemma3
+from .. import presets
+from ..hf_forms import hf_output
 
 if TYPE_CHECKING:
     import torch
@@ -33,23 +34,33 @@ if TYPE_CHECKING:
     from ..pack import PackedBatch
     from ..plan import Plan
 
-__all__ = ["PROMPT_IMAGE_TOKENS", "PROMPT_VIDEO_TOKENS", "expand_prompt", "expand_prompts",
+__all__ = ["PROMPT_IMAGE_TOKENS", "PROMPT_VIDEO_TOKENS",  # noqa: F822 (module __getattr__)
+           "expand_prompt", "expand_prompts",
            "expand_video_prompts", "model_inputs", "prompt_image_token", "prompt_video_token",
            "placeholders_of"]
 
-#: ``pack.hf_output`` form -> the image token a prompt holds once per image, where it is not the
-#: expanded ``pack.image_token`` itself (Gemma 3 writes ``<start_of_image>`` = ``boi_token``; the
-#: processor turns it into ``\n\n<start_of_image><image_soft_token>*256<end_of_image>\n\n``).
-PROMPT_IMAGE_TOKENS: dict[str, str] = {"gemma3": gemma3.BOI_TOKEN}
+# The prompt-token tables, derived from the families' declarations (``vlmprep.presets.forms()``:
+# ``FormSpec.prompt_image_token`` / ``prompt_video_token`` in each ``presets/<family>.py``), on
+# access (a family added with ``presets.register`` is in them):
+#
+# - ``PROMPT_IMAGE_TOKENS``: ``pack.hf_output`` form -> the image token a prompt holds once per
+#   image, where it is not the expanded ``pack.image_token`` itself (Gemma 3 writes
+#   ``<start_of_image>`` = ``boi_token``; the processor turns it into
+#   ``\n\n<start_of_image><image_soft_token>*256<end_of_image>\n\n``).
+# - ``PROMPT_VIDEO_TOKENS``: form -> the video token a prompt holds once per video (the
+#   processor's ``video_token``, which its ``replace_video_token`` replaces by the placeholder).
+_TABLES = {"PROMPT_IMAGE_TOKENS": "prompt_image_token", "PROMPT_VIDEO_TOKENS": "prompt_video_token"}
 
-#: ``pack.hf_output`` form -> the video token a prompt holds once per video (the processor's
-#: ``video_token``, which its ``replace_video_token`` replaces by the video's placeholder).
-PROMPT_VIDEO_TOKENS: dict[str, str] = {
-    "qwen2_vl": "<|video_pad|>",      # Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors
-    "llava_onevision": "<video>",     # LlavaOnevisionProcessor
-    "got_ocr2": "<video>",            # InternVLProcessor (tokenizer.video_token)
-    "idefics3": "<video>",            # SmolVLMProcessor
-}
+
+def _table(name: str) -> dict[str, str]:
+    attr = _TABLES[name]
+    return {f.name: getattr(f, attr) for f in presets.forms().values() if getattr(f, attr)}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TABLES:
+        return _table(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def placeholders_of(batch_or_plan: "PackedBatch | Plan | Sequence[str]") -> list[str]:
@@ -76,12 +87,11 @@ def prompt_image_token(batch_or_plan: Any) -> str:
     ``image_token``): ``<|image_pad|>`` (Qwen), ``<IMG_CONTEXT>`` (InternVL-hf), ``<image>``
     (LLaVA, Idefics3), ``[IMG]`` (Pixtral), ``<|image|>`` (Mllama), ``<start_of_image>`` (Gemma 3).
     """
-    from ..hf_forms import hf_output
     pipeline = getattr(batch_or_plan, "pipeline", None)
     if pipeline is None:
         raise ValueError("prompt image token: the batch/plan carries no pipeline; pass "
                          "image_token= (the token your prompt holds once per image)")
-    tok = PROMPT_IMAGE_TOKENS.get(hf_output(pipeline), pipeline.pack.image_token)
+    tok = _table("PROMPT_IMAGE_TOKENS").get(hf_output(pipeline), pipeline.pack.image_token)
     if not tok:
         raise ValueError(f"prompt image token: pipeline {pipeline.name!r} has no LLM image token "
                          f"(a vision-only family); pass image_token=")
@@ -91,13 +101,13 @@ def prompt_image_token(batch_or_plan: Any) -> str:
 def prompt_video_token(batch: Any) -> str:
     """The token a prompt holds once per video for this batch's family (``PROMPT_VIDEO_TOKENS``);
     ``batch`` is a PackedBatch (its ``videos`` or itself) or a Plan."""
-    from ..hf_forms import hf_output
     pipeline = getattr(batch, "pipeline", None)
     form = hf_output(pipeline) if pipeline is not None else None
-    tok = PROMPT_VIDEO_TOKENS.get(form or "")
+    tokens = _table("PROMPT_VIDEO_TOKENS")
+    tok = tokens.get(form or "")
     if tok is None:
         raise ValueError(f"prompt video token: expected a family with video input (forms "
-                         f"{sorted(PROMPT_VIDEO_TOKENS)}), got form {form!r}; pass video_token=")
+                         f"{sorted(tokens)}), got form {form!r}; pass video_token=")
     return tok
 
 

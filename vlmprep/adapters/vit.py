@@ -27,6 +27,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import presets
+from ..hf_forms import HF_FORMS
+
 if TYPE_CHECKING:
     import torch
 
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "varlen_args", "block_diagonal_mask", "sequence_ids", "split_sequences", "split_images",
     "patch_positions", "rotary_position_ids", "naflex_inputs", "qwen_vision_kwargs",
-    "normalize_on_device", "encode", "encode_packed", "SUPPORTED_TOWERS",
+    "normalize_on_device", "encode", "encode_packed", "SUPPORTED_TOWERS",  # noqa: F822 (module __getattr__)
 ]
 
 
@@ -160,7 +163,6 @@ def naflex_inputs(batch: "PackedBatch") -> dict[str, "torch.Tensor"]:
     if _patchify(batch).order != "naflex":
         raise ValueError(f"naflex_inputs: expected a naflex batch (preset 'siglip2-naflex'), got "
                          f"order {_patchify(batch).order!r}")
-    from ..hf_forms import HF_FORMS
     out = HF_FORMS["siglip2"](batch)
     out["spatial_shapes"] = out["spatial_shapes"].to(batch.device, non_blocking=True)
     return out
@@ -207,7 +209,7 @@ def _normalize_lut(op) -> "torch.Tensor":
     with the reference backend's exact operations (so a gather gives the same bits)."""
     import torch
 
-    from ..backends.normalize_lut import normalize_lut
+    from ..backends.normalize_lut import normalize_lut  # deferred: imports numpy
     return torch.from_numpy(normalize_lut(op))
 
 
@@ -297,7 +299,8 @@ def _pad_images(batch: "PackedBatch", per_seq: list["torch.Tensor"]) -> list["to
 
 def _encode_qwen(model: Any, batch: "PackedBatch", deepstack: bool) -> list["torch.Tensor"]:
     import torch
-    tower = model if type(model).__name__ in _QWEN else _tower_of(model, "visual")
+    tower = model if _supported().get(type(model).__name__) == "qwen_tower" \
+        else _tower_of(model, "visual")
     cfg = tower.config
     op = _patchify(batch)
     kind = type(tower).__name__
@@ -331,7 +334,7 @@ def _folded_tower(tower: Any, kind: str) -> Any:
     shallow view sharing every weight, so the user's tower is never modified (thread-safe)."""
     import torch
 
-    from ._fold import FoldedPatchEmbed, with_patch_embed
+    from ._fold import FoldedPatchEmbed, with_patch_embed  # deferred: imports torch
     pe = getattr(tower, "patch_embed", None)
     proj = getattr(pe, "proj", None)
     if not isinstance(proj, torch.nn.Conv3d) or proj.kernel_size != proj.stride:
@@ -406,23 +409,34 @@ def _encode_siglip2(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]:
     return _pad_images(batch, [hidden[i, :n] for i, n in enumerate(batch.seqlens)])
 
 
-_QWEN = ("Qwen2VisionTransformerPretrainedModel", "Qwen2_5_VisionTransformerPretrainedModel",
-         "Qwen3VLVisionModel", "Qwen3VLMoeVisionModel")
-_QWEN_FULL = ("Qwen2VLModel", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLModel",
-              "Qwen2_5_VLForConditionalGeneration", "Qwen3VLModel",
-              "Qwen3VLForConditionalGeneration",
-              "Qwen3VLMoeModel", "Qwen3VLMoeForConditionalGeneration")
-_TILE_TOWERS = ("SiglipVisionModel", "CLIPVisionModel", "InternVLVisionModel")
-_FULL_TILES = ("InternVLModel", "InternVLForConditionalGeneration", "LlavaModel",
-               "LlavaForConditionalGeneration")
-
-#: transformers class name -> what ``encode`` returns for it (the dispatch table, for messages).
-SUPPORTED_TOWERS: dict[str, str] = {
-    **{n: "merged embeddings (tokens_i, out_hidden) per image" for n in _QWEN + _QWEN_FULL},
-    **{n: "last_hidden_state (tiles_i, L, D) per image" for n in _TILE_TOWERS},
-    **{n: "get_image_features (tiles_i, tokens, D_llm) per image" for n in _FULL_TILES},
-    "Siglip2VisionModel": "last_hidden_state valid rows (patches_i, D) per image",
+#: How ``encode`` runs each kind of class (``vlmprep.presets.spec.VIT_KINDS``): what it returns.
+_KIND_RETURNS = {
+    "qwen_tower": "merged embeddings (tokens_i, out_hidden) per image",
+    "qwen_model": "merged embeddings (tokens_i, out_hidden) per image",
+    "tile_tower": "last_hidden_state (tiles_i, L, D) per image",
+    "tile_model": "get_image_features (tiles_i, tokens, D_llm) per image",
+    "naflex": "last_hidden_state valid rows (patches_i, D) per image",
 }
+# The classes of each kind are declared by the families (``FamilySpec.vit_towers`` in each
+# ``presets/<family>.py``) and read from ``vlmprep.presets.vit_towers()`` on access: the dispatch
+# table ``SUPPORTED_TOWERS`` (transformers class name -> what ``encode`` returns for it, for
+# messages) and the per-kind tuples ``_QWEN`` (qwen_tower), ``_QWEN_FULL`` (qwen_model),
+# ``_TILE_TOWERS`` (tile_tower), ``_FULL_TILES`` (tile_model).
+_KIND_TUPLES = {"_QWEN": "qwen_tower", "_QWEN_FULL": "qwen_model", "_TILE_TOWERS": "tile_tower",
+                "_FULL_TILES": "tile_model"}
+
+
+def _supported() -> dict[str, str]:
+    """transformers class name -> its kind, from the families' declarations."""
+    return {c: kind for kind, classes in presets.vit_towers().items() for c in classes}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SUPPORTED_TOWERS":
+        return {c: _KIND_RETURNS[kind] for c, kind in _supported().items()}
+    if name in _KIND_TUPLES:
+        return presets.vit_towers().get(_KIND_TUPLES[name], ())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
@@ -471,10 +485,12 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
     with ``attn_implementation="flash_attention_2"`` the precomputed ``max_seqlen`` avoids it.
     """
     name = type(vision_tower).__name__
-    if name not in SUPPORTED_TOWERS:
+    supported = _supported()
+    kind = supported.get(name)
+    if kind is None:
         raise NotImplementedError(
             f"encode: expected a transformers vision tower of one of the supported types "
-            f"{sorted(SUPPORTED_TOWERS)}, got {name}; for a plain ViT module use "
+            f"{sorted(supported)}, got {name}; for a plain ViT module use "
             f"vlmprep.adapters.vit.encode_packed(module, batch, patch_embed=...)")
     vids = getattr(batch, "videos", None)
     if batch.num_images == 0 and vids is not None and vids.num_images:
@@ -487,11 +503,11 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
         raise ValueError(f"encode: expected the batch on the tower's device ({param.device}), got "
                          f"{batch.device}; call batch.to({str(param.device)!r}) first")
     batch = normalize_on_device(batch)
-    if name in _QWEN or name in _QWEN_FULL:
+    if kind in ("qwen_tower", "qwen_model"):
         return _encode_qwen(vision_tower, batch, deepstack)
-    if name in _TILE_TOWERS:
+    if kind == "tile_tower":
         return _encode_tiles_tower(vision_tower, batch)
-    if name in _FULL_TILES:
+    if kind == "tile_model":
         return _encode_full_tiles(vision_tower, batch)
     return _encode_siglip2(vision_tower, batch)
 

@@ -47,7 +47,7 @@ Videos (``batch.videos``, ``video_embeds=``): the prompt holds ONE video token p
                  "timestamps": [[seconds per temporal group] per video]}}  # Qwen3-VL only
 
   vLLM builds Qwen3-VL's ``<t seconds>`` prompt text from ``timestamps`` (the plan's
-  ``extras["timestamps"]``, the same values the transformers processor writes). Qwen2.5-VL's
+  ``group_timestamps``, the same values the transformers processor writes). Qwen2.5-VL's
   ``second_per_grid_ts`` is not an embedding field (vLLM drops it and places M-RoPE at 1.0 s per
   temporal group): refused unless it is 1.0 (2 fps sampling, the default). Other families have no
   video-embedding input vLLM 0.33 uses (``_NO_VIDEO_EMBEDDINGS`` says why): refused; give vLLM
@@ -57,55 +57,45 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .. import presets
+from ..hf_forms import hf_output
 from ._embeds import concat_embeds
+from .transformers import prompt_image_token, prompt_video_token
 
 if TYPE_CHECKING:
     import torch
 
     from ..pack import PackedBatch
 
-__all__ = ["prompt_inputs", "prompt_inputs_per_image", "EMBEDDING_FORMS"]
+__all__ = ["prompt_inputs", "prompt_inputs_per_image", "EMBEDDING_FORMS"]  # noqa: F822 (module __getattr__)
 
 _FLOATS = ("float32", "float16", "bfloat16")
 
-#: ``to_hf`` form -> how vLLM 0.33 takes the embeddings of one request: ``"flat"`` (one
-#: concatenated tensor + ``image_grid_thw``; mixed sizes fine) or ``"stacked"`` (one
-#: ``(num_images, num_embeddings, hidden)`` tensor: one size per request). Forms absent here have
-#: no embedding input in vLLM 0.33 (``_NO_EMBEDDINGS`` says why).
-EMBEDDING_FORMS: dict[str, str] = {
-    "qwen2_vl": "flat",          # qwen2_vl.py Qwen2VLMultiModalDataParser (also Qwen2.5 / Qwen3-VL)
-    "got_ocr2": "stacked",       # interns1.py InternS1ImageEmbeddingInputs ("ni", "tifs", "hs")
-    "llava_next": "stacked",     # llava_next.py LlavaNextImageEmbeddingInputs ("bn", "ifs", "hs")
-    "llava_onevision": "stacked",  # llava_onevision.py ("bn", "ifs", "hs")
-    "images": "stacked",         # llava.py LlavaImageEmbeddingInputs ("bn", "ifs", "hs")
-}
-
-_NO_EMBEDDINGS: dict[str, str] = {
-    "pixtral": "vLLM 0.33 takes no Pixtral embeddings (its processor rejects embedding items: "
-               "'Invalid type of data items'; llava.py: 'Pixtral-HF does not support "
-               "image_embeds.'; the Mistral-format PixtralForConditionalGeneration takes images only)",
-    "idefics3": "vLLM 0.33's Idefics3 / SmolVLM processor sizes the placeholder from the image "
-                "and rejects embedding items (idefics3.py get_replacement_idefics3: "
-                "mm_items.get_items('image', ImageProcessorItems) -> 'Invalid type of data items')",
-    "gemma3": "vLLM 0.33 takes no Gemma 3 embeddings (its processor rejects embedding items: "
-              "'Invalid type of data items'; gemma3_mm.py: 'Gemma3 does not support "
-              "image_embeds.')",
-    "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
-    "siglip2": "SigLIP2 is a vision encoder, not a vLLM generation model",
-}
+# The family tables are derived from the families' declarations (``vlmprep.presets.forms()``:
+# each ``presets/<family>.py`` declares its forms' ``FormSpec``), on access, so a family added with
+# ``presets.register`` is in them:
+#
+# - ``EMBEDDING_FORMS``: ``to_hf`` form -> how vLLM 0.33 takes the embeddings of one request:
+#   ``"flat"`` (one concatenated tensor + ``image_grid_thw``; mixed sizes fine) or ``"stacked"``
+#   (one ``(num_images, num_embeddings, hidden)`` tensor: one size per request)
+#   (``FormSpec.vllm_embeds``). Forms absent there have no embedding input in vLLM 0.33.
+# - ``_NO_EMBEDDINGS``: form -> why vLLM 0.33 takes no image embeddings (``vllm_no_embeds``).
+# - ``_NO_VIDEO_EMBEDDINGS``: form -> why vLLM 0.33 cannot take this family's video embeddings
+#   (``vllm_no_video_embeds``); Qwen (``qwen2_vl``) is the one form it takes.
+_TABLES = {"EMBEDDING_FORMS": "vllm_embeds", "_NO_EMBEDDINGS": "vllm_no_embeds",
+           "_NO_VIDEO_EMBEDDINGS": "vllm_no_video_embeds"}
 
 
-#: ``to_hf`` form -> why vLLM 0.33 cannot take this family's video embeddings (read from its
-#: model files); Qwen (``qwen2_vl``) is the one form it takes.
-_NO_VIDEO_EMBEDDINGS: dict[str, str] = {
-    "llava_onevision": "vLLM 0.33's LlavaOnevisionForConditionalGeneration reads only "
-                       "pixel_values_videos (llava_onevision.py _parse_and_validate_video_input "
-                       "never reads video_embeds)",
-    "got_ocr2": "vLLM 0.33's InternVL-hf model (interns1.py) sizes each video placeholder from "
-                "video_num_patches, which only its own processor returns (embedding items have "
-                "none)",
-    "idefics3": "vLLM 0.33's Idefics3 / SmolVLM model has no video input",
-}
+def _table(name: str) -> dict[str, str]:
+    """One of ``_TABLES``: form -> the declared value, for the forms that declare one."""
+    attr = _TABLES[name]
+    return {f.name: getattr(f, attr) for f in presets.forms().values() if getattr(f, attr)}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TABLES:
+        return _table(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fail(what: str, expected: str, got: str, fix: str, where: str = "vllm.prompt_inputs"
@@ -114,7 +104,6 @@ def _fail(what: str, expected: str, got: str, fix: str, where: str = "vllm.promp
 
 
 def _form(batch: "PackedBatch") -> str:
-    from ..hf_forms import hf_output
     return hf_output(batch.pipeline)
 
 
@@ -131,18 +120,19 @@ def _embedding_form(batch: "PackedBatch", where: str) -> str:
     """``"flat"`` or ``"stacked"`` for this batch's family; raises where vLLM 0.33 takes none."""
     form = _form(batch)
     no_token = batch.pipeline is not None and not batch.pipeline.pack.image_token
-    if form in _NO_EMBEDDINGS or no_token:
-        reason = _NO_EMBEDDINGS.get(form, "this family has no LLM image token (a vision encoder)")
+    none = _table("_NO_EMBEDDINGS")
+    layouts = _table("EMBEDDING_FORMS")
+    if form in none or no_token:
+        reason = none.get(form, "this family has no LLM image token (a vision encoder)")
         raise _fail("embeds", f"a family with an embedding input in vLLM 0.33 (forms "
-                    f"{sorted(EMBEDDING_FORMS)})", f"form {form!r}: {reason}",
+                    f"{sorted(layouts)})", f"form {form!r}: {reason}",
                     "give vLLM the images themselves (multi_modal_data={'image': [PIL images]})",
                     where)
-    return EMBEDDING_FORMS.get(form, "stacked")
+    return layouts.get(form, "stacked")
 
 
 def _check_prompt(prompt: Any, batch: "PackedBatch", image_token: str | None,
                   where: str = "vllm.prompt_inputs") -> None:
-    from .transformers import prompt_image_token
     n = batch.num_images - len(batch.errors)
     if isinstance(prompt, str):
         tok = image_token if image_token is not None else prompt_image_token(batch)
@@ -240,12 +230,11 @@ def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token
     where = "vllm.prompt_inputs (videos)"
     form = _form(vids)
     if form != "qwen2_vl":
-        reason = _NO_VIDEO_EMBEDDINGS.get(form, "no video input in vLLM 0.33")
+        reason = _table("_NO_VIDEO_EMBEDDINGS").get(form, "no video input in vLLM 0.33")
         raise _fail("videos", "a Qwen-family batch (form 'qwen2_vl': the one video-embedding "
                     "input vLLM 0.33 uses)", f"form {form!r}: {reason}",
                     "give vLLM the decoded frames themselves (multi_modal_data={'video': ...}; "
                     "its own video processor runs)", where)
-    from .transformers import prompt_video_token
     tok = video_token if video_token is not None else prompt_video_token(vids)
     n = vids.num_images - len(vids.errors)
     if prompt.count(tok) != n:
@@ -253,7 +242,7 @@ def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token
                     f"each)", f"{prompt.count(tok)}", "write the video token once per video and "
                     "do not pre-expand it", where)
     plans = [p for p in vids.video_plans if p.index not in vids.errors]
-    secs = [float(p.extras["second_per_grid_ts"]) for p in plans if "second_per_grid_ts" in p.extras]
+    secs = [float(p.second_per_grid_ts) for p in plans if p.second_per_grid_ts is not None]
     if any(abs(x - 1.0) > 1e-9 for x in secs):
         raise _fail("second_per_grid_ts", "1.0 for every video (vLLM 0.33 drops it from embedding "
                     "inputs and places Qwen2.5-VL's M-RoPE at 1.0 s per temporal group)",
@@ -277,8 +266,9 @@ def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token
             raise _fail("video_grid_thw", f"prod(grid) // {merge}**2 == num_embeddings {rows}",
                         f"{per}", "make the batch with vlmprep.Processor", where)
         item = {"video_embeds": flat, "video_grid_thw": grid}
-    if plans and all("timestamps" in p.extras for p in plans):  # Qwen3-VL: a required field
-        item["timestamps"] = [list(map(float, p.extras["timestamps"])) for p in plans]
+    stamps = [p.group_timestamps for p in plans]
+    if plans and all(t is not None for t in stamps):  # Qwen3-VL: a required field
+        item["timestamps"] = [list(map(float, t)) for t in stamps if t is not None]
     return item
 
 

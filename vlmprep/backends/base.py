@@ -6,6 +6,7 @@ where a backend runs it stage by stage: the torch backend on CUDA (``backends/to
 whose ``plan_batch`` decides each image's decoder and executor there)."""
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from dataclasses import dataclass
@@ -57,9 +58,8 @@ class Backend:
         self.pipeline = pipeline
         self.device = device
         self.dtype = dtype
-        # uint8 output is the resized, patchified pixels: normalize is left to the consumer.
-        self.ops = [op for op in pipeline.ops
-                    if op.name != "pack" and not (dtype == "uint8" and op.name == "normalize")]
+        # the ops this dtype runs (pack and, for uint8, normalize left out: Pipeline.executed_ops)
+        self.ops = list(pipeline.executed_ops(dtype))
         # Resolve every lowering now, so a missing one fails at construction, not mid-batch.
         self.lowerings = [get_lowering(self.name, op.name) for op in self.ops]
         self.decode_op = cast("DecodeOp", self.ops[0])  # a Pipeline starts with decode
@@ -164,7 +164,8 @@ class Backend:
                 runs.append(err)
                 continue
             try:
-                runs.append(pool.submit(one, c, hold))
+                # in a copy of this context: fusion.at_most's cap reaches the image thread
+                runs.append(pool.submit(contextvars.copy_context().run, one, c, hold))
             except BaseException:
                 hold.release()
                 raise
@@ -218,9 +219,10 @@ class Backend:
 
     def lut(self, ctx: Context) -> "torch.Tensor | None":
         """The fused kernels' normalize: ``(3, 256)`` in the output's dtype and device, this
-        backend's arithmetic; None for uint8 output (no normalize)."""
-        op = self.pipeline.normalize
-        if self.dtype == "uint8" or op is None:
+        backend's arithmetic; None where the output runs no normalize (uint8:
+        ``Pipeline.normalize_for``)."""
+        op = self.pipeline.normalize_for(self.dtype)
+        if op is None:
             return None
         return lut_tensor(op, ctx.dest.dtype, ctx.dest.device, self.normalize_levels)
 

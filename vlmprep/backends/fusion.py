@@ -41,12 +41,16 @@ a lowering's input is an image or a list of tiles, never a wrapper.
 |                      | then one ``kernels.normalize_patchify`` call | built for the output's device; |
 |                      | (the normalize as the backend's lut)         | the output is contiguous; the  |
 |                      |                                              | pipeline normalizes after its  |
-|                      |                                              | sizing op, or dtype is uint8   |
+|                      |                                              | sizing op, or dtype is uint8;  |
+|                      |                                              | no op of its own between       |
+|                      |                                              | normalize and patchify         |
+|                      |                                              | (``kernel_tail``)              |
 | `OP_BY_OP`           | every lowering in turn                       | otherwise                      |
 
 The dali backend compiles its graphs instead: its tiles graph is `ROWS` (the csrc plugin op
 ``vlmprep_normalize_patchify`` in place of the normalize and patchify lowerings) when the plugin
-is loaded for the graph's device, else `OP_BY_OP` (``choose_graph``, when the graph is built).
+is loaded for the graph's device and ``kernel_tail`` holds, else `OP_BY_OP` (``choose_graph``,
+when the graph is built).
 
 Every executor gives the same bits as `OP_BY_OP` (tests/backends/test_fused.py). ``at_most``
 caps the choice for a block, e.g. ``at_most(OP_BY_OP)`` to time or test the op-by-op paths.
@@ -54,6 +58,7 @@ caps the choice for a block, e.g. ``at_most(OP_BY_OP)`` to time or test the op-b
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -65,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["OP_BY_OP", "ROWS", "DECODE_ROWS", "RESIZE_ROWS", "DECODE_RESIZE_ROWS", "EXECUTORS",
            "RESIZE_ORDERS",
-           "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write"]
+           "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write", "kernel_tail"]
 
 OP_BY_OP = "op_by_op"
 ROWS = "rows"
@@ -81,7 +86,9 @@ EXECUTORS = (OP_BY_OP, ROWS, DECODE_ROWS, RESIZE_ROWS, DECODE_RESIZE_ROWS)
 #: time).
 RESIZE_ORDERS = ("merge_grouped", "raster", "naflex")
 
-_CAP = [DECODE_RESIZE_ROWS]  # at_most's process-wide cap
+#: at_most's cap, per context (a thread or task sees the cap of the block it runs in; image
+#: threads get it from ``Backend._map``, which submits each image in a copy of the caller's context).
+_CAP: contextvars.ContextVar[str] = contextvars.ContextVar("vlmprep_fusion_cap", default=DECODE_RESIZE_ROWS)
 
 
 @dataclass(frozen=True)
@@ -102,14 +109,16 @@ class Rules:
 
 
 def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) -> Rules:
-    """The pipeline's part of the table, for a backend's ``ops`` (pack dropped; normalize dropped
-    for uint8) on ``device``; ``resize_in_kernel``: the backend lets the kernel resize (torch)."""
+    """The pipeline's part of the table, for a backend's ``ops`` (``Pipeline.executed_ops(dtype)``:
+    pack dropped; normalize dropped for uint8) on ``device``; ``resize_in_kernel``: the backend
+    lets the kernel resize (torch). ``dtype`` only says what the kernel can write (uint8 levels
+    without a lut)."""
     names = [op.name for op in ops]
     sizing: Any = next(op for op in ops if op.sizing)  # every sizing op has an interpolation
     patchify: Any = next(op for op in ops if op.name == "patchify")
     at = names.index(sizing.name)
     normalizes = "normalize" in names and names.index("normalize") > at
-    rows = dtype == "uint8" or normalizes
+    rows = (dtype == "uint8" or normalizes) and kernel_tail(names)
     decode_rows = (rows and resize_in_kernel and device.startswith("cpu")
                    and names[:2] == ["decode", sizing.name]
                    and names[2:] in (["normalize", "patchify"], ["patchify"]))
@@ -176,7 +185,7 @@ def _jpeg_in_kernel(ctx: "Context") -> bool:
 def choose(r: Rules, ctx: "Context", most: str = DECODE_RESIZE_ROWS) -> str:
     """The executor of this image (see the module's table), at most ``most`` (and ``at_most``'s
     cap). Called in the thread that runs the image (its thread count counts)."""
-    cap = min(EXECUTORS.index(most), EXECUTORS.index(_CAP[0]))
+    cap = min(EXECUTORS.index(most), EXECUTORS.index(_CAP.get()))
     if cap < 1 or not r.rows or not kernels_write(ctx):
         return OP_BY_OP
     cpu = ctx.dest.device.type == "cpu"
@@ -188,20 +197,35 @@ def choose(r: Rules, ctx: "Context", most: str = DECODE_RESIZE_ROWS) -> str:
     return ROWS
 
 
-def choose_graph(plugin_loaded: bool) -> str:
-    """The dali tiles graph's executor: `ROWS` when the plugin is loaded for the graph's device,
-    else `OP_BY_OP` (and ``at_most``'s cap)."""
-    return ROWS if plugin_loaded and EXECUTORS.index(_CAP[0]) >= 1 else OP_BY_OP
+def kernel_tail(names: Sequence[str]) -> bool:
+    """Whether the rows kernel can stand in for the lowerings from the first ``normalize`` or
+    ``patchify`` on: they are ``[normalize,] patchify`` and nothing else. An op of one's own
+    between normalize and patchify (on the float tiles) keeps its lowering: op by op.
+
+    Given [decode, resize, toy, normalize, patchify] -> True (toy runs before the kernel);
+          [decode, resize, normalize, toy, patchify] -> False
+    """
+    k = next((i for i, n in enumerate(names) if n in ("normalize", "patchify")), len(names))
+    return list(names[k:]) in (["normalize", "patchify"], ["patchify"])
+
+
+def choose_graph(plugin_loaded: bool, names: Sequence[str] = ("normalize", "patchify")) -> str:
+    """The dali tiles graph's executor: `ROWS` when the plugin is loaded for the graph's device
+    and the graph's ops (``names``) end as ``kernel_tail`` needs, else `OP_BY_OP` (and
+    ``at_most``'s cap)."""
+    return (ROWS if plugin_loaded and kernel_tail(names) and EXECUTORS.index(_CAP.get()) >= 1
+            else OP_BY_OP)
 
 
 @contextlib.contextmanager
 def at_most(executor: str) -> Iterator[None]:
-    """Within the block, every choice is at most ``executor`` (process-wide: for tests and
-    benches that compare or time the less fused paths; dali reads it when a graph is built)."""
+    """Within the block, every choice made in this context is at most ``executor`` (for tests
+    that compare the less fused paths; dali reads it when a graph is built). A context variable,
+    not a process-wide setting: another thread or request keeps its own cap."""
     if executor not in EXECUTORS:
         raise ValueError(f"at_most: expected one of {EXECUTORS}, got {executor!r}")
-    old, _CAP[0] = _CAP[0], executor
+    token = _CAP.set(executor)
     try:
         yield
     finally:
-        _CAP[0] = old
+        _CAP.reset(token)

@@ -5,18 +5,20 @@ torch nor DALI) and a probe that says whether it can run here and, if not, why.
 Each backend module registers one lowering per op with ``@lowering(backend, op)``, and one
 lowering for every sizing op under ``SIZING`` (``base.register_sizing``): a sizing op is looked
 up when a Backend is made, by its ``Op.sizing`` flag, so a sizing op defined at any time (after
-the backend module was imported, after a Processor exists) runs on every backend.
+the backend module was imported, after a Processor exists) runs on every backend. A backend that
+runs videos registers its lowering of a planned video under ``VIDEO`` (``backends/video.py``:
+``register_video``); one without it refuses videos (``video.lowering_of``).
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..ops import OP_TYPES
 
-__all__ = ["SIZING", "MATCHES", "register", "lowering", "get_lowering", "get", "names", "available",
-           "why_unavailable", "resolve_auto"]
+__all__ = ["SIZING", "VIDEO", "MATCHES", "register", "lowering", "get_lowering", "has_lowering",
+           "get", "names", "available", "why_unavailable", "resolve_auto"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class _Entry:
 #: The op key of a backend's one lowering of every sizing op (not an op name: ``<`` keeps it
 #: apart from them).
 SIZING = "<sizing>"
+#: The op key of a backend's lowering of one planned video (decode its planned frames -> the
+#: family's video rows; ``backends/video.py``). Not an op name either.
+VIDEO = "<video>"
 
 #: ``Processor(match=...)``: whose pixels a backend reproduces. "pil": transformers' PIL-backend
 #: processors (the models' training pixels), every backend's own. "torchvision": transformers'
@@ -71,6 +76,16 @@ def get_lowering(backend: str, op: str) -> Callable:
         f"{have or 'none'}; pick one of those with backend=...")
 
 
+def has_lowering(name: str, op: str, match: str = "pil") -> bool:
+    """Whether backend ``name``, usable here, has its own lowering of ``op`` for ``match`` (its
+    module is imported to know: lowerings register on import). False when it is not usable."""
+    try:
+        cls: Any = get(name, match)  # a Backend class: its name is its lowerings' key
+    except (ValueError, RuntimeError, ImportError):
+        return False
+    return (cls.name, op) in _LOWERINGS
+
+
 def names() -> list[str]:
     """Every registered backend name, usable here or not."""
     return list(_BACKENDS)
@@ -110,12 +125,15 @@ def get(name: str, match: str = "pil") -> type:
     return importlib.import_module(module).Backend
 
 
-def resolve_auto(device: str, match: str = "pil") -> str:
+def resolve_auto(device: str, match: str = "pil", op: str | None = None) -> str:
     """``backend="auto"``: the first usable of dali, torch, reference for this device (for a
-    ``match`` other than "pil": of the backends that reproduce it)."""
+    ``match`` other than "pil": of the backends that reproduce it; with ``op``, e.g. ``VIDEO``:
+    of the backends that lower it, ``has_lowering``)."""
     prefer = ["dali", "torch", "reference"] if device.startswith("cuda") else ["torch", "reference"]
     if match != "pil":
         prefer = [n for n in prefer if (n, match) in _MATCH_MODULES]
+    if op is not None:
+        prefer = [n for n in prefer if has_lowering(n, op, match)]
     for n in prefer:
         if n in _BACKENDS and _BACKENDS[n].check() is None and (
                 not device.startswith("cuda") or n != "reference"):

@@ -1,14 +1,22 @@
 """Video execution: planned frames -> the family's video pixel rows, as transformers' video processors.
 
+``run_video`` is the video lowering (``registry.VIDEO``) every backend that runs videos registers
+(``register_video``: reference, torch and its ``match="torchvision"`` variant; on CPU and cuda the
+same work, below); the Processor runs a video by its backend's (``lowering_of``). dali has none
+yet (its pixel path is images only): ``backend="dali"`` refuses videos, naming the backends that
+run them; ``backend="auto"`` picks, for videos, the first usable backend that has one
+(``lowering_for``).
+
 The execution path of a video, decided here in one place (``run_video``):
 
 1. decode only the plan's ``frame_indices`` (``vlmprep.io.video.decode_frames``; each distinct
    frame once, repeats are copies);
 2. resize every frame to the plan's ``resized_hw`` with one antialiased ``tvF.resize`` on uint8
-   (``tv_match.resize``), the frames spread over vlmprep's threads; SmolVLM's rule resizes twice,
-   to ``extras["first_resize_hw"]`` first, as ``SmolVLMVideoProcessor.resize`` does;
-3. rescale + normalize as ``TorchvisionBackend.rescale_and_normalize`` (float32; skipped for
-   ``dtype="uint8"``; bfloat16 is the float32 result cast, as for images), fused with
+   (``tv_exact.resize``), the frames spread over vlmprep's threads; SmolVLM's rule resizes twice,
+   to the plan's ``first_resize_hw`` first, as ``SmolVLMVideoProcessor.resize`` does;
+3. rescale + normalize as ``TorchvisionBackend.rescale_and_normalize`` (float32; the op
+   ``Pipeline.normalize_for(dtype)`` names, none for ``dtype="uint8"``; bfloat16 is the float32
+   result cast, as for images), fused with
 4. the layout of the family's video processor: ``"patches"`` (Qwen,
    ``patchify.order == "merge_grouped"``): consecutive frames grouped by ``temporal_patch_size``
    (the plan already repeats the last frame to fill the last group), rows ``[c, t, py, px]`` in
@@ -27,10 +35,14 @@ native there; on CUDA it resizes in float) and the result is moved to the Proces
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from .. import kernels
 from ..budget import process_budget, video_bytes
 from ..errors import ImageError
+from ..kernels.threads import get_num_threads
+from . import registry
+from .registry import VIDEO
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +51,61 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
     from ..plan.video import VideoPlan
 
-__all__ = ["video_layout", "row_shape", "run_video", "frames_to_rows", "pack_rows"]
+__all__ = ["VideoLowering", "register_video", "lowering_of", "lowering_for", "video_backends",
+           "video_layout", "row_shape", "run_video", "frames_to_rows", "pack_rows"]
+
+#: A video lowering: ``(video item, its plan, pipeline, dtype, limits, decoder) -> rows`` (CPU;
+#: ``row_shape``), raising ImageError for the video's own failures (``run_video``).
+VideoLowering = Callable[[Any, "VideoPlan", "Pipeline", str, "VideoLimits", str], "torch.Tensor"]
+
+
+def register_video(backend: str, fn: VideoLowering | None = None) -> None:
+    """Register ``fn`` (default: the shared ``run_video``) as registry key ``backend``'s video
+    lowering (``registry.VIDEO``)."""
+    registry.lowering(backend, VIDEO)(fn if fn is not None else run_video)
+
+
+def video_backends(device: str = "cpu", match: str = "pil") -> list[str]:
+    """The backend names usable here for ``device`` and ``match`` that run videos (have a
+    ``registry.VIDEO`` lowering), e.g. ``['torch', 'reference']``."""
+    cuda = device.startswith("cuda")
+    return [n for n in registry.names() if not (cuda and n == "reference")
+            and registry.has_lowering(n, VIDEO, match)]
+
+
+def lowering_of(key: str, name: str | None = None, device: str = "cpu",
+                match: str = "pil") -> VideoLowering:
+    """The video lowering of registry key ``key`` (a Backend's ``name``, e.g. ``"torch"``,
+    ``"torch:torchvision"``); ``name`` is the user's backend name (default ``key``). ValueError
+    (expected / got / fix, naming the backends that run videos) when it has none."""
+    try:
+        return registry.get_lowering(key, VIDEO)
+    except NotImplementedError:
+        pass
+    name = name or key
+    can = [n for n in video_backends(device, match) if n != name]
+    fix = (f"process videos with a Processor(..., backend={can[0]!r}) (a second one beside this "
+           f"one for the images), or backend='auto'" if can else
+           "install a backend that runs videos (pip install torch torchvision)")
+    raise ValueError(f"videos on backend {name!r}: expected a backend that runs videos, one of "
+                     f"{can or 'none usable here'}, got backend={name!r}, which has no video "
+                     f"lowering yet (it runs images only); fix: {fix}")
+
+
+def lowering_for(asked: str, key: str, name: str, device: str, match: str) -> VideoLowering:
+    """The video lowering a Processor runs: its backend's (registry key ``key``, user name
+    ``name``); when the backend was ``asked`` as ``"auto"`` and has none (dali), the first usable
+    backend that has one (``registry.resolve_auto(..., op=VIDEO)``: torch). Else ValueError
+    (``lowering_of``)."""
+    if asked == "auto" and not registry.has_lowering(name, VIDEO, match):
+        try:
+            other = registry.resolve_auto(device, match, op=VIDEO)
+        except RuntimeError:
+            other = None
+        if other is not None:
+            cls: Any = registry.get(other, match)  # a Backend class: name is its registry key
+            return lowering_of(cls.name, other, device, match)
+    return lowering_of(key, name, device, match)
 
 
 def video_layout(pipeline: "Pipeline") -> str:
@@ -77,42 +143,41 @@ def frames_to_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipelin
     ``kernels.threads.get_num_threads``). The normalize + layout runs in vlmprep's compiled
     ``normalize_patchify`` when it is loaded (``_kernel_rows``), else op by op in torch
     (``_torch_rows``); both give the torchvision processor's bits."""
-    from ..kernels.threads import get_num_threads
     resized = _resize_frames(frames, plan, _interpolation(pipeline),
                              threads if threads is not None else get_num_threads())
-    norm = pipeline.normalize if dtype != "uint8" else None
+    norm = pipeline.normalize_for(dtype)
+    # the kernel writes lut values or uint8 levels: a float output with no normalize op is torch's
     if (norm is not None or dtype == "uint8") and _kernels_loaded():
         return _kernel_rows(resized, plan, pipeline, dtype, norm)
     return _torch_rows(resized, plan, pipeline, dtype, norm)
 
 
 def _kernels_loaded() -> bool:
-    from .. import kernels
     return kernels.available()
 
 
 def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
                    threads: int) -> list["torch.Tensor"]:
     """uint8 ``(T, H, W, 3)`` -> T uint8 ``(h, w, 3)`` C-contiguous frames, each by
-    ``tv_match.resize`` (SmolVLM: to ``extras["first_resize_hw"]`` first). With ``threads`` > 1
+    ``tv_exact.resize`` (SmolVLM: to the plan's ``first_resize_hw`` first). With ``threads`` > 1
     the frames are spread over the images' thread pool (``base.image_pool``): torch's resize
     releases the GIL, and one frame per thread scales better than torch's own split of one small
     frame (its rows)."""
-    from .torch import tv_match
-    first = plan.extras.get("first_resize_hw")
+    from . import tv_exact  # deferred: imports torch and torchvision
+    first = plan.first_resize_hw
     hw = (int(plan.resized_hw[0]), int(plan.resized_hw[1]))
 
     def one(f: "torch.Tensor") -> "torch.Tensor":  # (H, W, 3) -> (h, w, 3)
-        x = f.permute(2, 0, 1)  # (C, H, W) view in HWC memory, as tv_match takes it
+        x = f.permute(2, 0, 1)  # (C, H, W) view in HWC memory, as tv_exact.resize takes it
         if first is not None and tuple(first) != tuple(x.shape[-2:]):
-            x = tv_match.resize(x, (int(first[0]), int(first[1])), mode)
+            x = tv_exact.resize(x, (int(first[0]), int(first[1])), mode)
         if hw != tuple(x.shape[-2:]):
-            x = tv_match.resize(x, hw, mode)
+            x = tv_exact.resize(x, hw, mode)
         return x.permute(1, 2, 0).contiguous()  # a no-op for the kernel's channels-last output
 
     if threads <= 1 or len(frames) <= 1:
         return [one(f) for f in frames]
-    from .base import image_pool  # the images' kept pool: no threads made per video
+    from .base import image_pool  # deferred: imports torch (the images' kept pool)
     return list(image_pool(threads).map(one, frames))
 
 
@@ -138,13 +203,13 @@ def _torch_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pip
 
 def _values(x: "torch.Tensor", norm: Any, dtype: str) -> "torch.Tensor":
     """uint8 ``(C, ...)`` -> ``dtype``: transformers' fused rescale+normalize in float32
-    (``tv_match.normalize_tensor``; memory layout kept), cast for bfloat16; uint8 as it is."""
+    (``tv_exact.normalize_tensor``; memory layout kept), cast for bfloat16; uint8 as it is."""
     import torch
 
-    from .torch import tv_match
+    from . import tv_exact  # deferred: imports torch and torchvision
     if dtype == "uint8":
         return x
-    y = tv_match.normalize_tensor(norm, x) if norm is not None else x.to(torch.float32)
+    y = tv_exact.normalize_tensor(norm, x) if norm is not None else x.to(torch.float32)
     return y.to(torch.bfloat16) if dtype == "bfloat16" else y
 
 
@@ -162,7 +227,7 @@ BAND_BYTES = 1 << 20
 def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
                  dtype: str, norm: Any) -> "torch.Tensor":
     """The compiled path: ``kernels.normalize_patchify`` with the torchvision normalize lut
-    (``tv_match.normalize_levels`` applied to every level: the same arithmetic, so the same
+    (``tv_exact.normalize_levels`` applied to every level: the same arithmetic, so the same
     bits), written into a ``kernels.empty`` output (a reused host buffer is not faulted in again).
 
     ``"tiles"``: one call, a frame per tile. ``"patches"``: the kernel's merge-grouped rows repeat
@@ -175,11 +240,10 @@ def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pi
     import numpy as np
     import torch
 
-    from .. import kernels
-    from .normalize_lut import lut_tensor
-    from .torch import tv_match
+    from . import tv_exact  # deferred: imports torch and torchvision
+    from .normalize_lut import lut_tensor  # deferred: imports numpy
     tdt = getattr(torch, dtype)
-    lut = lut_tensor(norm, tdt, "cpu", normalize=tv_match.normalize_levels) if norm is not None \
+    lut = lut_tensor(norm, tdt, "cpu", normalize=tv_exact.normalize_levels) if norm is not None \
         else None
     h, w = resized[0].shape[:2]
     if video_layout(pipeline) == "tiles":
@@ -238,7 +302,7 @@ def _decoded_rows(video: Any, plan: "VideoPlan", pipeline: "Pipeline", dtype: st
     import numpy as np
     import torch
 
-    from ..io.video import decode_frames
+    from ..io.video import decode_frames  # deferred: imports numpy
     wanted = list(dict.fromkeys(plan.frame_indices))  # each distinct frame decoded once
     frames = decode_frames(video, sorted(wanted), limits, decoder=decoder)
     where = {k: i for i, k in enumerate(sorted(wanted))}

@@ -292,5 +292,5 @@ def _smolvlm_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions
         resized_hw=(m, m), grid_thw=[(1, side, side)] * n, num_patches=n * side * side,
         num_tokens=tokens, num_embeddings=count_embeddings(text, pipeline.pack.image_token, tokens),
         placeholder=text,
-        extras={"first_resize_hw": rescale_to_longest_edge(meta.height, meta.width,
-                                                           min(op.longest_edge, 4096), 4096)})
+        first_resize_hw=rescale_to_longest_edge(meta.height, meta.width,
+                                                min(op.longest_edge, 4096), 4096))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ImageError
+from ..io.decode import check_decode_cost
 from ..ops import OP_TYPES, Op, center_crop, decode
 from ..pipeline import Pipeline
 from . import grid
@@ -273,7 +274,6 @@ def plan_image(pipeline: Pipeline, source_hw: tuple[int, int], index: int = 0,
                          f"{h * w:,} (rejected from the header, before decoding); downscale the "
                          f"image or raise max_source_pixels= if it is trusted")
     if header is not None:
-        from ..io.decode import check_decode_cost
         check_decode_cost(header, dec.max_decode_bytes)
     rule = SIZING_RULES.get(pipeline.sizing.name)
     if rule is None:

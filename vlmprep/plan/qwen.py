@@ -293,8 +293,7 @@ def _max_pixels(qwen3: bool, opts: VideoOptions, family: str, n: int, factor: in
     return max(min(opts.max_pixels, total_pixels * tps // n), int(opts.min_pixels * 1.05))
 
 
-@video_rule("qwen2-vl", "qwen3-vl")
-@video_rule("qwen2.5-vl", preset="qwen2-vl")
+@video_rule("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 def _qwen_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, clip: Clip,
                 index: int) -> VideoPlan:
     family = opts.family or pipeline.name
@@ -326,7 +325,8 @@ def _qwen_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, c
     frame_tokens = gh * gw // (merge * merge)
     tokens = gt * frame_tokens
     fps = clip.fps
-    extras: dict = {}
+    stamps: list[float] | None = None
+    second_per_grid_ts: float | None = None
     if qwen3:
         # the processor's _calculate_timestamps: indices as it sees them (a trimmed clip for
         # transformers / vllm, absolute for qwen_vl_utils), padded, averaged per temporal group
@@ -335,15 +335,14 @@ def _qwen_video(pipeline: Pipeline, meta: "VideoMetaLike", opts: VideoOptions, c
         stamps = [(secs[k] + secs[k + tps - 1]) / 2 for k in range(0, len(secs), tps)]
         text = "".join(f"<{t:.1f} seconds>{VISION_START}{VIDEO_TOKEN * frame_tokens}{VISION_END}"
                        for t in stamps)
-        extras["timestamps"] = stamps
     else:
         text = VIDEO_TOKEN * tokens
         if family == "qwen2.5-vl":
             sampled_fps = n / clip.count * fps if fps is not None else 24.0
-            extras["second_per_grid_ts"] = tps / sampled_fps
+            second_per_grid_ts = tps / sampled_fps
     return VideoPlan(
         index=index, meta=meta, frame_indices=idx,
         timestamps=[i / fps for i in idx] if fps is not None else [],
         resized_hw=(rh, rw), grid_thw=[(gt, gh, gw)], num_patches=gt * gh * gw,
         num_tokens=tokens, num_embeddings=count_embeddings(text, VIDEO_TOKEN, tokens),
-        placeholder=text, extras=extras)
+        placeholder=text, second_per_grid_ts=second_per_grid_ts, group_timestamps=stamps)

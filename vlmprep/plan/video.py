@@ -10,7 +10,7 @@ share (bit-exact ports of the index arithmetic of transformers, qwen_vl_utils an
 metadata and budget checks, and ``plan_video``, which dispatches to the family's rule
 (``VIDEO_RULES``, filled by ``@video_rule`` in each family's plan module, e.g. ``plan/qwen.py``).
 Checkpoint defaults live with the family's preset (``presets/qwen.py``) and are reached through
-``video_defaults(family)``.
+``vlmprep.presets.video_defaults(family)``.
 
 Hostile metadata (zero frames, NaN / negative / absurd fps or duration, absurd frame counts,
 frames above the pixel limit, more sampled frames or output bytes than the limits allow) gives a
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
 __all__ = ["VideoMetaLike", "VideoItemLike", "VideoOptions", "VideoPlan", "Clip", "VideoRule",
-           "VIDEO_RULES", "VIDEO_PRESET", "VIDEO_DEFAULTS", "SAMPLINGS", "video_rule", "video_defaults",
+           "VIDEO_RULES", "SAMPLINGS", "video_rule",
            "plan_video", "check_meta", "check_budget", "known_fps", "clip_window",
            "uniform_indices", "linspace_indices", "linspace_indices_f32", "arange_indices_f32",
            "MAX_SOURCE_FPS", "MAX_SAMPLED_FRAMES"]
@@ -98,7 +98,7 @@ def _fail(what: str, expected: str, got: Any, fix: str) -> ImageError:
 @dataclass(frozen=True)
 class VideoOptions:
     """The checkpoint's ``video_preprocessor_config.json`` values that decide a video's geometry,
-    plus the sampling rule. Build a family's defaults with ``video_defaults(family)``.
+    plus the sampling rule. Build a family's defaults with ``vlmprep.presets.video_defaults(family)``.
 
     Fields (transformers' names):
         fps: frames per second to sample (``do_sample_frames``); exclusive with ``num_frames``.
@@ -187,9 +187,12 @@ class VideoPlan:
         num_tokens: LLM video tokens (the processor's ``num_video_tokens``; 0 on error).
         num_embeddings: embedding rows an engine expects (the video tokens in ``placeholder``).
         placeholder: the exact string the processor puts in place of the video token.
-        extras: per-family values beside the pixels, e.g. ``{"second_per_grid_ts": 1.0}``
-            (Qwen2.5-VL, a to_hf key) or ``{"timestamps": [...]}`` (Qwen3-VL: the seconds its
-            processor writes into the prompt, one per temporal group; not a to_hf key).
+        second_per_grid_ts: Qwen2.5-VL: seconds one temporal patch spans (``temporal_patch_size /
+            sampled fps``; to_hf's ``second_per_grid_ts``); None for other families.
+        group_timestamps: Qwen3-VL: the seconds its processor writes into the prompt, one per
+            temporal group (vLLM's ``timestamps``; not a to_hf key); None for other families.
+        first_resize_hw: SmolVLM: ``(h, w)`` of its first resize (the longest edge capped at
+            4096), before the one to ``resized_hw``; None for other families.
         error: the ImageError of a video that cannot be planned, else None.
     """
 
@@ -203,7 +206,9 @@ class VideoPlan:
     num_tokens: int = 0
     num_embeddings: int = 0
     placeholder: str = ""
-    extras: dict[str, Any] = field(default_factory=dict)
+    second_per_grid_ts: float | None = None
+    group_timestamps: list[float] | None = None
+    first_resize_hw: tuple[int, int] | None = None
     error: ImageError | None = None
 
     @property
@@ -216,8 +221,13 @@ class VideoPlan:
         return len(self.frame_indices)
 
     def __repr__(self) -> str:
-        parts = [f"{f.name}={_short(getattr(self, f.name))}" for f in fields(self)]
+        parts = [f"{f.name}={_short(getattr(self, f.name))}" for f in fields(self)
+                 if f.name not in _FAMILY_FIELDS or getattr(self, f.name) is not None]
         return f"VideoPlan({', '.join(parts)})"
+
+
+#: VideoPlan's per-family fields (None for the families without them; left out of its repr then).
+_FAMILY_FIELDS = ("second_per_grid_ts", "group_timestamps", "first_resize_hw")
 
 
 @dataclass(frozen=True)
@@ -235,33 +245,20 @@ class Clip:
 #: A video rule: ``rule(pipeline, meta, options, clip, index) -> VideoPlan``.
 VideoRule = Callable[["Pipeline", VideoMetaLike, VideoOptions, Clip, int], VideoPlan]
 
-#: family -> its video rule (filled by ``@video_rule``).
+#: family -> its video rule (filled by ``@video_rule``). A family's checkpoint defaults and the
+#: preset it plans with are declared in its preset module (``FAMILY.videos``) and looked up there:
+#: ``vlmprep.presets.video_defaults(family)``, ``vlmprep.presets.video_pipeline(family)``.
 VIDEO_RULES: dict[str, VideoRule] = {}
-#: family -> the preset whose pipeline it plans with (e.g. "qwen2.5-vl" -> "qwen2-vl").
-VIDEO_PRESET: dict[str, str] = {}
-#: family -> a function returning its checkpoint's ``VideoOptions`` (filled by the presets).
-VIDEO_DEFAULTS: dict[str, Callable[[], VideoOptions]] = {}
 
 
-def video_rule(*families: str, preset: str | None = None) -> Callable[[VideoRule], VideoRule]:
-    """Decorator: register the video rule of ``families`` (planned with preset ``preset``'s
-    pipeline when given by name; default: the family's own preset)."""
+def video_rule(*families: str) -> Callable[[VideoRule], VideoRule]:
+    """Decorator: register the video rule of ``families`` (the family's preset module declares
+    which preset plans its videos: ``FamilySpec.videos``)."""
     def deco(fn: VideoRule) -> VideoRule:
         for f in families:
             VIDEO_RULES[f] = fn
-            VIDEO_PRESET[f] = preset or f
         return fn
     return deco
-
-
-def video_defaults(family: str) -> VideoOptions:
-    """The public checkpoint's video options of ``family`` (e.g. ``"qwen3-vl"``)."""
-    from .. import presets  # noqa: F401  (each family's preset module registers its defaults)
-    fn = VIDEO_DEFAULTS.get(family)
-    if fn is None:
-        raise ValueError(f"video: expected a family with video defaults, one of "
-                         f"{sorted(VIDEO_DEFAULTS)}, got {family!r}")
-    return fn()
 
 
 # -- metadata and budgets ----------------------------------------------------------------------
@@ -270,7 +267,7 @@ def _num(v: Any) -> bool:
 
 
 def _limits(limits: Any) -> "VideoLimits":
-    from ..io.video.types import limits_of
+    from ..io.video.types import limits_of  # deferred: imports numpy; plans need no video module
     return limits_of(limits)
 
 
@@ -398,35 +395,34 @@ def arange_indices_f32(total: int, n: int) -> "np.ndarray":
 
 
 # -- dispatch ----------------------------------------------------------------------------------
-def plan_video(pipeline_or_family: "Pipeline | str", video_meta: VideoMetaLike,
-               options: VideoOptions | None = None, per_item: VideoItemLike | None = None,
-               index: int = 0, limits: Any = None) -> VideoPlan:
+def plan_video(pipeline: "Pipeline", video_meta: VideoMetaLike, options: VideoOptions,
+               per_item: VideoItemLike | None = None, index: int = 0, limits: Any = None
+               ) -> VideoPlan:
     """Plan one video from its metadata: the family's frame sampling, per-frame resize, grid,
     tokens and placeholder. Never raises for a bad video: the plan's ``error`` says why.
 
-    ``pipeline_or_family``: a Pipeline (its name picks the rule unless ``options.family`` does)
-    or a family name (``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``, ...: its preset).
-    ``options``: None: the family's checkpoint defaults. ``per_item``: a ``vlmprep.Video``
+    ``pipeline``: the Pipeline (its name picks the rule unless ``options.family`` does);
+    ``options``: its VideoOptions. For a family's checkpoint, resolve both through the presets:
+    ``plan_video(presets.video_pipeline(f), meta, presets.video_defaults(f))`` (``f``:
+    ``"qwen2-vl"``, ``"qwen2.5-vl"``, ``"qwen3-vl"``, ...). ``per_item``: a ``vlmprep.Video``
     (its fps / num_frames / start / end). ``limits``: a ``vlmprep.io.video.VideoLimits`` (the
     decoder's bounds; None: the defaults with the pipeline's ``decode.max_source_pixels``).
-    Raises ValueError only for an unknown family.
+    Raises TypeError for a family name or missing options, ValueError for a family without rule.
     """
-    if isinstance(pipeline_or_family, str):
-        family = options.family if options is not None and options.family else pipeline_or_family
-        pipeline = None
-    else:
-        pipeline = pipeline_or_family
-        family = options.family if options is not None and options.family else pipeline.name
+    if isinstance(pipeline, str):
+        raise TypeError(f"plan_video: expected a Pipeline and its VideoOptions, got the family name "
+                        f"{pipeline!r}; resolve it first: plan_video(vlmprep.presets.video_pipeline"
+                        f"({pipeline!r}), meta, vlmprep.presets.video_defaults({pipeline!r}), ...)")
+    if not isinstance(options, VideoOptions):
+        raise TypeError(f"plan_video: expected options: a VideoOptions, got "
+                        f"{type(options).__name__}; pass vlmprep.presets.video_defaults(family) "
+                        f"(the checkpoint's) or your own VideoOptions(family=...)")
+    family = options.family or pipeline.name
     rule = VIDEO_RULES.get(family)
     if rule is None:
         raise ValueError(f"plan_video: expected a family with a video rule, one of "
                          f"{sorted(VIDEO_RULES)}, got {family!r}; pass options=VideoOptions("
                          f"family=...) for a custom pipeline")
-    if pipeline is None:
-        from .. import presets
-        pipeline = presets.get(VIDEO_PRESET[family])
-    if options is None:
-        options = video_defaults(family)
     try:
         opts = options.for_item(per_item)
         lim = _limits(limits if limits is not None else pipeline["decode"])

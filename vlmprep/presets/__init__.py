@@ -1,49 +1,216 @@
 """Presets: one file per model family, each building a Pipeline from checkpoint values.
 
-``vlmprep.presets.names()`` lists them; ``get(name, **overrides)`` builds one.
+``vlmprep.presets.names()`` lists them; ``get(name, **overrides)`` builds one. Each family module
+declares everything family-specific once, as ``FAMILY = FamilySpec(...)`` (``presets/spec.py``):
+its presets, config reader, ``to_hf`` forms with the engines' facts, video defaults and ViT
+towers. Every table of families is derived here from ``FAMILIES`` (``forms()``,
+``video_families()``, ``vit_towers()``) and read by the layers above (processor, adapters).
 """
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..pipeline import Pipeline
-from . import gemma3, idefics3, internvl, llava, llava_next, mllama, pixtral, qwen, siglip, siglip2
+from . import _config, gemma3, idefics3, internvl, llava, llava_next, mllama, pixtral, qwen, siglip, siglip2
+from .spec import FamilySpec, FormSpec, VideoSpec
+
+if TYPE_CHECKING:
+    from ..plan.video import VideoOptions
 
 __all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES", "path_shaped",
-           "unknown_preset"]
+           "unknown_preset", "FamilySpec", "FormSpec", "VideoSpec", "spec", "forms",
+           "video_families", "video_defaults", "video_pipeline", "video_reader",
+           "video_options_from_config", "vit_towers",
+           "register"]
 
-#: The family modules, in the order their configs are tried by ``from_config``. Each has
-#: ``PRESETS`` (name -> builder), ``IMAGE_PROCESSOR_TYPES``, ``matches(cfg)``, ``from_config(cfg)``
-#: and ``processor_forces(pipeline)``. Every list of presets is derived from this tuple.
-FAMILIES = (qwen, llava, internvl, siglip, pixtral, siglip2, llava_next, idefics3, mllama, gemma3)
+#: The family modules, in the order their configs are tried by ``from_config``. Each declares
+#: ``FAMILY`` (a ``FamilySpec``); its module also keeps ``PRESETS``, ``IMAGE_PROCESSOR_TYPES``,
+#: ``matches(cfg)``, ``from_config(cfg)`` and ``processor_forces(pipeline)`` as functions of its
+#: own. Every list of presets, forms, video families and towers is derived from this tuple
+#: (``register`` adds a family at run time).
+FAMILIES: tuple[Any, ...] = (qwen, llava, internvl, siglip, pixtral, siglip2, llava_next,
+                             idefics3, mllama, gemma3)
 
 
-def _registry() -> dict[str, Any]:
-    """preset name -> its family module; loud on a name defined twice."""
+def spec(fam: Any) -> FamilySpec:
+    """The ``FamilySpec`` a family module (an entry of ``FAMILIES``) declares as ``FAMILY``."""
+    s = getattr(fam, "FAMILY", None)
+    if not isinstance(s, FamilySpec):
+        raise TypeError(f"presets: expected a family module declaring FAMILY = "
+                        f"vlmprep.presets.FamilySpec(...), got {getattr(fam, '__name__', fam)!r} "
+                        f"with FAMILY {type(s).__name__}; declare it (docs/architecture.md, "
+                        f"'A new model family')")
+    return s
+
+
+@dataclass(frozen=True)
+class _Tables:
+    family_of: dict[str, Any]          # preset name -> family module
+    forms: dict[str, FormSpec]         # to_hf form -> its facts, merged over the families
+    videos: dict[str, VideoSpec]       # video family -> its defaults and preset
+    video_readers: dict[str, FamilySpec]  # pipeline (preset) name -> the spec reading its config
+    towers: dict[str, tuple[str, ...]]  # vit kind -> transformers class names
+
+
+def _merge_form(a: FormSpec, b: FormSpec, who: str) -> FormSpec:
+    """Two families' declarations of one form: each fact from whichever declares it; loud when
+    both declare it differently."""
     out: dict[str, Any] = {}
-    for fam in FAMILIES:
-        for name in fam.PRESETS:
-            if name in out:
-                raise RuntimeError(f"preset {name!r} defined twice ({out[name].__name__}, "
-                                   f"{fam.__name__})")
-            out[name] = fam
-    return out
+    for f in fields(FormSpec):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, dict):
+            clash = [k for k in set(x) & set(y) if x[k] != y[k]]
+            if clash:
+                raise RuntimeError(f"presets: form {a.name!r}: {f.name}[{clash[0]!r}] declared "
+                                   f"twice with different values ({who}); declare it once")
+            out[f.name] = {**x, **y}
+        elif x and y and x != y:
+            raise RuntimeError(f"presets: form {a.name!r}: {f.name} declared twice with "
+                               f"different values ({who}: {x!r} vs {y!r}); declare it once")
+        else:
+            out[f.name] = x or y
+    return replace(a, **out)
 
 
-_FAMILY_OF = _registry()
+#: The last tables built and the families they were built from (compared by identity: a family
+#: may be any object, hashable or not); replaced in one assignment (threads read it freely).
+_LAST: tuple[tuple[Any, ...], _Tables | None] = ((), None)
+
+
+def _tables(families: tuple[Any, ...]) -> _Tables:
+    """Every family table, derived from ``families`` (built again only when they change)."""
+    global _LAST
+    fams, tables = _LAST
+    if tables is not None and len(fams) == len(families) and \
+            all(a is b for a, b in zip(fams, families)):
+        return tables
+    tables = _build(families)
+    _LAST = (families, tables)
+    return tables
+
+
+def _build(families: tuple[Any, ...]) -> _Tables:
+    """Every family table, derived from ``families``; loud on a name two families claim."""
+    family_of: dict[str, Any] = {}
+    forms_: dict[str, FormSpec] = {}
+    form_of: dict[str, str] = {}
+    videos: dict[str, VideoSpec] = {}
+    readers: dict[str, FamilySpec] = {}
+    towers: dict[str, list[str]] = {}
+    tower_of: dict[str, str] = {}
+    for fam in families:
+        s = spec(fam)
+        for name in s.presets:
+            if name in family_of:
+                raise RuntimeError(f"preset {name!r} defined twice ({spec(family_of[name]).name}, "
+                                   f"{s.name})")
+            family_of[name] = fam
+        for form in s.forms:
+            if form.name in forms_:
+                forms_[form.name] = _merge_form(forms_[form.name], form,
+                                                f"{form_of[form.name]}, {s.name}")
+                form_of[form.name] += f", {s.name}"
+            else:
+                forms_[form.name], form_of[form.name] = form, s.name
+        for vf, v in s.videos.items():
+            if vf in videos:
+                raise RuntimeError(f"presets: video family {vf!r} declared twice (by {s.name} and "
+                                   f"another family); declare it once")
+            videos[vf] = v
+            if s.video_from_config is not None:
+                readers[v.preset] = s
+        for kind, classes in s.vit_towers.items():
+            for c in classes:
+                if c in tower_of:
+                    raise RuntimeError(f"presets: ViT class {c!r} declared twice ({tower_of[c]}, "
+                                       f"{s.name}); declare it once")
+                tower_of[c] = s.name
+                towers.setdefault(kind, []).append(c)
+    return _Tables(family_of, forms_, videos, readers, {k: tuple(v) for k, v in towers.items()})
+
+
+def _now() -> _Tables:
+    return _tables(FAMILIES)
+
+
+_now()  # a name claimed twice fails at import
+
+
+def register(fam: Any) -> None:
+    """Add a family after the built-in ones: ``fam`` is a module (or any object) declaring
+    ``FAMILY = FamilySpec(...)``. Its presets, forms, video families and towers are then seen by
+    every layer (``get``, ``Processor``, the adapters). Loud, and nothing changes, when one of
+    its names is already taken."""
+    global FAMILIES
+    spec(fam)
+    if any(f is fam for f in FAMILIES):
+        return
+    _tables(FAMILIES + (fam,))  # checks before anything changes
+    FAMILIES = FAMILIES + (fam,)
+
+
+def forms() -> dict[str, FormSpec]:
+    """to_hf form name -> its ``FormSpec``, merged over the families that use it (``images``:
+    LLaVA-1.5's facts; SigLIP uses the form too and declares none)."""
+    return dict(_now().forms)
+
+
+def video_families() -> dict[str, VideoSpec]:
+    """Video family (``"qwen2-vl"``, ``"qwen2.5-vl"``, ...) -> its ``VideoSpec``."""
+    return dict(_now().videos)
+
+
+def _video_spec(family: str) -> VideoSpec:
+    videos = _now().videos
+    if isinstance(family, str) and family in videos:
+        return videos[family]
+    raise ValueError(f"video: expected a family with video defaults, one of {sorted(videos)}, got "
+                     f"{family!r}; pass vlmprep.plan.video.VideoOptions(family=...) and a Pipeline "
+                     f"for another")
+
+
+def video_defaults(family: str) -> "VideoOptions":
+    """The public checkpoint's video options of ``family`` (e.g. ``"qwen3-vl"``), as declared in
+    its preset module (``FAMILY.videos``)."""
+    return _video_spec(family).defaults()
+
+
+def video_pipeline(family: str, **overrides: Any) -> Pipeline:
+    """The Pipeline videos of ``family`` are planned with (``"qwen2.5-vl"``: the ``qwen2-vl``
+    preset's), changed by ``overrides``."""
+    return get(_video_spec(family).preset, **overrides)
+
+
+def video_reader(pipeline_name: str) -> "Callable[[Mapping[str, Any]], VideoOptions] | None":
+    """The family's ``video_from_config`` for a pipeline of that name (a video family's preset),
+    else None (a pipeline without video)."""
+    s = _now().video_readers.get(pipeline_name)
+    return s.video_from_config if s is not None else None
+
+
+def video_options_from_config(pipeline: Pipeline, cfg: Mapping[str, Any]) -> "VideoOptions | None":
+    """A checkpoint's video processor config -> its VideoOptions, read by the family that plans
+    ``pipeline``'s videos (``_config.video_options_from_config``); None without video."""
+    return _config.video_options_from_config(pipeline, cfg, video_reader(pipeline.name))
+
+
+def vit_towers() -> dict[str, tuple[str, ...]]:
+    """``spec.VIT_KINDS`` key -> the transformers classes ``adapters.vit.encode`` runs that way."""
+    return dict(_now().towers)
 
 
 def names() -> list[str]:
     """Preset names, e.g. ``['qwen2-vl', 'qwen3-vl']``."""
-    return sorted(_FAMILY_OF)
+    return sorted(_now().family_of)
 
 
 def _key(name: str) -> str:
     key = name.lower().replace("_", "-") if isinstance(name, str) else name
-    if key not in _FAMILY_OF:
+    if key not in _now().family_of:
         raise KeyError(unknown_preset(name))
     return key
 
@@ -84,13 +251,13 @@ def unknown_preset(name: object, path_fix: str = "pass the checkpoint folder (or
 
 def family(name: str) -> Any:
     """The family module (``vlmprep.presets.<family>``) that defines preset ``name``."""
-    return _FAMILY_OF[_key(name)]
+    return _now().family_of[_key(name)]
 
 
 def get(name: str, **overrides: Any) -> Pipeline:
     """The preset's Pipeline with the public checkpoint's values, changed by ``overrides``."""
     key = _key(name)
-    return _FAMILY_OF[key].PRESETS[key]().replace(**overrides)
+    return spec(_now().family_of[key]).presets[key]().replace(**overrides)
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
@@ -112,10 +279,11 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     """The Pipeline for a transformers image-processor config dict."""
     for fam in FAMILIES:
-        if fam.matches(cfg):
-            return fam.from_config(cfg)
+        s = spec(fam)
+        if s.matches(cfg) and s.from_config is not None:
+            return s.from_config(cfg)
     raise ValueError(f"preprocessor_config: image_processor_type "
                      f"{cfg.get('image_processor_type')!r} is not a family vlmprep knows; "
                      f"expected one of "
-                     f"{sorted(t for fam in FAMILIES for t in fam.IMAGE_PROCESSOR_TYPES)}; "
+                     f"{sorted(t for fam in FAMILIES for t in spec(fam).image_processor_types)}; "
                      f"build a vlmprep.Pipeline by hand for other processors")

@@ -2,8 +2,7 @@
 ``preprocessor_config.json``): defined here once, imported by every family file."""
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..ops import PIL_RESAMPLE, Op, normalize
 
@@ -12,7 +11,7 @@ if TYPE_CHECKING:
     from ..plan.video import VideoOptions
 
 __all__ = ["HALF", "need", "config_interpolation", "config_normalize", "config_hw", "config_types",
-           "normalize_steps", "VIDEO_CONFIG_MODULES", "video_options_from_config"]
+           "normalize_steps", "video_options_from_config"]
 
 # OpenAI CLIP's mean / std are the normalize op's defaults: ops.CLIP_MEAN / ops.CLIP_STD.
 #: mean = std = 0.5 per channel (SigLIP, SigLIP2, Gemma 3, Idefics3, Qwen3-VL, LLaVA-OneVision,
@@ -79,23 +78,19 @@ def normalize_steps(rescale: float, mean: tuple, std: tuple, do_normalize: bool)
     return [normalize(rescale=rescale, mean=mean, std=std)] if do_normalize else []
 
 
-#: pipeline name -> the preset module (``vlmprep.presets.<module>``) whose ``video_from_config``
-#: reads that family's video processor config.
-VIDEO_CONFIG_MODULES = {"qwen2-vl": "qwen", "qwen3-vl": "qwen", "llava-onevision": "llava_next",
-                        "internvl": "internvl", "idefics3": "idefics3"}
-
-
-def video_options_from_config(pipeline: "Pipeline", cfg: Mapping[str, Any]) -> "VideoOptions | None":
+def video_options_from_config(pipeline: "Pipeline", cfg: Mapping[str, Any],
+                              read: "Callable[[Mapping[str, Any]], VideoOptions] | None") -> "VideoOptions | None":
     """The VideoOptions of a checkpoint's video processor config (``video_preprocessor_config.json``,
     or, where the checkpoint has none or is a 4.x one, ``preprocessor_config.json``), read by the
-    family's preset (``video_from_config``); None for a pipeline without video.
+    family's preset (``read``: its ``FAMILY.video_from_config``, which ``presets.video_reader``
+    finds for the presets of its ``FAMILY.videos``); None for a pipeline without video (``read``
+    None). ``vlmprep.presets.video_options_from_config`` passes the reader.
 
     The video pixels are executed with the pipeline's normalize and interpolation (every public
     checkpoint's video config repeats its image config's): a video config that says otherwise is
     refused (expected / got / fix) rather than silently ignored.
     """
-    module = VIDEO_CONFIG_MODULES.get(pipeline.name)
-    if module is None:
+    if read is None:
         return None
     norm = pipeline.normalize
     if norm is not None and ("image_mean" in cfg or "image_std" in cfg):
@@ -114,5 +109,4 @@ def video_options_from_config(pipeline: "Pipeline", cfg: Mapping[str, Any]) -> "
             raise ValueError(f"video_preprocessor_config: expected resample {interp!r} (the image "
                              f"config's; vlmprep runs videos with it), got {got_i!r}; process "
                              f"videos with a Pipeline built for them")
-    read = getattr(importlib.import_module(f"{__package__}.{module}"), "video_from_config", None)
-    return read(cfg) if read is not None else None
+    return read(cfg)

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("Gemma3ImageProcessor")
 #: Gemma3Processor's ``boi_token``: what a prompt holds once per image (the processor expands it
@@ -72,3 +73,17 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"gemma3": gemma3}
+
+
+FAMILY = FamilySpec(
+    name="gemma3", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "gemma3",
+        prompt_image_token=BOI_TOKEN,  # the processor expands it (placeholder around the soft tokens)
+        vllm_no_embeds="vLLM 0.33 takes no Gemma 3 embeddings (its processor rejects embedding "
+                       "items: 'Invalid type of data items'; gemma3_mm.py: 'Gemma3 does not "
+                       "support image_embeds.')",
+        sglang_precomputed=("Gemma3ForConditionalGeneration",),  # a 3-D feature of the text hidden size
+    ),),
+)

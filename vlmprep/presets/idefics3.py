@@ -18,8 +18,9 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ..plan.idefics3 import SMOLVLM_FPS, SMOLVLM_MAX_FRAMES
-from ..plan.video import VIDEO_DEFAULTS, VideoOptions
+from ..plan.video import VideoOptions
 from ._config import HALF, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec, VideoSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("Idefics3ImageProcessor") + config_types("SmolVLMImageProcessor")
 
@@ -138,4 +139,21 @@ def video_defaults(family: str = "idefics3") -> VideoOptions:
     return video_from_config(video_configs()[family])
 
 
-VIDEO_DEFAULTS["idefics3"] = video_defaults
+# -- the family's declaration ------------------------------------------------------------------
+FAMILY = FamilySpec(
+    name="idefics3", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "idefics3",
+        prompt_video_token="<video>",  # SmolVLMProcessor
+        vllm_no_embeds="vLLM 0.33's Idefics3 / SmolVLM processor sizes the placeholder from the "
+                       "image and rejects embedding items (idefics3.py get_replacement_idefics3: "
+                       "mm_items.get_items('image', ImageProcessorItems) -> 'Invalid type of data "
+                       "items')",
+        vllm_no_video_embeds="vLLM 0.33's Idefics3 / SmolVLM model has no video input",
+        sglang_not_passed="SGLang 0.5.23 has no Idefics3 model",
+    ),),
+    # SmolVLM2's video processor; registered as "idefics3", the pipeline name of SmolVLM checkpoints
+    videos={"idefics3": VideoSpec(video_defaults, "idefics3")},
+    video_from_config=video_from_config,
+)

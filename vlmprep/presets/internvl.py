@@ -10,8 +10,9 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ..plan.video import VIDEO_DEFAULTS, VideoOptions
+from ..plan.video import VideoOptions
 from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec, VideoSpec
 
 #: ImageNet's mean / std (only InternVL's checkpoints use them).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -104,4 +105,21 @@ def video_defaults(family: str = "internvl") -> VideoOptions:
     return video_from_config(video_configs()[family])
 
 
-VIDEO_DEFAULTS["internvl"] = video_defaults
+# -- the family's declaration ------------------------------------------------------------------
+FAMILY = FamilySpec(
+    name="internvl", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "got_ocr2",
+        prompt_video_token="<video>",  # InternVLProcessor (tokenizer.video_token)
+        vllm_embeds="stacked",  # interns1.py InternS1ImageEmbeddingInputs ("ni", "tifs", "hs")
+        vllm_no_video_embeds="vLLM 0.33's InternVL-hf model (interns1.py) sizes each video "
+                             "placeholder from video_num_patches, which only its own processor "
+                             "returns (embedding items have none)",
+        sglang_precomputed=("InternVLChatModel",),  # any non-4-D feature
+    ),),
+    videos={"internvl": VideoSpec(video_defaults, "internvl")},
+    video_from_config=video_from_config,
+    vit_towers={"tile_tower": ("InternVLVisionModel",),
+                "tile_model": ("InternVLModel", "InternVLForConditionalGeneration")},
+)

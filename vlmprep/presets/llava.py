@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ._config import config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("CLIPImageProcessor")
 
@@ -58,3 +59,15 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"llava-1.5": llava_1_5}
+
+FAMILY = FamilySpec(
+    name="llava", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "images",
+        vllm_embeds="stacked",  # llava.py LlavaImageEmbeddingInputs ("bn", "ifs", "hs")
+        sglang_not_passed="llava.py get_image_feature runs the vision tower on the feature",
+    ),),
+    vit_towers={"tile_tower": ("CLIPVisionModel",),
+                "tile_model": ("LlavaModel", "LlavaForConditionalGeneration")},
+)

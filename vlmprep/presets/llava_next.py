@@ -18,8 +18,9 @@ from typing import Any, Mapping, cast
 
 from .. import ops
 from ..pipeline import Pipeline
-from ..plan.video import VIDEO_DEFAULTS, VideoOptions
+from ..plan.video import VideoOptions
 from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec, VideoSpec
 
 #: OneVision's pinpoints: every (384 i, 384 j), i, j in 1..6, row-major (the checkpoint's order).
 ONEVISION_PINPOINTS = tuple((384 * i, 384 * j) for i in range(1, 7) for j in range(1, 7))
@@ -166,4 +167,24 @@ def video_defaults(family: str = "llava-onevision") -> VideoOptions:
     return video_from_config(video_configs()[family])
 
 
-VIDEO_DEFAULTS["llava-onevision"] = video_defaults
+# -- the family's declaration ------------------------------------------------------------------
+_LLAVA_SGLANG = "llava.py get_image_feature runs the vision tower on the feature"
+
+FAMILY = FamilySpec(
+    name="llava_next", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(
+        FormSpec("llava_next",
+                 vllm_embeds="stacked",  # llava_next.py LlavaNextImageEmbeddingInputs ("bn", "ifs", "hs")
+                 sglang_not_passed=_LLAVA_SGLANG),
+        FormSpec("llava_onevision",
+                 prompt_video_token="<video>",  # LlavaOnevisionProcessor
+                 vllm_embeds="stacked",  # llava_onevision.py ("bn", "ifs", "hs")
+                 vllm_no_video_embeds="vLLM 0.33's LlavaOnevisionForConditionalGeneration reads "
+                                      "only pixel_values_videos (llava_onevision.py "
+                                      "_parse_and_validate_video_input never reads video_embeds)",
+                 sglang_not_passed=_LLAVA_SGLANG),
+    ),
+    videos={"llava-onevision": VideoSpec(video_defaults, "llava-onevision")},
+    video_from_config=video_from_config,
+)

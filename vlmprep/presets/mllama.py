@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("MllamaImageProcessor")
 
@@ -60,3 +61,14 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"mllama": mllama}
+
+FAMILY = FamilySpec(
+    name="mllama", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "mllama",
+        vllm_no_embeds="vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed "
+                       "in 0.10.2)",
+        sglang_not_passed="mllama.py runs the vision model on the feature",
+    ),),
+)

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ._config import config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("PixtralImageProcessor")
 
@@ -85,3 +86,16 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"pixtral": pixtral}
+
+FAMILY = FamilySpec(
+    name="pixtral", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "pixtral",
+        vllm_no_embeds="vLLM 0.33 takes no Pixtral embeddings (its processor rejects embedding "
+                       "items: 'Invalid type of data items'; llava.py: 'Pixtral-HF does not "
+                       "support image_embeds.'; the Mistral-format PixtralForConditionalGeneration "
+                       "takes images only)",
+        sglang_not_passed="pixtral.py get_image_feature runs the vision encoder on the feature",
+    ),),
+)

@@ -14,8 +14,9 @@ from typing import Any, Mapping
 
 from .. import ops
 from ..pipeline import Pipeline
-from ..plan.video import VIDEO_DEFAULTS, VideoOptions
+from ..plan.video import VideoOptions
 from ._config import HALF, config_interpolation, config_normalize, need, normalize_steps
+from .spec import FamilySpec, FormSpec, VideoSpec
 
 #: Image-processor class names (4.x and 5.x spellings) that this family's configs carry.
 IMAGE_PROCESSOR_TYPES = (
@@ -169,5 +170,33 @@ def video_defaults(family: str) -> VideoOptions:
     return video_from_config(video_configs()[family])
 
 
-VIDEO_DEFAULTS.update({f: functools.partial(video_defaults, f)
-                       for f in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")})
+# -- the family's declaration ------------------------------------------------------------------
+FAMILY = FamilySpec(
+    name="qwen", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "qwen2_vl",  # pack(hf_output="auto") with patchify order "merge_grouped"
+        prompt_video_token="<|video_pad|>",  # Qwen2-VL / Qwen2.5-VL / Qwen3-VL processors
+        vllm_embeds="flat",  # qwen2_vl.py Qwen2VLMultiModalDataParser (also Qwen2.5 / Qwen3-VL)
+        # SGLang 0.5.23: a 2-D feature whose last dim is not the 1176 of pixel rows
+        sglang_precomputed=("Qwen2_5_VLForConditionalGeneration",),
+        sglang_reencoded={
+            "Qwen2VLForConditionalGeneration": "qwen2_vl.py get_image_feature runs self.visual "
+                                               "on the feature",
+            "Qwen3VLForConditionalGeneration": "qwen3_vl.py runs self.visual on the feature",
+        }),),
+    # "qwen2.5-vl": the qwen2-vl pipeline with Qwen2.5-VL's video processor (second_per_grid_ts)
+    videos={f: VideoSpec(functools.partial(video_defaults, f), preset)
+            for f, preset in (("qwen2-vl", "qwen2-vl"), ("qwen2.5-vl", "qwen2-vl"),
+                              ("qwen3-vl", "qwen3-vl"))},
+    video_from_config=video_from_config,
+    vit_towers={
+        "qwen_tower": ("Qwen2VisionTransformerPretrainedModel",
+                       "Qwen2_5_VisionTransformerPretrainedModel", "Qwen3VLVisionModel",
+                       "Qwen3VLMoeVisionModel"),
+        "qwen_model": ("Qwen2VLModel", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLModel",
+                       "Qwen2_5_VLForConditionalGeneration", "Qwen3VLModel",
+                       "Qwen3VLForConditionalGeneration", "Qwen3VLMoeModel",
+                       "Qwen3VLMoeForConditionalGeneration"),
+    },
+)

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ._config import HALF, config_hw, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("SiglipImageProcessor")
 
@@ -48,3 +49,12 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"siglip": siglip}
+
+FAMILY = FamilySpec(
+    name="siglip", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    # "images" is LLaVA-1.5's form too (its engine facts are declared there): SigLIP has no LLM
+    # image token, so no engine takes its embeddings.
+    forms=(FormSpec("images"),),
+    vit_towers={"tile_tower": ("SiglipVisionModel",)},
+)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from .. import ops
 from ..pipeline import Pipeline
 from ._config import HALF, config_interpolation, config_normalize, config_types, need, normalize_steps
+from .spec import FamilySpec, FormSpec
 
 IMAGE_PROCESSOR_TYPES = config_types("Siglip2ImageProcessor")
 
@@ -60,3 +61,14 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 
 PRESETS = {"siglip2-naflex": siglip2_naflex}
+
+FAMILY = FamilySpec(
+    name="siglip2", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
+    from_config=from_config, processor_forces=processor_forces,
+    forms=(FormSpec(
+        "siglip2",
+        vllm_no_embeds="SigLIP2 is a vision encoder, not a vLLM generation model",
+        sglang_not_passed="a vision encoder, not an SGLang generation model",
+    ),),
+    vit_towers={"naflex": ("Siglip2VisionModel",)},
+)

@@ -197,7 +197,7 @@ def compile_stages(ops: list, lowerings: list, device: str, dtype: str,
 
     def define_tiles(g: GraphCtx):
         x = cut_tile(g.data("image"), g)
-        if fusion.choose_graph(g.plugin) == fusion.ROWS:
+        if fusion.choose_graph(g.plugin, [op.name for op, _ in tile_ops]) == fusion.ROWS:
             for op, low in tile_ops:
                 if op.name not in ("normalize", "patchify"):
                     x = low(op, x, g)

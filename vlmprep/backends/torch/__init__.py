@@ -15,8 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..base import Backend as _Base
+from ..video import register_video
 from . import gpu
 from . import ops as _ops  # (registers the lowerings)
+
+# Videos, on CPU and cuda: the shared video lowering (backends/video.py: the rows made on the CPU,
+# where torchvision's uint8 resize is transformers', then moved to the device).
+register_video("torch")
 
 if TYPE_CHECKING:
     import torch

@@ -1,0 +1,64 @@
+"""transformers' torchvision resize and normalize, bit for bit: what the torch backend's
+``match="torchvision"`` images and every backend's video frames use (backends/torch/tv_match.py,
+backends/video.py). Its own module so that the shared video lowering imports no backend.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as F
+
+from .. import ops
+
+__all__ = ["MODES", "resize", "normalize_tensor", "normalize_levels"]
+
+#: Our interpolation names -> transformers' torchvision modes (``pil_torch_interpolation_mapping``).
+MODES = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+         "lanczos": InterpolationMode.LANCZOS, "nearest": InterpolationMode.NEAREST_EXACT}
+
+
+def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
+    """uint8 ``(C, H, W)`` -> uint8 ``(C, h, w)``, as ``TorchvisionBackend.resize``: one
+    antialiased ``tvF.resize`` of the image.
+
+    transformers hands it a C-contiguous image; torch's CPU uint8 kernel computes in
+    channels-last memory either way (the same bits: tests/backends/test_torchvision_match.py),
+    so an image in HWC memory (as decoded) is passed as it is, which saves the kernel a
+    transposing copy (3x faster on a 1080p bicubic downscale). An image with a side of 1 is made C-contiguous, as
+    transformers makes it (torch's kernel misreads odd strides on size-1 dims).
+    """
+    if img.device.type != "cpu":
+        # torch's antialiased CUDA resize has no lanczos and runs out of shared memory on
+        # one-axis downscales past ~94x (bicubic): transformers' pixels are the CPU kernel's.
+        raise ValueError(f"tv_match.resize: expected a CPU tensor (transformers' torchvision "
+                         f"pixels are the CPU uint8 kernel's), got {img.device}; use "
+                         f"resize.resize_like_pil on other devices")
+    c, h, w = img.shape
+    if h > 1 and w > 1:
+        if not img.permute(1, 2, 0).is_contiguous():
+            img = img.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    else:
+        img = img.contiguous()
+    return F.resize(img, [int(hw[0]), int(hw[1])], interpolation=MODES[interpolation],
+                    antialias=True)
+
+
+def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(C, ...)`` -> float32, as ``TorchvisionBackend.rescale_and_normalize``:
+    ``tvF.normalize(x.float(), tensor(mean) * (1 / rescale), tensor(std) * (1 / rescale))``."""
+    mean = torch.tensor(op.mean, device=x.device) * (1.0 / op.rescale)
+    std = torch.tensor(op.std, device=x.device) * (1.0 / op.rescale)
+    return _normalize(x.to(torch.float32), mean, std)
+
+
+def _normalize(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """tvF.normalize's arithmetic on a float32 ``(C, ...)`` tensor: ``x.sub_(mean).div_(std)``."""
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    return x.sub_(mean.view(shape)).div_(std.view(shape))
+
+
+def normalize_levels(op: ops.normalize, levels: np.ndarray) -> torch.Tensor:
+    """uint8 ``(256, C)`` levels -> float32 ``(256, C)`` by ``normalize_tensor`` (the fused
+    paths' lut)."""
+    return normalize_tensor(op, torch.from_numpy(levels).t().contiguous()).t()
