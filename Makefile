@@ -22,11 +22,15 @@ $(STAMP): requirements/runtime.txt requirements/test.txt setup.py $(shell find c
 demo: venv
 	$(PY) bench/demo.py
 
-# Lint (ruff: pycodestyle, pyflakes, import order, bugbear) and the type check (mypy on vlmprep/),
-# both configured in pyproject.toml; `make test` runs them first, so CI fails on either.
+# Lint (ruff: pycodestyle, pyflakes, import order, bugbear), the type check (mypy on vlmprep/),
+# the layering contracts (import-linter: the layers of docs/architecture.md, no circles) and
+# the complexity budget (tools/complexity.py against its baseline), all configured in
+# pyproject.toml; `make test` runs them first, so CI fails on any.
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) tools/complexity.py
 
 test: venv lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""Harness (f): ``data:`` URIs through ``vlmprep.io.inputs.decode_data_uri`` (what the
+"""Harness (f): ``data:`` URIs through ``vlmprep.io.datauri.decode_data_uri`` (what the
 Processor's input resolution calls for a str starting with "data:").
 
 The first byte chooses the form. Even: the rest is the URI's text after "data:" (UTF-8; lone
@@ -14,7 +14,7 @@ restored; also of its percent-decoded text); a built URI decodes to its payload 
 fits ``max_bytes``, and is refused when it does not, and is never refused when its whole text
 fits ``max_bytes``.
 
-The decoder works in chunks of ``inputs._CHUNK`` characters (1 MiB), more than any input here:
+The decoder works in chunks of ``datauri._CHUNK`` characters (1 MiB), more than any input here:
 bits 4-6 of the first byte set it to 1-4 characters (at least 1/32 of the input) for half the
 inputs, so that escapes, base64 quads and padding cut by a chunk's end are on the fuzzed path
 (small chunks cost ~1 ms per input: the other half keeps the rate).
@@ -91,15 +91,14 @@ def _built(opt: int, payload: bytes) -> tuple[str, int]:
 
 def test_one_input(data: bytes) -> None:
     from vlmprep.errors import ImageError
-    from vlmprep.io import inputs
-    from vlmprep.io.inputs import decode_data_uri
+    from vlmprep.io import datauri
+    from vlmprep.io.datauri import decode_data_uri
     if not data:
         return
-    if hasattr(inputs, "_CHUNK"):
-        if not _DEFAULT_CHUNK:
-            _DEFAULT_CHUNK.append(inputs._CHUNK)
-        small = _CHUNKS[(data[0] >> 4) & 7]  # at most ~32 chunks per input: the rate stays up
-        inputs._CHUNK = max(small, len(data) >> 5) if small else _DEFAULT_CHUNK[0]
+    if not _DEFAULT_CHUNK:
+        _DEFAULT_CHUNK.append(datauri._CHUNK)
+    small = _CHUNKS[(data[0] >> 4) & 7]  # at most ~32 chunks per input: the rate stays up
+    datauri._CHUNK = max(small, len(data) >> 5) if small else _DEFAULT_CHUNK[0]
     built = data[0] & 1 and len(data) >= 2
     if built:
         payload = data[2:]

@@ -36,6 +36,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
 from .errors import ImageError
+from .io.decode import decode_cost
 
 if TYPE_CHECKING:
     from .io.inputs import Source
@@ -277,7 +278,6 @@ def image_bytes(source: "Source", plan: "ImagePlan") -> int:
     the plan's resized canvases (RGB)."""
     h, w = source.hw
     if source.header is not None:
-        from .io.decode import decode_cost
         cost = decode_cost(source.header)
     else:
         cost = h * w * 3

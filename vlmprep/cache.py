@@ -23,6 +23,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ImageError
+from .io.files import open_image_file
+from .io.inputs import encoded_buffer, is_ndarray, is_torch_tensor
+from .pack import PackedBatch
 
 if TYPE_CHECKING:
     from . import ops
@@ -59,7 +62,6 @@ def _feed_content(h: "hashlib.blake2b", item: Any, max_bytes: int, max_elems: in
     FIFO or ``/dev/zero`` would block or never end); hashes arrays row by row (a broadcast
     view with 0 strides is never made contiguous whole).
     """
-    from .io.inputs import encoded_buffer, is_ndarray, is_torch_tensor, open_image_file
     if isinstance(item, (bytes, bytearray, memoryview)):
         try:
             item = encoded_buffer(item, max_bytes)
@@ -187,7 +189,6 @@ class OutputCache:
         Not stored: a batch with an error (skipped image) or one larger than ``max_bytes``.
         Least recently used entries are evicted until ``nbytes <= max_bytes``.
         """
-        from .pack import PackedBatch
         if not isinstance(batch, PackedBatch) or batch.num_images != 1:
             got = (f"{batch.num_images} images" if isinstance(batch, PackedBatch)
                    else type(batch).__name__)

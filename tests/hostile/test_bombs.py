@@ -27,6 +27,7 @@ from _support.guarded import describe, run_isolated
 from PIL import Image
 
 import vlmprep
+import vlmprep.io.datauri as datauri
 import vlmprep.io.inputs as inputs
 import vlmprep.io.video.animated as animated
 from vlmprep import ImageError
@@ -244,7 +245,7 @@ def _payload(n: int, seed: int = 0) -> bytes:
 def test_percent_encoded_at_the_cap_equals_unquote(chunk, monkeypatch):
     """Under or at the cap: the bytes ``unquote_to_bytes`` gives (upper / lower hex, unreserved
     letters kept, stray '%', UTF-8 text, escapes cut by chunk ends); one byte over: refused."""
-    monkeypatch.setattr(inputs, "_CHUNK", chunk)
+    monkeypatch.setattr(datauri, "_CHUNK", chunk)
     raw = _payload(3000)
     texts = [urllib.parse.quote_from_bytes(raw), urllib.parse.quote_from_bytes(raw, safe="").lower(),
              "%" + urllib.parse.quote_from_bytes(raw[:40]) + "%4%zz%%41%e9%", "é%41ü%C3%A9" * 50, "plain"]
@@ -286,7 +287,7 @@ def test_data_uri_bombs_bounded():
 def test_base64_at_the_cap_equals_b64decode(chunk, monkeypatch):
     """Every spelling clients send (standard, URL-safe, unpadded, MIME line breaks): at the cap the
     bytes of ``base64.b64decode``; one byte under the decoded size: refused before decoding."""
-    monkeypatch.setattr(inputs, "_CHUNK", chunk)
+    monkeypatch.setattr(datauri, "_CHUNK", chunk)
     raw = _payload(3001, 1)
     std = base64.b64encode(raw).decode()
     for s in (std, base64.urlsafe_b64encode(raw).decode().rstrip("="), base64.encodebytes(raw).decode(),
@@ -315,7 +316,7 @@ def test_base64_same_answers_as_one_whole_decode(monkeypatch):
     """Random strings over the alphabet, padding, whitespace and junk, decoded 3 characters per
     chunk (padding, whitespace and quads cut everywhere): accepted and refused exactly as one
     whole-string b64decode (ASCII whitespace only)."""
-    monkeypatch.setattr(inputs, "_CHUNK", 3)
+    monkeypatch.setattr(datauri, "_CHUNK", 3)
     rng = random.Random(33)
     letters = "ABab09+/-_=== \n\r\t*"
     for i in range(4000):

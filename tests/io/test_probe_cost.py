@@ -122,15 +122,15 @@ def test_file_object_reads_only_a_prefix(files, name):
 def test_path_reads_only_a_prefix(files, name, monkeypatch):
     opened = []
 
-    from vlmprep.io import inputs
-    real_open = inputs.open_image_file
+    from vlmprep.io.probe import reader
+    real_open = reader.open_image_file
 
-    def counting_open(*args, **kwargs):  # probe opens paths through inputs.open_image_file
+    def counting_open(*args, **kwargs):  # probe opens paths through files.open_image_file
         f = CountingFile(real_open(*args, **kwargs))
         opened.append(f)
         return f
 
-    monkeypatch.setattr(inputs, "open_image_file", counting_open)
+    monkeypatch.setattr(reader, "open_image_file", counting_open)
     path, expected = files[name]
     r = probe(path)
     assert (r.width, r.height, r.orientation) == expected

@@ -6,6 +6,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
+from .. import presets
+from ..processor import _REPO_ID
+
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
@@ -53,7 +56,6 @@ def parse_value(v: str) -> Any:
 def _path_fix(name: str) -> str:
     """How to get the checkpoint ``name`` names: a hub repo id ("Org/Name", which is also a
     relative path) is downloaded with the ``hf`` CLI that huggingface_hub installs."""
-    from ..processor import _REPO_ID
     if _REPO_ID.match(name) and not name.lower().endswith(".json"):
         local = name.rsplit("/", 1)[1]
         return (f"if it is a hub repo id, download its config first: hf download {name} "
@@ -67,7 +69,6 @@ def load_pipeline(preset: str, sets: Sequence[str] = ()) -> Pipeline:
     overrides (``--set``). A wrong field name or value raises UsageError naming the fields."""
     import difflib
 
-    from .. import presets
     overrides: dict[str, Any] = {}
     for s in sets:
         k, sep, v = s.partition("=")

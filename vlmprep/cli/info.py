@@ -5,6 +5,10 @@ import argparse
 import platform
 from importlib import metadata
 
+from .. import __version__, backends, kernels, presets
+from ..pipeline import Pipeline
+from ._common import print_json
+
 _PACKAGES = ("torch", "torchvision", "pillow", "numpy", "opencv-python-headless",
              "nvidia-dali-cuda130", "transformers")
 
@@ -17,7 +21,6 @@ def add_parser(sub) -> None:
 
 
 def collect(preset: str | None = None) -> dict:
-    from .. import __version__, backends, kernels, presets
     versions: dict[str, str | None] = {"python": platform.python_version(), "vlmprep": __version__}
     for name in _PACKAGES:
         try:
@@ -47,7 +50,6 @@ def collect(preset: str | None = None) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ._common import print_json
     info = collect(args.preset)
     if args.json:
         print_json(info)
@@ -77,6 +79,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernels: not available: {k['reason']}")
     print(f"presets: {', '.join(info['presets'])}")
     if "pipeline" in info:
-        from ..pipeline import Pipeline
         print(Pipeline.from_dict(info["pipeline"]))
     return 0

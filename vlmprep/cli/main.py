@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from .. import __version__
 from . import bench as _bench
 from . import info as _info
 from . import plan as _plan
@@ -18,7 +19,6 @@ from . import run as _run
 
 
 def _version() -> str:
-    from .. import __version__
     return f"vlmprep {__version__}"
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import re
 
-from ._common import UsageError, load_pipeline
+from ..errors import ImageError
+from ..io.probe import probe
+from ..plan import plan_image
+from ._common import UsageError, load_pipeline, print_json, print_table
 
 
 def add_parser(sub) -> None:
@@ -34,9 +37,6 @@ def _size(s: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     """Table: sizes as WxH (as typed with --size). JSON: sizes as [height, width] under ``*_hw``
     keys (Python's order), the error as null when the image plans."""
-    from ..errors import ImageError
-    from ..plan import plan_image
-    from ._common import UsageError, print_json, print_table
     if not args.files and not args.size:
         raise UsageError("expected --size WxH or image files, got neither")
     pipe = load_pipeline(args.preset, args.set)
@@ -49,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(x, tuple):
                 hw = x
             else:
-                from ..io.probe import probe
                 hdr = probe(x)
                 hw = hdr.size_hw
                 row["format"] = hdr.format

@@ -22,6 +22,7 @@ import os
 import sys
 
 from ..processor import DTYPES
+from ._common import UsageError, load_pipeline, parse_value, print_json
 
 
 def _positive_int(s: str) -> int:
@@ -35,8 +36,8 @@ def _positive_int(s: str) -> int:
 
 
 def add_parser(sub) -> None:
-    from ..batch.config import JobConfig
-    from ..batch.shards import FORMATS
+    # deferred: the batch modules load only for `vlmprep run`, not for every command
+    from ..batch.config import FORMATS, JobConfig
     default_size = JobConfig.__dataclass_fields__["shard_size"].default
     p = sub.add_parser(
         "run", help="batch job: folders, WebDataset tars, parquet, path lists -> packed shards",
@@ -105,8 +106,7 @@ def add_parser(sub) -> None:
 
 def job_config(args: argparse.Namespace):
     """The flags -> ``vlmprep.batch.config.JobConfig`` (UsageError / ValueError when wrong)."""
-    from ..batch.config import JobConfig
-    from ._common import UsageError, load_pipeline, parse_value
+    from ..batch.config import JobConfig  # deferred: as above (only `vlmprep run` loads batch)
     preset, checkpoint = args.preset, args.checkpoint
     if preset is None and checkpoint is None:
         raise UsageError("expected --preset NAME or --checkpoint PATH, got neither")
@@ -160,8 +160,7 @@ def _print_summary(s: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..batch import run as batch_run
-    from ._common import print_json
+    from ..batch import run as batch_run  # deferred: as above (only `vlmprep run` loads batch)
     config = job_config(args)
     try:
         summary = batch_run.run(args.input, args.output, config, workers=args.workers,

@@ -17,12 +17,19 @@ holds the decoder's image, the output, and a strip.
 from __future__ import annotations
 
 import io
+import struct
+import sys
+import warnings
+import zlib
 from typing import TYPE_CHECKING
 
+from .. import kernels
 from ..errors import ImageError
 from ..ops import DEFAULT_MAX_DECODE_BYTES, DEFAULT_MAX_SOURCE_BYTES
 from . import warm
-from .inputs import Source
+from .files import read_image_file
+from .inputs import Source, encoded_buffer
+from .probe import jpeg_frame
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,8 +58,7 @@ _TRUNCATED = "the file is truncated or corrupt: re-encode or re-download it"
 def read_bytes(src: Source, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> bytes:
     """The encoded bytes of an ``"encoded"`` Source (reads the file for a path), at most
     ``max_bytes`` of them: more is an ImageError (a path reads at most ``max_bytes + 1``, and
-    only from a regular file: ``inputs.read_image_file``)."""
-    from .inputs import encoded_buffer, read_image_file
+    only from a regular file: ``files.read_image_file``)."""
     item = src.item
     try:
         if isinstance(item, (bytes, bytearray, memoryview)):
@@ -97,7 +103,6 @@ def check_structure(data: bytes, hdr: "ProbeResult") -> None:
 
 
 def _check_jpeg(data: bytes, hdr: "ProbeResult") -> None:
-    from .probe import jpeg_frame
     marker, h, w, sampling, scan = jpeg_frame(data)
     eoi = data.rfind(b"\xff\xd9", scan)
     if eoi < 0:
@@ -137,7 +142,6 @@ _PNG_MAX_CHUNK = (1 << 31) - 1  # the PNG spec's largest chunk length
 def _png_chunks(data: bytes):
     """Yield ``(pos, length, type)`` of each PNG chunk header after the signature, up to and
     including IEND (or the end of the data)."""
-    import struct
     pos, size = 8, len(data)
     while pos + 8 <= size:
         length, ctype = struct.unpack_from(">L4s", data, pos)
@@ -212,7 +216,6 @@ def _check_gif(data: bytes) -> None:
 def _check_tiff(data: bytes, hdr: "ProbeResult") -> None:
     """More strip/tile offsets than the first IFD's layout has strips/tiles is refused: Pillow
     builds a Python tile per offset (~300 bytes from 8 bytes of file) and decodes each alone."""
-    import struct
     endian = {b"II": "<", b"MM": ">"}.get(data[:2])
     if endian is None or len(data) < 16:
         return
@@ -392,7 +395,6 @@ def _decode_jpeg_kernel(data: bytes, src: Source) -> "np.ndarray | None":
     """8-bit YCbCr / gray JPEG -> uint8 ``(H, W, 3)`` with the kernels' libjpeg-turbo decoder
     (Pillow's pixels), which fails on libjpeg's warnings; None when not built or the file is
     not one it takes (then Pillow decodes it). Raises ImageError for damaged data."""
-    from .. import kernels
     hdr = src.header
     assert hdr is not None  # an "encoded" Source always carries its probe header
     if not kernels.jpeg_available():
@@ -416,8 +418,6 @@ def _decode_jpeg_fast(data: bytes) -> "np.ndarray | None":
     Same library and settings as Pillow's decoder (islow DCT, fancy upsampling), so the same
     pixels (tests/io/test_decode_fast.py), without Pillow's 4-byte RGB to 3-byte copy (~2x).
     """
-    import sys
-    import warnings
     if "torchvision.io" not in sys.modules:  # loaded by warm.warm_decoders or not at all: a
         return None                          # first import in an image thread is not safe
     try:
@@ -448,8 +448,6 @@ def _decode_png_fast(data: bytes) -> "np.ndarray | None":
     (then Pillow decodes and reports errors). Lossless, so Pillow's pixels (neither applies
     gAMA), at ~0.8x Pillow's time. OpenCV's, not torchvision's: torchvision 0.29's libpng error
     path crashes the process (SIGSEGV) on a PNG whose IDAT CRC is wrong (tests/hostile)."""
-    import struct
-    import zlib
 
     import numpy as np
     for pos, length, ctype in _png_chunks(data):  # bounded: _check_png passed

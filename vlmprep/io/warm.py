@@ -23,6 +23,7 @@ import logging
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 __all__ = ["warm_decoders", "ensure", "cv2", "loaded"]
@@ -91,18 +92,17 @@ def _opencv() -> Any:
 
 
 def _probe() -> None:
-    from . import probe  # noqa: F401  (vlmprep's header readers: pure Python, a few ms)
+    from . import probe  # noqa: F401  deferred: importing them once, under the lock, is this step
 
 
 def _kernels() -> None:
-    from .. import kernels
+    from .. import kernels  # deferred: warm loads it once under its lock (kernels.load())
     why = kernels.load()  # the torch ops' library (None: loaded); never raises
     if why is not None:
         raise RuntimeError(why)
 
 
 def _torchvision_io() -> None:
-    import warnings
     if "torchvision" not in sys.modules:  # not the backend's: never imported for it (~1 s)
         raise RuntimeError("torchvision is not loaded in this process")
     with warnings.catch_warnings():  # torchvision 0.29 deprecates its image io (still there)

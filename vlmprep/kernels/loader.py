@@ -101,7 +101,7 @@ def _load_torch() -> str | None:
                 f"for this torch: `pip install --no-build-isolation .` (`-e .` or `make venv` in a "
                 f"checkout)")
     try:
-        from . import torch_ops  # noqa: F401  (fake implementations for shape propagation)
+        from . import torch_ops  # noqa: F401  deferred: its fake kernels need the library loaded first
     except RuntimeError as e:  # the source declares an op the library lacks: a stale build
         return (f"{os.path.basename(libs[0])} is older than this source (it lacks an op the source "
                 f"declares: {str(e).splitlines()[0]}); rebuild: `pip install --no-build-isolation "

@@ -28,6 +28,6 @@ def __getattr__(name: str) -> Any:
     # ShardSource lives with the shard reader (vlmprep.batch.shards); imported on first use so
     # that importing the loader does not import the batch-job package.
     if name == "ShardSource":
-        from ..batch.shards import ShardSource
+        from ..batch.shards import ShardSource  # deferred: as said above
         return ShardSource
     raise AttributeError(f"module 'vlmprep.loader' has no attribute {name!r}")

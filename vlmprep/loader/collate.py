@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..pack import PackedBatch
+
 if TYPE_CHECKING:
     from ..pack import PackedBatch
     from ..processor import Processor
@@ -33,7 +35,6 @@ def collate_hf(batch: "PackedBatch | tuple[list, PackedBatch]") -> dict[str, Any
 
     Also takes the ``(ids, batch)`` pair that ``vlmprep.loader.DataLoader`` yields.
     """
-    from ..pack import PackedBatch
     if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[1], PackedBatch):
         batch = batch[1]
     if not isinstance(batch, PackedBatch):

@@ -22,6 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 from ..errors import ImageError
+from ..pack import build, concat, execution_pipeline
+from ..plan import ImagePlan
+from ..plan.grid import row_length
 from ..progress import bar as progress_bar
 from .batching import Sample, group_by_tokens, pack_greedy, stream_from
 
@@ -390,9 +393,6 @@ class DataLoader:
     def _error_part(self, err: ImageError) -> "PackedBatch":
         import torch
 
-        from ..pack import build, execution_pipeline
-        from ..plan import ImagePlan
-        from ..plan.grid import row_length
         proc = self.proc
         # the width of proc's row form, so that concat joins it with the processed parts
         rows_pipe = execution_pipeline(proc.pipeline, proc.row_form)
@@ -419,7 +419,6 @@ class DataLoader:
 
     def _run_parts(self, samples: list[Sample], pre: dict[int, ImageError]) -> "PackedBatch":
         """Image by image: cache hits, one Processor call for the misses, error placeholders."""
-        from ..pack import concat
         parts: list[Any] = [None] * len(samples)
         keys: dict[int, str] = {}
         first: dict[str, int] = {}

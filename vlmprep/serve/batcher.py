@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ImageError
 from ..io.inputs import as_image_list
+from ..io.warm import warm_decoders
+from ..kernels import get_num_threads
+from ..pack import concat
 from ..processor import Processor
 from .metrics import Metrics
 
@@ -72,9 +75,7 @@ def _set_up(proc: Processor, *pools: ThreadPoolExecutor) -> None:
     try:
         import numpy as np
 
-        from ..backends.base import image_pool
-        from ..io.warm import warm_decoders
-        from ..kernels import get_num_threads
+        from ..backends.base import image_pool  # deferred: imports torch
         for pool in pools:
             with contextlib.suppress(RuntimeError):  # closed already: nothing to start
                 pool.submit(int)  # starts its (next) thread now
@@ -435,7 +436,6 @@ class Batcher:
         Returns (one PackedBatch or exception per request (None if cancelled before the
         start), cache hits, cache misses, cache errors).
         """
-        from ..pack import concat
         live = [r for r in batch if not r.cancelled]
         slots: dict[int, list] = {}       # id(request) -> per image: PackedBatch of one image
         keys: list = []                   # per missed image: its cache key (or None)

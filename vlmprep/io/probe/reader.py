@@ -6,6 +6,8 @@ import sys
 
 from vlmprep.errors import ImageError
 
+from ..files import open_image_file
+
 BLOCK = 8192  # read granularity for files; one block holds a typical header
 # Bytes one probe may read from a file (each block is kept): a header walk touches a block per
 # segment, so 65,536 long JPEG segments could otherwise read and hold 512 MiB.
@@ -137,7 +139,6 @@ def open_source(x) -> Bytes | File:
 def open_path(path) -> File:
     # Regular files only, opened without blocking: a FIFO or device at the path would make
     # open() or read() wait forever. probe's reads are bounded, so no size limit here.
-    from ..inputs import open_image_file
     fp = open_image_file(path, sys.maxsize)
     try:
         size = os.fstat(fp.fileno()).st_size

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import ImageError, describe_source
 from ...kernels.threads import get_num_threads
+from .. import warm
 from . import animated, dali, frames, mp4, opencv, pyav, tcodec
 from .sources import kind_of, open_stream, sniff_container, timed_out
 from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
@@ -88,7 +89,6 @@ def _stream_size(stream: Any) -> int:
 
 def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
          decoder: str) -> tuple[VideoMeta, np.ndarray | None]:
-    from .. import warm
     warm.ensure()  # OpenCV, Pillow's plugins, kernels: loaded once, before this thread decodes
     v: Video = as_video(video)
     lim = limits_of(limits)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...errors import ImageError
 from ...ops import DEFAULT_MAX_SOURCE_BYTES
+from ..decode import decode
 from ..inputs import resolve
 from .sources import timed_out
 from .types import VideoLimits, VideoMeta
@@ -90,7 +91,6 @@ def read_sequence(kind: str, source: Any, indices: Sequence[int], out: np.ndarra
         sel = source.detach().index_select(0, torch.as_tensor(idx, device=source.device))
         out[...] = sel.permute(0, 2, 3, 1).cpu().numpy()
         return
-    from ..decode import decode
     deadline = time.monotonic() + limits.timeout_s
     items = list(source)
     done: dict[int, int] = {}

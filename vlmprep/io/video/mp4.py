@@ -5,6 +5,7 @@ wrong frame when rates vary), and where its keyframes are (the sync samples in s
 the decoder seeks only where a seek skips decoding (``opencv.read_frames``)."""
 from __future__ import annotations
 
+import io
 import struct
 from typing import Any, Iterator
 
@@ -93,7 +94,6 @@ def sync_samples(data: bytes) -> list[int] | None:
     """0-based frame numbers of the first video track's keyframes (its stss box) in the MP4/MOV
     file ``data``; None when there is no such table (no moov, no video track, or no stss: then
     every sample is a keyframe, as the format says) or it cannot be read."""
-    import io
     return keyframes(io.BytesIO(data), len(data))
 
 

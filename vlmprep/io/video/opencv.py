@@ -12,6 +12,7 @@ frames each way decodes are counted; elsewhere a frame ``SEEK_MIN_GAP`` or more 
 """
 from __future__ import annotations
 
+import bisect
 import time
 from typing import Any, Sequence
 
@@ -89,7 +90,6 @@ def plan_reads(targets: Sequence[int], keyframes: Sequence[int] | None,
     with x264's 250-frame GOP sampled at 2 fps), and sparse samples seek. Unknown: seek when the
     target is ``SEEK_MIN_GAP`` or more frames ahead.
     """
-    import bisect
     out, pos = [], 0  # pos: the frame the next read returns
     for target in targets:
         if not seek:

@@ -1,7 +1,7 @@
 """Encoded video sources: the container from the first bytes, and a bounded, time-limited stream.
 
 A path is stat'ed and opened only as a regular file within ``max_source_bytes``
-(``vlmprep.io.inputs.open_image_file``); bytes are read from memory. Either way the decoder reads
+(``vlmprep.io.files.open_image_file``); bytes are read from memory. Either way the decoder reads
 through ``DeadlineStream``, which ends the stream (EOF) once the item's time is up, so FFmpeg
 stops at its next read instead of running on: no temp file is ever written.
 """
@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from ...errors import ImageError
-from ..inputs import encoded_buffer, is_ndarray, is_torch_tensor, open_image_file
+from ..files import open_image_file
+from ..inputs import encoded_buffer, is_ndarray, is_torch_tensor
 
 __all__ = ["DeadlineStream", "sniff_container", "is_encoded", "open_stream", "head_bytes", "timed_out",
            "positions"]
