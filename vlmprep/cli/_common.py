@@ -13,15 +13,6 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
 
-def print_table(rows: list[dict], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout."""
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
-
-
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2)
     sys.stdout.write("\n")

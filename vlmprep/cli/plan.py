@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..bench.report import print_table
 from ..errors import ImageError
 from ..io.probe import probe
 from ..plan import plan_image
-from ._common import UsageError, load_pipeline, print_json, print_table
+from ._common import UsageError, load_pipeline, print_json
 
 
 def add_parser(sub) -> None:
