@@ -446,3 +446,17 @@ def test_video_for_a_family(registries, lossless_clip):
         with pytest.raises(ValueError, match=r"videos on backend 'dali': expected a backend that "
                                              r"runs videos, one of \[.*'torch'.*\]"):
             vlmprep.Processor("toy-vl", backend="dali")(videos=[path])
+
+
+def test_videos_refuse_an_op_the_video_path_would_skip(toy_op, lossless_clip):
+    """The video path runs decode, sizing, normalize, patchify, pack: a pipeline with any other op
+    (here the toy one) is refused for videos, naming it, rather than run without it."""
+    pipe = _with(vlmprep.presets.get("qwen2-vl"), toy_op(channels=(0,)))
+    proc = vlmprep.Processor(pipe, backend="reference",
+                             video_options=vlmprep.presets.video_defaults("qwen2-vl"))
+    assert proc(images=_images()[:1]).num_seqs == 1  # images run the op
+    with pytest.raises(ValueError, match=r"expected only the ops the video path runs .* got also "
+                                         r"\['toy_invert'\], which videos would skip"):
+        proc(videos=[lossless_clip[0]])
+    plain = vlmprep.Processor("qwen2-vl", backend="reference")
+    assert plain(videos=[lossless_clip[0]]).videos.num_seqs == 1

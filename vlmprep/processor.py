@@ -358,6 +358,7 @@ class Processor:
         or for ``backend="auto"`` the first usable backend's that has one), found once; ValueError
         naming the backends that run videos when its backend has none."""
         if self._video_run is None:
+            vx.check_video_ops(self.pipeline)
             self._video_run = vx.lowering_for(self._backend_asked, type(self._backend).name,
                                               self.backend_name, self.device, self.match)
         return self._video_run

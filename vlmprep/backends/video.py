@@ -108,6 +108,19 @@ def lowering_for(asked: str, key: str, name: str, device: str, match: str) -> Vi
     return lowering_of(key, name, device, match)
 
 
+def check_video_ops(pipeline: "Pipeline") -> None:
+    """ValueError unless every op of ``pipeline`` is one the video path runs: decode, the sizing
+    op, normalize, patchify, pack. Any other (center_crop, an op of your own) would be skipped
+    for videos without a word: refused instead, when the first video is processed."""
+    runs = {"decode", "normalize", "patchify", "pack"}
+    other = [op.name for op in pipeline if op.name not in runs and not type(op).sizing]
+    if other:
+        raise ValueError(f"videos with pipeline {pipeline.name!r}: expected only the ops the video path "
+                         f"runs (decode, the sizing op, normalize, patchify, pack), got also {other}, "
+                         f"which videos would skip; process videos with a Processor whose pipeline has "
+                         f"none of them (e.g. the family's preset)")
+
+
 def video_layout(pipeline: "Pipeline") -> str:
     """``"patches"`` (Qwen: merge-grouped rows with frames grouped in time) or ``"tiles"`` (one
     tile image per frame); ValueError for a patchify order no family's video uses."""
