@@ -10,7 +10,9 @@ def test_missing_lowering_names_op_and_owners():
     with pytest.raises(NotImplementedError, match=r"no lowering for op 'pad'; backends that have it: none"):
         registry.get_lowering("reference", "pad")
     import vlmprep.backends.reference  # noqa: F401  (registers its lowerings)
-    with pytest.raises(NotImplementedError, match=r"backends that have it: \[.*'reference'"):
+    import vlmprep.backends.torch.tv_match  # noqa: F401  (a match= variant: key "torch:torchvision")
+    with pytest.raises(NotImplementedError, match=r"backends that have it: .*'reference'.*'torch' with "
+                                                  r"match='torchvision'"):  # as the user asks for it
         registry.get_lowering("nope", "smart_resize")
 
 

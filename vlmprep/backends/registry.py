@@ -70,10 +70,17 @@ def get_lowering(backend: str, op: str) -> Callable:
     fn = _LOWERINGS.get((backend, op)) or (_LOWERINGS.get((backend, SIZING)) if sizing else None)
     if fn is not None:
         return fn
-    have = sorted(b for (b, o) in _LOWERINGS if o == op or (sizing and o == SIZING))
+    have = sorted({_user_form(b) for (b, o) in _LOWERINGS if o == op or (sizing and o == SIZING)})
     raise NotImplementedError(
-        f"backend {backend!r} has no lowering for op {op!r}; backends that have it: "
-        f"{have or 'none'}; pick one of those with backend=...")
+        f"backend {_user_form(backend)} has no lowering for op {op!r}; backends that have it: "
+        f"{', '.join(have) or 'none'}; pick one of those with backend=... (and match=...)")
+
+
+def _user_form(key: str) -> str:
+    """A lowerings key as the user asks for it: ``"torch:torchvision"`` -> ``'torch' with
+    match='torchvision'`` (a ``match=`` variant's key is ``"<backend>:<match>"``)."""
+    name, _, match = key.partition(":")
+    return f"{name!r} with match={match!r}" if match else repr(name)
 
 
 def has_lowering(name: str, op: str, match: str = "pil") -> bool:
