@@ -20,6 +20,7 @@ import torch
 from PIL import Image
 
 import vlmprep
+import vlmprep.io.inputs as inputs_mod
 import vlmprep.io.probe as probe_mod
 from vlmprep.cache import OutputCache
 from vlmprep.serve import Batcher
@@ -113,6 +114,12 @@ class LoopGatedProbe:
         return self.real(x)
 
 
+def _patch_probe(monkeypatch, fn) -> None:
+    """Replace probe where it is defined and where io.inputs bound it at import."""
+    monkeypatch.setattr(probe_mod, "probe", fn)
+    monkeypatch.setattr(inputs_mod, "probe", fn)
+
+
 @pytest.mark.parametrize("cached", [False, True])
 def test_submit_never_probes_on_the_event_loop_and_probes_once(monkeypatch, cached):
     """Structural, no timing: each probe waits for the loop to tick (see LoopGatedProbe), runs on
@@ -122,7 +129,7 @@ def test_submit_never_probes_on_the_event_loop_and_probes_once(monkeypatch, cach
     proc = vlmprep.Processor("qwen2-vl", backend="reference")
     want = [proc(r) for r in reqs]
     gated = LoopGatedProbe()
-    monkeypatch.setattr(probe_mod, "probe", gated)
+    _patch_probe(monkeypatch, gated)
 
     async def main():
         stop = False
@@ -149,7 +156,7 @@ def test_submit_never_probes_on_the_event_loop_and_probes_once(monkeypatch, cach
 
 def test_close_waits_for_a_request_being_planned_and_cancel_while_planned(monkeypatch):
     slow = SlowProbe(0.3)
-    monkeypatch.setattr(probe_mod, "probe", slow)
+    _patch_probe(monkeypatch, slow)
     proc = vlmprep.Processor("qwen2-vl", backend="reference")
     a, c = png(solid((1, 2, 3))), png(solid((4, 5, 6)))
 
@@ -166,7 +173,7 @@ def test_close_waits_for_a_request_being_planned_and_cancel_while_planned(monkey
         return ta.result(), await asyncio.gather(tc, return_exceptions=True), b.metrics()
 
     got, (cancelled,), m = asyncio.run(main())
-    monkeypatch.setattr(probe_mod, "probe", slow.real)
+    _patch_probe(monkeypatch, slow.real)
     assert torch.equal(got.pixel_values, proc([a]).pixel_values)
     assert isinstance(cancelled, asyncio.CancelledError)
     assert m["cancelled"] == 1 and m["requests"] == 1 and m["images"] == 1
