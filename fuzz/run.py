@@ -141,6 +141,16 @@ def run_one(name: str, seconds: float, python: str, executions: int = 0) -> dict
     return res
 
 
+def _kernels_state(python: str) -> str:
+    """'loaded', or 'not loaded: <why>', as the harnesses' interpreter sees vlmprep.kernels."""
+    code = ("import vlmprep.kernels as k; print('loaded' if k.available() and k.jpeg_available() "
+            "else f'not loaded: {k.why_unavailable()}')")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    lines = (out.stdout.strip() or out.stderr.strip() or "unknown").splitlines()
+    return lines[-1]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=900, help="total budget, split over the harnesses")
@@ -153,6 +163,9 @@ def main() -> int:
         ap.error(f"--seconds: expected at least {4 * len(names)} ({len(names)} harnesses, 4 s each), "
                  f"got {args.seconds:g}: nothing would run")
     python = sys.executable
+    kernels = _kernels_state(python)
+    # the harnesses run different decoders with and without the compiled kernels: say which
+    print(f"fuzz: compiled kernels {kernels}")
     results = []
     for n in names:
         r = run_one(n, args.seconds / len(names), python, args.executions)
@@ -169,7 +182,7 @@ def main() -> int:
             print(f"  CRASH {c['summary']}\n    log: {c['log']}{again}")
     os.makedirs(os.path.join(HERE, "crashes"), exist_ok=True)
     with open(os.path.join(HERE, "crashes", "last_run.json"), "w") as f:
-        json.dump({"seconds": args.seconds, "results": results}, f, indent=1)
+        json.dump({"seconds": args.seconds, "kernels": kernels, "results": results}, f, indent=1)
     return 1 if any(r["crashes"] for r in results) else 0
 
 

@@ -713,3 +713,84 @@ def test_fuzz_mutated_headers(seed, monkeypatch):
         assert r.format in FORMATS and r.width > 0 and r.height > 0, f"seed={seed} iteration={i}"
         assert 1 <= r.orientation <= 8 and r.channels >= 1, f"seed={seed} iteration={i}"
     assert outcomes["ok"] > 100, outcomes  # mutations must not all hit the signature
+
+
+def _jpeg_with(segment: bytes, after_sof: bool = False) -> bytes:
+    data = encode(crop("chelsea", 31, 45), "JPEG")
+    at = data.index(b"\xff\xc4") if after_sof else 2  # a DHT follows the frame header
+    return data[:at] + segment + data[at:]
+
+
+def _pillow_opens(data: bytes) -> bool:
+    try:
+        Image.open(io.BytesIO(data))
+    except Exception:  # noqa: BLE001 - whatever Pillow raises, transformers cannot read it
+        return False
+    return True
+
+
+@pytest.mark.parametrize("segment, after_sof, match", [
+    (b"\xff\xee\x00\x07Adobe", False, "at least 7 bytes in the Adobe APP14"),    # fuzz found
+    (b"\xff\xe0\x00\x08JFIF\x00\x01", False, "at least 7 bytes in the JFIF APP0"),
+    (b"\xff\xe2\x00\x0eICC_PROFILE\x00", False, "at least 14 bytes in the ICC_PROFILE APP2"),
+    (b"\xff\xdb\x00\x05\x00abc", False, "whole quantization tables"),
+    (b"\xff\x01", True, "invalid marker 0xFF01"),  # libjpeg skips TEM; Pillow refuses it
+])
+def test_jpeg_headers_pillow_refuses_are_refused(segment, after_sof, match):
+    """Header segments Pillow's parser refuses (so transformers cannot read the file) but libjpeg
+    reads: refused by the probe, so that every backend and build refuses them alike (the pipeline
+    fuzzer found the Adobe one: the compiled decoder accepted it, Pillow did not)."""
+    data = _jpeg_with(segment, after_sof)
+    assert not _pillow_opens(data)
+    with pytest.raises(ImageError, match=match):
+        probe(data)
+
+
+def test_jpeg_12_bit_is_refused_by_name():
+    data = bytearray(encode(crop("chelsea", 31, 45), "JPEG"))
+    data[data.index(b"\xff\xc0") + 4] = 12
+    assert not _pillow_opens(bytes(data))
+    with pytest.raises(ImageError, match="expected 8-bit JPEG samples.*declares 12-bit"):
+        probe(bytes(data))
+
+
+def test_jpeg_segments_pillow_reads_are_accepted():
+    """The same segments, long enough (or an ICC one after the frame header, which Pillow does
+    not index), open in Pillow and probe to the same size."""
+    for segment, after_sof in ((b"\xff\xee\x00\x09Adobe\x00\x64", False),
+                               (b"\xff\xe0\x00\x09JFIF\x00\x01\x01", False),
+                               (b"\xff\xe2\x00\x0eICC_PROFILE\x00", True)):
+        data = _jpeg_with(segment, after_sof)
+        assert _pillow_opens(data), segment
+        assert (probe(data).width, probe(data).height) == Image.open(io.BytesIO(data)).size
+
+
+def test_jpeg_header_mutations_probe_accepts_pillow_opens(seed):
+    """Oracle: Pillow. Mutated JPEG headers (to just past the first scan's header) that the probe
+    accepts open in Pillow, except a segment whose length runs past the end after the frame
+    header (Pillow: 'Truncated File Read'), which the probe leaves to the decoder (the size is
+    known; every decoder refuses it)."""
+    rng = random.Random(seed)
+    bases = [encode(crop("chelsea", 40, 30), "JPEG", quality=90),
+             encode(crop("astronaut", 40, 30), "JPEG", quality=50, progressive=True,
+                    icc_profile=b"x" * 40)]
+    accepted = 0
+    for i in range(3000):
+        data = bytearray(rng.choice(bases))
+        sos = data.index(b"\xff\xda")
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(2, sos + 4)] = rng.choice((0, 0xFF, 1, 2, rng.randrange(256)))
+        try:
+            probe(bytes(data))
+        except ImageError:
+            continue
+        accepted += 1
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                Image.open(io.BytesIO(bytes(data)))
+        except OSError as e:
+            assert "Truncated File Read" in str(e), f"seed={seed} iteration={i}: {e!r}"
+        except Exception as e:  # noqa: BLE001 - the point of the test
+            pytest.fail(f"seed={seed} iteration={i}: the probe accepted what Pillow refuses: {e!r}")
+    assert accepted > 500, accepted

@@ -102,6 +102,49 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int, list[tuple[int, int]], int]:
                      f"segments; none found; {CORRUPT}")
 
 
+# APPn segments Pillow parses by their prefix, with the bytes its parser reads unchecked (a
+# shorter one makes Pillow, and so transformers, refuse the file while libjpeg decodes it; an
+# ICC_PROFILE one only before the frame header, which is where Pillow indexes it).
+_PILLOW_APP_MIN = ((0xE0, b"JFIF", 7), (0xEE, b"Adobe", 7), (0xE2, b"ICC_PROFILE\x00", 14))
+
+
+def _check_pillow_reads(d, marker: int, body: int, n: int, at: int, before_sof: bool) -> None:
+    """Refuse a header segment (``n`` bytes at ``body``) that Pillow's JPEG parser refuses, so
+    that every backend and build refuses it alike (libjpeg reads these segments leniently).
+    Raises ImageError."""
+    for app, prefix, least in _PILLOW_APP_MIN:
+        if (marker == app and len(prefix) <= n < least and d.at(body, len(prefix)) == prefix
+                and (before_sof or app != 0xE2)):
+            name = prefix.rstrip(b"\x00").decode()
+            raise ImageError(f"expected at least {least} bytes in the {name} APP{marker & 15} "
+                             f"segment at byte {at:,}; got {n}; Pillow (and so transformers) "
+                             f"cannot read the file; {CORRUPT}")
+    if marker in _SOF_MARKERS:
+        f = d.at(body, 1)
+        if f and f[0] != 8:
+            raise ImageError(f"expected 8-bit JPEG samples (what Pillow and transformers read); the "
+                             f"frame header at byte {at:,} declares {f[0]}-bit; convert the file "
+                             f"to an 8-bit JPEG or a PNG")
+        if n >= 6 and (n - 6) % 3:
+            raise ImageError(f"expected a JPEG frame header of 6 + 3 bytes per component at byte "
+                             f"{at:,}; got {n} bytes; {CORRUPT}")
+    elif marker == 0xDB:
+        _check_dqt(d, body, n, at)
+
+
+def _check_dqt(d, body: int, n: int, at: int) -> None:
+    """A DQT segment must hold whole tables (1 + 64 or 1 + 128 bytes each), as Pillow and
+    libjpeg both require. Raises ImageError."""
+    off, end = body, body + n
+    while off < end:
+        head = d.at(off, 1)
+        size = 1 + (64 if head[0] >> 4 == 0 else 128)
+        if end - off < size:
+            raise ImageError(f"expected whole quantization tables in the DQT segment at byte "
+                             f"{at:,}; the last has {end - off} of its {size} bytes; {CORRUPT}")
+        off += size
+
+
 def probe_jpeg(d) -> ProbeResult:
     pos = 2
     sof = None  # (marker, precision, height, width, components)
@@ -125,8 +168,9 @@ def probe_jpeg(d) -> ProbeResult:
         if marker == 0xDA and sof is not None:
             break  # start of scan: all headers Pillow reads are behind us
         if marker == 0xDA or marker < 0xC0:  # a scan before any frame, or not a marker
-            if sof is not None:
-                break
+            if marker < 0xC0 and sof is not None:  # Pillow refuses it (libjpeg takes 0xFF01)
+                raise ImageError(f"expected a JPEG marker at byte {pos - 2}; found the invalid "
+                                 f"marker 0xFF{marker:02X}; {CORRUPT}")
             what = "scan data (SOS)" if marker == 0xDA else f"invalid marker 0xFF{marker:02X}"
             raise ImageError(
                 f"expected a JPEG frame header (SOF marker); found {what} at byte {pos - 2} first; "
@@ -148,6 +192,7 @@ def probe_jpeg(d) -> ProbeResult:
                 f"header; its length field {found}; {TRUNCATED}"
             )
         body = pos + 2
+        _check_pillow_reads(d, marker, body, length - 2, pos - 2, sof is None)
         if marker in _SOF_MARKERS:
             fields = d.at(body, 6)
             ncomp = fields[5] if len(fields) == 6 else 0
