@@ -12,7 +12,9 @@ from typing import Any, BinaryIO, Sequence
 
 __all__ = ["need", "ids_sha256", "file_sha256", "replace_atomic", "Hashing"]
 
-_INSTALL = "pip install vlmprep[parquet]"
+# the extra that installs each optional package (safetensors has none: it is installed alone)
+_INSTALL = {"pyarrow": "pip install vlmprep[parquet] (or pip install pyarrow)",
+            "safetensors": "pip install safetensors"}
 
 
 def need(module: str, what: str) -> Any:
@@ -22,7 +24,7 @@ def need(module: str, what: str) -> Any:
     except ImportError:
         pkg = module.split(".")[0]
         raise ValueError(f"{what}: expected the {pkg} package, got none installed; "
-                         f"{_INSTALL} (or pip install {pkg})") from None
+                         f"{_INSTALL.get(pkg, f'pip install {pkg}')}") from None
 
 
 def ids_sha256(ids: Sequence[str]) -> str:
