@@ -633,3 +633,107 @@ def test_pax_record_without_a_length_is_malformed_not_a_hang():
     assert int(r.stdout.split()[-1]) >= 1  # the damaged pax header is reported
     assert tar_walk.pax_records(b"6 a=b\n" + b"x" * 30 + b"\n") is None
     assert tar_walk.pax_records(b"6 a=b\n8 k=val\n\0\0") == {"a": "b", "k": "val"}
+
+
+# -- hostile footer numbers (fuzz/fuzz_parquet.py: /tmp/crash parquet-oom-*, -timeout-*, -crash-*) --
+
+
+def _zz(v: int) -> bytes:
+    """A thrift compact i64: zigzag, then a varint (written here, not with vlmprep's reader)."""
+    u = v << 1 if v >= 0 else ((-v - 1) << 1) | 1
+    out = bytearray()
+    while True:
+        out.append((u & 0x7F) | (0x80 if u > 0x7F else 0))
+        u >>= 7
+        if not u:
+            return bytes(out)
+
+
+def _patch_footer(raw: bytes, old: bytes, new: bytes) -> bytes:
+    """``raw`` with the one occurrence of ``old`` in its footer replaced, the footer length fixed."""
+    n = int.from_bytes(raw[-8:-4], "little")
+    head, footer = raw[:-8 - n], raw[-8 - n:-8]
+    assert footer.count(old) == 1, (old, footer.count(old))
+    footer = footer.replace(old, new)
+    return head + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+
+
+def _write(tmp_path, table, **kw) -> tuple[bytes, object]:
+    pq = pytest.importorskip("pyarrow.parquet")
+    p = tmp_path / "honest.parquet"
+    pq.write_table(table, p, **kw)
+    return p.read_bytes(), pq.ParquetFile(p).metadata
+
+
+@pytest.mark.parametrize("hf", [False, True])
+def test_parquet_row_group_saying_billions_of_rows_is_bounded_by_its_chunks(tmp_path, hf):
+    """A row group's num_rows (one footer varint) set to 2**40 in a file of a few hundred bytes
+    (fuzz: 1.9 billion rows in 1.5 KB; every row was an error row: > 2 GB, minutes). Now a group's
+    rows are at most its column chunks' value counts: count() is the 3 rows plus one error row
+    for the footer, at once; the group's rows are damaged error rows saying so, not read."""
+    pa = pytest.importorskip("pyarrow")
+    vals = [b"a1", b"b22", b"c333", b"d4", b"e55"]
+    col = (pa.array([{"bytes": v, "path": None} for v in vals],
+                    pa.struct([("bytes", pa.binary()), ("path", pa.string())])) if hf
+           else pa.array(vals, pa.binary()))
+    raw, md = _write(tmp_path, pa.table({"image": col, "id": [f"k{k}" for k in range(5)]}),
+                     row_group_size=3)
+    rg = md.row_group(1)  # 2 rows
+    old = b"\x16" + _zz(rg.total_byte_size) + b"\x16" + _zz(rg.num_rows)  # RowGroup fields 2, 3
+    p = tmp_path / "hostile.parquet"
+    p.write_bytes(_patch_footer(raw, old, b"\x16" + _zz(rg.total_byte_size) + b"\x16" + _zz(1 << 40)))
+    pq = pytest.importorskip("pyarrow.parquet")
+    assert pq.ParquetFile(p).metadata.row_group(1).num_rows == 1 << 40  # pyarrow believes it
+    (u,) = discover([str(p)], id_column="id", max_bytes=1 << 10)
+    assert u.count() == 5 + 1
+    got = list(u.samples())
+    assert [s.data for s in got[:3]] == vals[:3]
+    assert [s.id for s in got] == ["k0", "k1", "k2", "row-3", "row-4", "@row-5"]
+    bad = got[3:5]
+    assert all(s.damaged and s.data is None for s in bad)
+    assert "expected row group 1's row count to be at most its column chunks' value counts" in bad[0].error
+    assert f"got {1 << 40:,} rows in its metadata and 2 value(s) in column" in bad[0].error
+    assert "fix: rewrite or download it again" in bad[0].error
+    assert got[5].damaged and f"got 5 rows in the footer, {3 + (1 << 40):,} in its row groups and 5" in got[5].error
+    assert [(s.id, s.error) for s in u.samples(4, 6)] == [(s.id, s.error) for s in got[4:6]]
+
+
+def test_parquet_list_column_values_beyond_rows_are_not_damage(tmp_path):
+    """The bound is at least one value per row: a list leaf holds more values than rows (one per
+    element), and such a file reads whole, with no error row."""
+    pa = pytest.importorskip("pyarrow")
+    struct = pa.struct([("bytes", pa.binary()), ("path", pa.string()), ("tags", pa.list_(pa.int32()))])
+    imgs = [{"bytes": b"x" * k, "path": None, "tags": list(range(k))} for k in range(1, 6)]
+    raw, _ = _write(tmp_path, pa.table({"image": pa.array(imgs, struct)}), row_group_size=2)
+    p = tmp_path / "lists.parquet"
+    p.write_bytes(raw)
+    (u,) = discover([str(p)])
+    assert u.count() == 5 and [s.data for s in u.samples()] == [i["bytes"] for i in imgs]
+
+
+def test_parquet_chunk_offset_past_the_file_is_a_clear_error(tmp_path):
+    """A column chunk's data_page_offset of 2**64 (fuzz: 4.6e19; os.pread raised OverflowError,
+    which no caller expects). The chunk's span is checked against the file's size first: a
+    ValueError from thrift.chunk_pages, so the group's rows are damaged error rows naming it."""
+    pa = pytest.importorskip("pyarrow")
+    fd = os.open(__file__, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for at, comp in ((1 << 64, 42), (-5, 42), (4, size)):
+            with pytest.raises(ValueError, match=r"a column chunk of [\d,]+ bytes at byte -?[\d,]+, "
+                                                 r"not within the file's"):
+                thrift.chunk_pages(fd, thrift.Chunk("image", 1, comp, at, None))
+    finally:
+        os.close(fd)
+    raw, md = _write(tmp_path, pa.table({"image": pa.array([b"a1", b"b2"], pa.binary())}),
+                     use_dictionary=False)
+    c = md.row_group(0).column(0)
+    assert not c.has_dictionary_page
+    old = b"\x16" + _zz(c.total_compressed_size) + b"\x26" + _zz(c.data_page_offset)  # fields 7, 9
+    p = tmp_path / "offset.parquet"
+    p.write_bytes(_patch_footer(raw, old, b"\x16" + _zz(c.total_compressed_size) + b"\x26"
+                                + _zz(1 << 64)))  # 1 << 64 as Python reads it; int64 readers wrap
+    (u,) = discover([str(p)])
+    got = list(u.samples())
+    assert len(got) == u.count() == 2 and all(s.damaged for s in got)
+    assert "a column chunk of" in got[0].error and "not within the file's" in got[0].error

@@ -69,7 +69,10 @@ Kinds, ids and order (the same for every call, on every machine holding the same
   error samples naming the page, and the row group's other rows error samples saying why
   (pyarrow reads a row group's pages together). Page headers that do not parse, a damaged page,
   and rows a row group's metadata counts that pyarrow does not give are ``damaged`` error
-  samples; a footer whose row count disagrees with its row groups is one more, id
+  samples. A row group gives at most as many rows as each of its column chunks holds values (a
+  row is at least one value of each column): one declaring more is damaged, its rows that many
+  error samples, not read; footer column chunks that do not read give no rows. A footer whose
+  row count disagrees with its row groups or their chunks is one more error sample, id
   "@row-{n}".
 - ``list`` (``.txt``, ``.lst``): one image path per line, relative to the list file's folder,
   under the input root (below); blank lines and lines starting with "#" are skipped; spaces at

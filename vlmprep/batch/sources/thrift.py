@@ -81,6 +81,10 @@ def chunk_pages(fd: int, col: Chunk) -> list[tuple[int, int, int, int, int]]:
     if col.dict_at is not None and 0 < col.dict_at < start:
         start = col.dict_at
     end = start + col.compressed
+    size = os.fstat(fd).st_size
+    if not 0 <= start <= end <= size:  # offsets are footer data: 2**65 overflowed os.pread
+        raise ValueError(f"a column chunk of {col.compressed:,} bytes at byte {start:,}, not "
+                         f"within the file's {size:,} bytes")
     pages: list[tuple[int, int, int, int, int]] = []
     pos, values = start, 0
     while pos < end and values < col.num_values:

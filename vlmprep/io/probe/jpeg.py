@@ -168,14 +168,10 @@ def probe_jpeg(d) -> ProbeResult:
         if marker == 0xDA and sof is not None:
             break  # start of scan: all headers Pillow reads are behind us
         if marker == 0xDA or marker < 0xC0:  # a scan before any frame, or not a marker
-            if marker < 0xC0 and sof is not None:  # Pillow refuses it (libjpeg takes 0xFF01)
-                raise ImageError(f"expected a JPEG marker at byte {pos - 2}; found the invalid "
-                                 f"marker 0xFF{marker:02X}; {CORRUPT}")
+            # (after the frame too: Pillow refuses 0xFF01-0xFFBF, where libjpeg takes 0xFF01)
             what = "scan data (SOS)" if marker == 0xDA else f"invalid marker 0xFF{marker:02X}"
-            raise ImageError(
-                f"expected a JPEG frame header (SOF marker); found {what} at byte {pos - 2} first; "
-                f"{CORRUPT}"
-            )
+            want = "a JPEG marker" if sof is not None else "a JPEG frame header (SOF marker)"
+            raise ImageError(f"expected {want}; found {what} at byte {pos - 2} first; {CORRUPT}")
         raw_len = d.at(pos, 2)
         length = (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
         if 0 <= length < 2 and marker not in _SOF_MARKERS:
