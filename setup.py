@@ -377,5 +377,9 @@ setup(
         # vlmprep.integrations.ray and `vlmprep run --engine ray` (Ray Data writes parquet too)
         "ray": ["ray[data]>=2.50", "pyarrow>=15"],
     },
-    entry_points={"console_scripts": ["vlmprep=vlmprep.cli.main:main"]},
+    entry_points={
+        "console_scripts": ["vlmprep=vlmprep.cli.main:main"],
+        # vLLM loads it in each of its processes; it acts only with VLMPREP_VLLM=1 (docs/how-to/vllm.md)
+        "vllm.general_plugins": ["vlmprep = vlmprep.integrations.vllm_plugin:register"],
+    },
 )
