@@ -92,6 +92,11 @@ def test_entry_point_is_declared_and_vllm_loads_it(tmp_path, monkeypatch):
         registry.__dict__.pop("create_processor", None)
 
 
+def test_every_processor_the_plugin_takes_is_checked_here(switched_on, tmp_path):
+    """PROCESSORS (the vLLM processors vlmprep answers in) is exactly the checked families'."""
+    assert {type(Engine(f, tmp_path).processor).__name__ for f in FAMILIES} == plugin.PROCESSORS
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_outputs_equal_vllms_own_path(switched_on, tmp_path, family):
     """Each request, with vlmprep answering, equals the same request on vLLM's path (the plugin

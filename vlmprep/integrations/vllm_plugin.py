@@ -6,10 +6,11 @@ process reads it; installing vlmprep alone changes nothing). vLLM loads ``regist
 
 Where it acts: the transformers *image processor* that vLLM's processor for a model calls (inside
 the transformers processor, which still makes the prompt text, so prompt expansion, placeholder
-ranges, mm hashes and vLLM's processor cache are vLLM's own code). Each such image processor whose
-class vlmprep knows (``SUPPORTED``) answers with vlmprep's tensors, built from its own config (the
-checkpoint's, with ``mm_processor_kwargs`` applied), bit-exact with it: ``match="torchvision"``
-when it is transformers' torchvision backend (vLLM's default), else Pillow-exact. Anything it does
+ranges, mm hashes and vLLM's processor cache are vLLM's own code), for the vLLM processors in
+``PROCESSORS``. Each such image processor whose class vlmprep knows (``SUPPORTED``) answers
+with vlmprep's tensors, built from its own config (the checkpoint's, with the server's
+``mm_processor_kwargs`` applied), bit-exact with it: ``match="torchvision"`` when it is
+transformers' torchvision backend (vLLM's default), else Pillow-exact. Anything it does
 not take (a keyword other than its config's values, videos, an unknown image type) goes to the
 image processor itself, counted in ``STATS["fallback"]``.
 
@@ -22,7 +23,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["ENV", "PIXELS_ENV", "SUPPORTED", "STATS", "enabled", "register", "install"]
+__all__ = ["ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "STATS", "enabled", "register", "install"]
 
 ENV = "VLMPREP_VLLM"
 PIXELS_ENV = "VLMPREP_VLLM_PIXELS"
@@ -37,6 +38,14 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "PixtralImageProcessor": frozenset(),
     "Gemma3ImageProcessor": frozenset(),
 }
+
+#: vLLM processors (exact class) whose image processor vlmprep answers for: the ones checked
+#: against vLLM 0.33.0's own path (tests/integration/test_vllm_plugin.py); others (Qwen2.5-VL,
+#: Qwen3-VL, LLaVA-1.5, LLaVA-OneVision, SmolVLM, ...) keep transformers' until checked there
+PROCESSORS = frozenset({
+    "Qwen2VLMultiModalProcessor", "LlavaNextMultiModalProcessor", "InternS1MultiModalProcessor",
+    "Idefics3MultiModalProcessor", "PixtralHFMultiModalProcessor", "Gemma3MultiModalProcessor",
+})
 
 #: calls answered by vlmprep / passed to the image processor itself (this process)
 STATS = {"vlmprep": 0, "fallback": 0}
@@ -62,7 +71,8 @@ def register() -> None:
 
     def create_processor(*args: Any, **kwargs: Any) -> Any:
         proc = create(*args, **kwargs)
-        _wrap_info(proc.info)
+        if type(proc).__name__ in PROCESSORS:  # exact class: models that subclass it are not checked
+            _wrap_info(proc.info)
         return proc
 
     create_processor._vlmprep = True  # type: ignore[attr-defined]
@@ -179,17 +189,17 @@ def _processor(ip: Any, dtype: str) -> Any:
     """The vlmprep Processor for this image processor's config and dtype, made once; None when
     vlmprep does not know the config (then the image processor answers, every call)."""
     cache = ip.__dict__.setdefault("_vlmprep_processors", {})
-    if dtype not in cache:
+    pil = os.environ.get(PIXELS_ENV, "").strip().lower() == "pil"
+    match = "pil" if pil or getattr(ip, "backend", None) != "torchvision" else "torchvision"
+    if (dtype, match) not in cache:
         import vlmprep  # deferred: the integration layer loads the processor only when used
         try:
             pipeline = vlmprep.presets.from_config(ip.to_dict())
         except ValueError:  # a config of the class vlmprep does not reproduce
-            cache[dtype] = None
+            cache[dtype, match] = None
             return None
-        pil = os.environ.get(PIXELS_ENV, "").strip().lower() == "pil"
-        match = "pil" if pil or getattr(ip, "backend", None) != "torchvision" else "torchvision"
-        cache[dtype] = vlmprep.Processor(pipeline, match=match, dtype=dtype)
-    return cache[dtype]
+        cache[dtype, match] = vlmprep.Processor(pipeline, match=match, dtype=dtype)
+    return cache[dtype, match]
 
 
 def _rows_cols(batch: Any, per_sample: list[int] | None) -> tuple[list, list]:

@@ -1,0 +1,118 @@
+"""vLLM's own multimodal processor with and without the vlmprep plugin (issue 32 item 4).
+
+Runs in the real-engine venv (``make test-engines`` builds it):
+
+    PYTHONPATH=. build/engines/venv/bin/python bench/vllm_plugin.py [--requests 12] [--json FILE]
+
+Per request, as vLLM's OpenAI server does it: a 1920x1080 JPEG (a photo mosaic, distinct per
+request) as a ``data:`` URI through vLLM's ``MediaConnector`` (its PIL decode), then
+``processor.apply`` (no processor cache: every image is processed), Qwen2-VL checkpoint config
+(tests/integration/checkpoints.py: the real image processor config, a tiny model config; vLLM
+0.33's default ``mm_device_do_normalize``: uint8 pixels). Concurrency 1 and 2: that many threads
+each running requests (vLLM's renderer runs one per API-server process; 2 shows what the GIL
+allows); torch threads 1, as the renderer sets them. Reported: ms per request (median over the
+requests), requests/s, and the ratios. Outputs are checked equal with and without the plugin
+(default pixels); "vllm+vlmprep pil" is the plugin with ``VLMPREP_VLLM_PIXELS=pil`` (Pillow-exact
+pixels, vlmprep's compiled resize; not equal to vLLM's torchvision pixels by design).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "integration")]
+
+
+def _uris(n: int) -> list[str]:
+    """``n`` distinct 1080p photo mosaics (vlmprep.bench.images, JPEG quality 90) as data: URIs."""
+    from vlmprep.bench.images import synthetic_set
+    return ["data:image/jpeg;base64," + base64.b64encode(b).decode()
+            for b in synthetic_set("1080p", n).items]
+
+
+def _run(eng, uris: list[str], threads: int) -> tuple[list[float], float, list]:
+    """(seconds per request, wall seconds, outputs) with ``threads`` requests in flight."""
+    import torch
+    from vllm.multimodal.media import MediaConnector
+    from vllm.multimodal.processing.context import TimingContext
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+    conn = MediaConnector()
+    prompt = eng.ck.ids(eng.prompt(1))
+
+    def one(uri: str):
+        torch.set_num_threads(1)
+        t = time.perf_counter()
+        img = conn.fetch_image(uri)
+        items = eng.processor.info.parse_mm_data({"image": [img]})
+        out = eng.processor.apply(ProcessorInputs(prompt, items), TimingContext())
+        return time.perf_counter() - t, out
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        res = list(pool.map(one, uris))
+    return [r[0] for r in res], time.perf_counter() - t0, [r[1] for r in res]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=12)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    import torch
+    from test_vllm_engine import Engine
+
+    from vlmprep.integrations import vllm_plugin as plugin
+    os.environ[plugin.ENV] = "1"
+    plugin.register()
+    eng = Engine("qwen2-vl", tempfile.mkdtemp())
+    uris = _uris(args.requests)
+    for on, pixels in (("1", ""), ("1", "pil"), ("0", "")):  # warm: construction, first calls
+        os.environ[plugin.ENV], os.environ[plugin.PIXELS_ENV] = on, pixels
+        _run(eng, uris[:2], 1)
+    rows, outs = [], {}
+    for threads in (1, 2):
+        for name, on, pixels in (("vllm", "0", ""), ("vllm+vlmprep", "1", ""),
+                                 ("vllm+vlmprep pil", "1", "pil")):
+            os.environ[plugin.ENV], os.environ[plugin.PIXELS_ENV] = on, pixels
+            per, wall, out = _run(eng, uris, threads)
+            outs[(name, threads)] = out
+            rows.append({"path": name, "threads": threads, "ms_per_request_p50": 1e3 * statistics.median(per),
+                         "requests_per_s": len(uris) / wall})
+    for threads in (1, 2):
+        for a, b in zip(outs[("vllm", threads)], outs[("vllm+vlmprep", threads)]):
+            x, y = a["mm_kwargs"]["image"][0], b["mm_kwargs"]["image"][0]
+            assert all(torch.equal(x[k].data, y[k].data) for k in x), "outputs differ"
+    by = {(r["path"], r["threads"]): r for r in rows}
+    print(f"{'path':<18}{'threads':>8}{'ms/request p50':>16}{'requests/s':>12}")
+    for r in rows:
+        print(f"{r['path']:<18}{r['threads']:>8}{r['ms_per_request_p50']:>16.1f}{r['requests_per_s']:>12.2f}")
+    ratios = {
+        "speedup_1_thread": by[("vllm+vlmprep", 1)]["requests_per_s"] / by[("vllm", 1)]["requests_per_s"],
+        "speedup_2_threads": by[("vllm+vlmprep", 2)]["requests_per_s"] / by[("vllm", 2)]["requests_per_s"],
+        "vllm_2_vs_1_threads": by[("vllm", 2)]["requests_per_s"] / by[("vllm", 1)]["requests_per_s"],
+        "plugin_2_vs_1_threads": by[("vllm+vlmprep", 2)]["requests_per_s"] / by[("vllm+vlmprep", 1)]["requests_per_s"],
+        "pil_pixels_speedup_1_thread": (by[("vllm+vlmprep pil", 1)]["requests_per_s"]
+                                        / by[("vllm", 1)]["requests_per_s"]),
+        "pil_pixels_2_vs_1_threads": (by[("vllm+vlmprep pil", 2)]["requests_per_s"]
+                                      / by[("vllm+vlmprep pil", 1)]["requests_per_s"]),
+    }
+    for k, v in ratios.items():
+        print(f"{k}: {v:.2f}x")
+    print(f"outputs equal: yes ({len(uris)} requests x 2 concurrencies); load average {os.getloadavg()[0]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"requests": len(uris), "rows": rows, "ratios": ratios,
+                       "loadavg": os.getloadavg(), "cpus": os.cpu_count()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
