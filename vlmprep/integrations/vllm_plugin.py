@@ -4,7 +4,8 @@ Switched on by ``VLMPREP_VLLM=1`` in the environment of ``vllm serve`` / ``LLM(.
 process reads it; installing vlmprep alone changes nothing). vLLM loads ``register`` through the
 ``vllm.general_plugins`` entry point in each of its processes, before it builds any processor.
 
-Where it acts: the transformers *image processor* that vLLM's processor for a model calls (inside
+Where it acts (``hf_image_processor``, shared with the SGLang processors): the transformers
+*image processor* that vLLM's processor for a model calls (inside
 the transformers processor, which still makes the prompt text, so prompt expansion, placeholder
 ranges, mm hashes and vLLM's processor cache are vLLM's own code), for the vLLM processors in
 ``PROCESSORS``. Each such image processor whose class vlmprep knows (``SUPPORTED``) answers
@@ -20,24 +21,14 @@ checkpoints were trained on) instead of the torchvision backend's.
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
+from .hf_image_processor import PIXELS_ENV, STATS, SUPPORTED, install
+
+# PIXELS_ENV, STATS, SUPPORTED and install live in hf_image_processor (shared with SGLang's)
 __all__ = ["ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "STATS", "enabled", "register", "install"]
 
 ENV = "VLMPREP_VLLM"
-PIXELS_ENV = "VLMPREP_VLLM_PIXELS"
-
-#: transformers image processor class -> keywords its processors pass that vlmprep's form answers
-#: beyond the config's own values (Idefics3's processor asks for each image's tile grid)
-SUPPORTED: dict[str, frozenset[str]] = {
-    "Qwen2VLImageProcessor": frozenset(),
-    "GotOcr2ImageProcessor": frozenset(),
-    "LlavaNextImageProcessor": frozenset(),
-    "Idefics3ImageProcessor": frozenset({"return_row_col_info"}),
-    "PixtralImageProcessor": frozenset(),
-    "Gemma3ImageProcessor": frozenset(),
-}
 
 #: vLLM processors (exact class) whose image processor vlmprep answers for: the ones checked
 #: against vLLM 0.33.0's own path (tests/integration/test_vllm_plugin.py); others (Qwen2.5-VL,
@@ -46,11 +37,6 @@ PROCESSORS = frozenset({
     "Qwen2VLMultiModalProcessor", "LlavaNextMultiModalProcessor", "InternS1MultiModalProcessor",
     "Idefics3MultiModalProcessor", "PixtralHFMultiModalProcessor", "Gemma3MultiModalProcessor",
 })
-
-#: calls answered by vlmprep / passed to the image processor itself (this process)
-STATS = {"vlmprep": 0, "fallback": 0}
-_LOCK = threading.Lock()
-_SUBCLASSES: dict[type, type] = {}
 
 
 def enabled() -> bool:
@@ -90,129 +76,10 @@ def _wrap_info(info: Any) -> None:
         hf = get(*args, **kwargs)
         ip = getattr(hf, "image_processor", None)
         if ip is not None:
-            install(ip)
+            install(ip, enabled)
         return hf
 
     get_hf_processor._vlmprep = True  # type: ignore[attr-defined]
     info.get_hf_processor = get_hf_processor
 
 
-def install(image_processor: Any) -> bool:
-    """Give a transformers image processor vlmprep's ``__call__`` (its class becomes a subclass
-    that overrides only ``__call__``: attributes, isinstance and the rest are its own). True when
-    its class is in ``SUPPORTED``; other image processors are left as they are."""
-    cls = type(image_processor)
-    if getattr(cls, "_vlmprep", False):
-        return True
-    if cls.__name__ not in SUPPORTED:
-        return False
-    with _LOCK:
-        sub = _SUBCLASSES.get(cls)
-        if sub is None:
-            sub = _SUBCLASSES[cls] = type(cls.__name__, (cls,), {
-                "__call__": _call, "_vlmprep": True, "__module__": cls.__module__,
-                "__qualname__": cls.__qualname__})
-    image_processor.__class__ = sub
-    return True
-
-
-def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """The image processor's call, answered by vlmprep when it can (see the module docstring)."""
-    real = super(type(self), self).__call__
-    dtype = _dtype(self, kwargs) if enabled() and not args else None
-    flat, per_sample = _flatten(images) if dtype is not None else (None, None)
-    proc = _processor(self, dtype) if dtype is not None and flat is not None else None
-    if proc is None:
-        _count("fallback")
-        return real(images, *args, **kwargs)
-    batch = proc(flat)  # errors="raise": a bad image is the request's ValueError (ImageError)
-    out = batch.to_hf(images_per_sample=per_sample)
-    if kwargs.get("return_row_col_info"):
-        out["rows"], out["cols"] = _rows_cols(batch, per_sample)
-    _count("vlmprep")
-    return out
-
-
-def _count(key: str) -> None:
-    with _LOCK:  # vLLM's renderer may call from several threads
-        STATS[key] += 1
-
-
-def _dtype(ip: Any, kwargs: dict) -> str | None:
-    """vlmprep's dtype for this call: "float32" (rescale + normalize, the config's default),
-    "uint8" (both off: vLLM's ``mm_device_do_normalize``), or None when a keyword asks for
-    something else than the config (then the image processor answers)."""
-    kw = dict(kwargs)
-    if kw.pop("return_tensors", "pt") not in ("pt", None):
-        return None
-    rescale, normalize = kw.pop("do_rescale", None), kw.pop("do_normalize", None)
-    if rescale is False and normalize is False:
-        dtype = "uint8"
-    elif rescale in (None, True) and normalize in (None, True):
-        dtype = "float32"
-    else:
-        return None
-    allowed = SUPPORTED[type(ip).__name__]
-    missing = object()
-    for key, value in kw.items():
-        if key in allowed:
-            continue
-        have = getattr(ip, key, missing)
-        if have is missing or have != value:
-            return None
-    return dtype
-
-
-def _flatten(images: Any) -> tuple[list | None, list[int] | None]:
-    """(the images in order, images per sample when nested as a list of lists; else None), or
-    (None, None) for what vlmprep does not take here (nothing, videos, other nesting)."""
-    if images is None:
-        return None, None
-    items = images if isinstance(images, (list, tuple)) else [images]
-    if items and all(isinstance(x, (list, tuple)) for x in items):
-        flat = [y for x in items for y in x]
-        per_sample: list[int] | None = [len(x) for x in items]
-    else:
-        flat, per_sample = list(items), None
-    if not flat or not all(_is_image(x) for x in flat):
-        return None, None
-    return flat, per_sample
-
-
-def _is_image(x: Any) -> bool:
-    import numpy as np  # deferred: only when vLLM calls
-    from PIL import Image  # deferred: only when vLLM calls
-    return isinstance(x, Image.Image) or (isinstance(x, np.ndarray) and x.dtype == np.uint8)
-
-
-def _processor(ip: Any, dtype: str) -> Any:
-    """The vlmprep Processor for this image processor's config and dtype, made once; None when
-    vlmprep does not know the config (then the image processor answers, every call)."""
-    cache = ip.__dict__.setdefault("_vlmprep_processors", {})
-    pil = os.environ.get(PIXELS_ENV, "").strip().lower() == "pil"
-    match = "pil" if pil or getattr(ip, "backend", None) != "torchvision" else "torchvision"
-    if (dtype, match) not in cache:
-        import vlmprep  # deferred: the integration layer loads the processor only when used
-        try:
-            pipeline = vlmprep.presets.from_config(ip.to_dict())
-        except ValueError:  # a config of the class vlmprep does not reproduce
-            cache[dtype, match] = None
-            return None
-        cache[dtype, match] = vlmprep.Processor(pipeline, match=match, dtype=dtype)
-    return cache[dtype, match]
-
-
-def _rows_cols(batch: Any, per_sample: list[int] | None) -> tuple[list, list]:
-    """Idefics3's ``rows`` / ``cols`` per sample per image: the split grid, (0, 0) for an image
-    not split (its one tile is the global image, the last tile of every image)."""
-    grids = []
-    for p in batch.image_plans:
-        split = [t for t, c in zip(p.tiles, p.tile_canvas) if c != p.tile_canvas[-1]]
-        grids.append((len({t[0] for t in split}), len({t[1] for t in split})))
-    samples = per_sample or [len(grids)]
-    rows, cols, k = [], [], 0
-    for n in samples:
-        rows.append([g[0] for g in grids[k:k + n]])
-        cols.append([g[1] for g in grids[k:k + n]])
-        k += n
-    return rows, cols
