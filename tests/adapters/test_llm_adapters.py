@@ -345,3 +345,18 @@ def test_compact_batches_give_engines_the_full_batch_rows(dtype, monkeypatch):
     f = vl.prompt_inputs(PROMPT, full, processed_pixels=True, device_normalize=dn,
                          device="meta")["multi_modal_data"]["image"]
     assert f["pixel_values"].device.type == "meta" and seen == ["meta"] * 3
+
+
+def test_vllm_qwen3_vl_embeds_need_the_deepstack_width():
+    """vLLM's Qwen3-VL splits each embedding row into the merger output and the deepstack levels;
+    rows without them fail inside the engine (issue 32), so the width is required and checked."""
+    b = vlmprep.Processor("qwen3-vl", backend="reference")(_images())
+    n = b.num_embeddings
+    with pytest.raises(ValueError, match=r"hidden_size: expected the width.*deepstack=True"):
+        vl.prompt_inputs(PROMPT, b, embeds=torch.randn(sum(n), 32))
+    with pytest.raises(ValueError, match="hidden size"):  # merger output only: refused
+        vl.prompt_inputs(PROMPT, b, embeds=torch.randn(sum(n), 32), hidden_size=4 * 32)
+    got = vl.prompt_inputs(PROMPT, b, embeds=torch.randn(sum(n), 4 * 32), hidden_size=4 * 32)
+    assert got["multi_modal_data"]["image"]["image_embeds"].shape == (sum(n), 128)
+    q2 = vlmprep.Processor("qwen2-vl", backend="reference")(_images())  # no deepstack: optional
+    vl.prompt_inputs(PROMPT, q2, embeds=torch.randn(sum(q2.num_embeddings), 32))

@@ -383,7 +383,10 @@ def test_vllm_video_qwen3_timestamps(seed):
     (plan,) = b.videos.video_plans
     idx = plan.frame_indices
     want = [(idx[i] / 4.0 + idx[i + 1] / 4.0) / 2 for i in range(0, len(idx), 2)]
-    mm = vl.prompt_inputs(VIDEO, b, video_embeds=torch.randn(b.videos.num_embeddings[0], 32))
+    with pytest.raises(ValueError, match="hidden_size: expected the width"):  # no deepstack width
+        vl.prompt_inputs(VIDEO, b, video_embeds=torch.randn(b.videos.num_embeddings[0], 32))
+    mm = vl.prompt_inputs(VIDEO, b, video_embeds=torch.randn(b.videos.num_embeddings[0], 128),
+                          hidden_size=128)  # merger output + 3 deepstack levels
     item = mm["multi_modal_data"]["video"]
     assert item["timestamps"] == [pytest.approx(want)]
     assert len(item["timestamps"][0]) == int(item["video_grid_thw"][0, 0])

@@ -162,7 +162,9 @@ def prompt_inputs(prompt: str, batch: "PackedBatch",
             ``(sum num_embeddings, hidden)``; ``batch.num_embeddings`` gives the rows.
             ``vit.encode``'s ``(tiles_i, tokens_per_tile, hidden)`` per image is flattened.
         image_token: the prompt's image token (default: the family's).
-        hidden_size: if given, the embeds' last dim is checked against it.
+        hidden_size: if given, the embeds' last dim is checked against it. Required for
+            Qwen3-VL (``vision_config.out_hidden_size * (1 + len(deepstack_visual_indexes))``:
+            vLLM splits the deepstack features off each row; ``vit.encode(..., deepstack=True)``).
         processed_pixels: build the pixel dict instead (Qwen-style batches, no ``embeds``). NOT
             accepted by vLLM 0.33: only by a vLLM with PR #50160 (pre-computed processor outputs).
         device_normalize: with ``processed_pixels``, the engine's ``mm_device_do_normalize``:
@@ -220,7 +222,22 @@ def _image_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None,
     if processed_pixels:
         raise _fail("processed_pixels", "False with embeds= (one form per request)", "True",
                     "drop embeds= for the pixel dict, or processed_pixels for embeddings")
+    _need_deepstack_width(batch, hidden_size, "vllm.prompt_inputs")
     return _embeds_item(batch, embeds, hidden_size, "vllm.prompt_inputs")
+
+
+def _need_deepstack_width(batch: "PackedBatch", hidden_size: int | None, where: str) -> None:
+    """Qwen3-VL: vLLM splits each embedding row into the merger output and the deepstack
+    features (``split_with_sizes``), so rows without them fail inside the engine at run time;
+    the width is required up front to check them here."""
+    name = batch.pipeline.name if batch.pipeline is not None else ""
+    if name == "qwen3-vl" and hidden_size is None:
+        raise _fail("hidden_size", "the width vLLM's Qwen3-VL splits each embedding row by: "
+                    "vision_config.out_hidden_size * (1 + len(vision_config.deepstack_visual_indexes))",
+                    "None", "encode with vit.encode(tower, batch, deepstack=True) and pass "
+                    "hidden_size=cfg.vision_config.out_hidden_size * (1 + len(cfg.vision_config."
+                    "deepstack_visual_indexes)) (without the deepstack features vLLM fails at run "
+                    "time: 'split_with_sizes ... got split_sizes=[D, D]')", where)
 
 
 def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token: str | None,
@@ -258,6 +275,7 @@ def _video_item(prompt: str, vids: "PackedBatch", video_embeds: Any, video_token
         item: dict[str, Any] = {"pixel_values_videos": pix["pixel_values"],
                                 "video_grid_thw": pix["image_grid_thw"]}
     else:
+        _need_deepstack_width(vids, hidden_size, where)
         rows = _good(vids.num_embeddings, vids)
         flat = concat_embeds(video_embeds, rows, where, hidden_size)
         merge = vids.pipeline.patchify.merge_size if vids.pipeline is not None else 2
