@@ -94,6 +94,10 @@ OLD_SUPPORTED_TOWERS = {
     **{n: "last_hidden_state (tiles_i, L, D) per image" for n in OLD_TILE_TOWERS},
     **{n: "get_image_features (tiles_i, tokens, D_llm) per image" for n in OLD_FULL_TILES},
     "Siglip2VisionModel": "last_hidden_state valid rows (patches_i, D) per image",
+    # added since the split (issue 32): LLaVA-NeXT / OneVision models, packed rows per image
+    **{n: "get_image_features packed (num_embeddings_i, D_llm) per image"
+       for n in ("LlavaNextModel", "LlavaNextForConditionalGeneration", "LlavaOnevisionModel",
+                 "LlavaOnevisionForConditionalGeneration")},
 }
 #: plan.video.VIDEO_PRESET (family -> the preset it planned with) and the VIDEO_DEFAULTS keys.
 OLD_VIDEO_PRESET = {"qwen2-vl": "qwen2-vl", "qwen3-vl": "qwen3-vl", "qwen2.5-vl": "qwen2-vl",

@@ -360,3 +360,52 @@ def test_vllm_qwen3_vl_embeds_need_the_deepstack_width():
     assert got["multi_modal_data"]["image"]["image_embeds"].shape == (sum(n), 128)
     q2 = vlmprep.Processor("qwen2-vl", backend="reference")(_images())  # no deepstack: optional
     vl.prompt_inputs(PROMPT, q2, embeds=torch.randn(sum(q2.num_embeddings), 32))
+
+
+def _anyres_model(preset):
+    import transformers as T
+    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=1, num_attention_heads=2, image_size=336, patch_size=14)
+    text = dict(model_type="llama", vocab_size=64, hidden_size=32, intermediate_size=64,
+                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    if preset == "llava-next":
+        cfg = T.LlavaNextConfig(vision_config=vision, text_config=text, image_token_id=5,
+                                vision_feature_layer=-1,
+                                image_grid_pinpoints=[[336, 672], [672, 336], [672, 672],
+                                                      [1008, 336], [336, 1008]])
+        return T.LlavaNextForConditionalGeneration(cfg).eval()
+    vision.update(model_type="siglip_vision_model", image_size=384, patch_size=14)
+    pins = [[384 * a, 384 * b] for a in range(1, 7) for b in range(1, 7)]
+    cfg = T.LlavaOnevisionConfig(vision_config=vision, text_config=text, image_token_id=5,
+                                 vision_feature_layer=-1, image_grid_pinpoints=pins)
+    return T.LlavaOnevisionForConditionalGeneration(cfg).eval()
+
+
+@pytest.mark.parametrize("preset", ["llava-next", "llava-onevision"])
+def test_vit_encode_anyres_models_give_vllms_rows(preset):
+    """vit.encode on LLaVA-NeXT / OneVision models (issue 32: it raised NotImplementedError while
+    the vLLM embedding form was offered): one (num_embeddings_i, D) per image, what the model's
+    own get_image_features packs from transformers' processor output for the same images, and
+    vLLM's prompt dict takes them."""
+    import torch
+
+    from vlmprep.adapters import vit
+    torch.manual_seed(0)
+    model = _anyres_model(preset)
+    imgs = _images()
+    b = vlmprep.Processor(preset, backend="reference", errors="skip")(imgs + [b""])
+    with torch.no_grad():
+        got = vit.encode(model, b)
+        hf = vlmprep.Processor(preset, backend="reference")(imgs).to_hf()
+        kw = {"batch_num_images": torch.ones(len(imgs), dtype=torch.long)} if "onevision" in preset else {}
+        want = model.get_image_features(pixel_values=hf["pixel_values"], image_sizes=hf["image_sizes"],
+                                        return_dict=True, **kw).pooler_output
+    assert [g.shape[0] for g in got] == list(b.num_embeddings) == [w.shape[0] for w in want] + [0]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    if len(set(b.num_embeddings[:2])) == 1:
+        vl.prompt_inputs("<image> <image>", vlmprep.Processor(preset, backend="reference")(imgs),
+                         embeds=got[:2])
+    else:
+        vl.prompt_inputs_per_image("<image>", vlmprep.Processor(preset, backend="reference")(imgs),
+                                   got[:2])

@@ -393,6 +393,34 @@ def _encode_full_tiles(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]
     return _pad_images(batch, list(feats.split(1)))
 
 
+def _encode_anyres(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]:
+    """LlavaNextModel / LlavaOnevisionModel (or their *ForConditionalGeneration):
+    ``get_image_features`` on the batch's transformers form (each image's crops + its size),
+    which runs the tower and projector and packs each image (unpadding, ``image_newline``):
+    ``(num_embeddings_i, D_llm)`` per image, the rows vLLM's embedding input takes. Each image is
+    its own sample (OneVision: anyres crops for every image, as for one image per prompt)."""
+    import torch
+    kind = type(model).__name__
+    vcfg = model.config.vision_config
+    _check_tiles(kind, batch, vcfg.image_size, vcfg.patch_size)
+    if batch.num_seqs == 0:
+        return _pad_images(batch, [])
+    hf = batch.to_hf()
+    kw: dict[str, Any] = {}
+    if "Onevision" in kind:
+        good = hf["image_sizes"].shape[0]
+        kw["batch_num_images"] = torch.ones(good, dtype=torch.long)
+    out = model.get_image_features(pixel_values=hf["pixel_values"].to(_param_dtype(model)),
+                                   image_sizes=hf["image_sizes"], return_dict=True, **kw)
+    feats = list(out.pooler_output)              # one packed (rows_i, D) per good image
+    ok = [i for i in range(batch.num_images) if i not in batch.errors]
+    like = feats[0]
+    per_image = [like.new_empty((0, like.shape[-1])) for _ in range(batch.num_images)]
+    for i, f in zip(ok, feats):
+        per_image[i] = f
+    return per_image
+
+
 def _encode_siglip2(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]:
     kind = type(model).__name__
     op = _patchify(batch)
@@ -415,6 +443,7 @@ _KIND_RETURNS = {
     "qwen_model": "merged embeddings (tokens_i, out_hidden) per image",
     "tile_tower": "last_hidden_state (tiles_i, L, D) per image",
     "tile_model": "get_image_features (tiles_i, tokens, D_llm) per image",
+    "anyres_model": "get_image_features packed (num_embeddings_i, D_llm) per image",
     "naflex": "last_hidden_state valid rows (patches_i, D) per image",
 }
 # The classes of each kind are declared by the families (``FamilySpec.vit_towers`` in each
@@ -467,6 +496,10 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
       ``get_image_features`` (config's feature layer and select strategy, InternVL's pixel
       shuffle, the projector): ``(tiles_i, tokens_per_tile, text_hidden)``; ``.flatten(0, 1)`` is
       the order the LLM consumes.
+    - ``LlavaNextModel`` / ``LlavaOnevisionModel`` (or their ``*ForConditionalGeneration``):
+      ``get_image_features`` on the batch's transformers form: each image's crops through the
+      tower and projector, packed as the model packs them (unpadding, ``image_newline``):
+      ``(num_embeddings_i, text_hidden)`` per image, vLLM's embedding rows.
     - ``Siglip2VisionModel`` (NaFlex): padded to ``naflex_inputs``; the valid rows
       ``(patches_i, hidden)`` per image.
 
@@ -509,6 +542,8 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
         return _encode_tiles_tower(vision_tower, batch)
     if kind == "tile_model":
         return _encode_full_tiles(vision_tower, batch)
+    if kind == "anyres_model":
+        return _encode_anyres(vision_tower, batch)
     return _encode_siglip2(vision_tower, batch)
 
 

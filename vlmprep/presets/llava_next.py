@@ -187,4 +187,6 @@ FAMILY = FamilySpec(
     ),
     videos={"llava-onevision": VideoSpec(video_defaults, "llava-onevision")},
     video_from_config=video_from_config,
+    vit_towers={"anyres_model": ("LlavaNextModel", "LlavaNextForConditionalGeneration",
+                                 "LlavaOnevisionModel", "LlavaOnevisionForConditionalGeneration")},
 )

@@ -28,8 +28,10 @@ EMBED_LAYOUTS = ("flat", "stacked")
 #: How ``vlmprep.adapters.vit.encode`` runs a transformers class (``FamilySpec.vit_towers`` keys):
 #: ``qwen_tower`` / ``qwen_model`` (a Qwen vision model / a full model whose ``visual`` is used:
 #: merged embeddings per image), ``tile_tower`` (``last_hidden_state`` per tile), ``tile_model``
-#: (``get_image_features`` per tile), ``naflex`` (SigLIP2 NaFlex: valid rows per image).
-VIT_KINDS = ("qwen_tower", "qwen_model", "tile_tower", "tile_model", "naflex")
+#: (``get_image_features`` per tile), ``anyres_model`` (LLaVA-NeXT / OneVision
+#: ``get_image_features``: each image's packed rows, newlines included), ``naflex`` (SigLIP2
+#: NaFlex: valid rows per image).
+VIT_KINDS = ("qwen_tower", "qwen_model", "tile_tower", "tile_model", "anyres_model", "naflex")
 
 
 def _fail(where: str, what: str, expected: str, got: Any, fix: str) -> ValueError:
