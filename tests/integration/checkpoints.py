@@ -20,7 +20,11 @@ WORDS = ("describe", "the", "images", "a", "b", "c", "and", "user", "assistant")
 
 #: family -> the vlmprep preset whose packaged config gives the image processor
 PRESETS = {"qwen2-vl": "qwen2-vl", "llava-next": "llava-next", "internvl": "internvl",
-           "idefics3": "idefics3", "pixtral": "pixtral", "gemma3": "gemma3"}
+           "idefics3": "idefics3", "pixtral": "pixtral", "gemma3": "gemma3",
+           # Qwen2.5-VL's preprocessor_config.json is Qwen2-VL's; SmolVLM's is a packaged
+           # checkpoint config of the idefics3 pipeline (SmolVLMImageProcessor)
+           "qwen2.5-vl": "qwen2-vl", "qwen3-vl": "qwen3-vl", "llava-1.5": "llava-1.5",
+           "llava-onevision": "llava-onevision", "smolvlm": "smolvlm"}
 
 
 @dataclass(frozen=True)
@@ -175,8 +179,105 @@ def _gemma3():
     return proc, cfg, "<start_of_image>", i("<image_soft_token>")
 
 
+def _qwen2_5_vl():
+    import transformers as T
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    tok = _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
+                     bos_eos=("<|endoftext|>", "<|im_end|>"))
+    proc = T.Qwen2_5_VLProcessor(image_processor=_image_processor("qwen2.5-vl"), tokenizer=tok,
+                                 video_processor=Qwen2VLVideoProcessor())
+    i = tok.convert_tokens_to_ids
+    cfg = T.Qwen2_5_VLConfig(
+        text_config=_text(tok, "qwen2_5_vl_text", rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                           fullatt_block_indexes=[0]),
+        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
+        vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+    cfg.architectures = ["Qwen2_5_VLForConditionalGeneration"]
+    return proc, cfg, "<|vision_start|><|image_pad|><|vision_end|>", i("<|image_pad|>")
+
+
+def _qwen3_vl():
+    import transformers as T
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+    tok = _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
+                     bos_eos=("<|endoftext|>", "<|im_end|>"))
+    # Qwen3-VL's image processor is Qwen2VLImageProcessor with patch 16 (vlmprep's qwen3-vl)
+    proc = T.Qwen3VLProcessor(image_processor=_image_processor("qwen3-vl"), tokenizer=tok,
+                              video_processor=Qwen3VLVideoProcessor())
+    i = tok.convert_tokens_to_ids
+    cfg = T.Qwen3VLConfig(
+        text_config=_text(tok, "qwen3_vl_text", head_dim=16,
+                          rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                           "mrope_section": [2, 3, 3], "mrope_interleaved": True}),
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN,
+                           patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
+                           num_position_embeddings=2304, deepstack_visual_indexes=[0]),
+        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
+        vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+    cfg.architectures = ["Qwen3VLForConditionalGeneration"]
+    return proc, cfg, "<|vision_start|><|image_pad|><|vision_end|>", i("<|image_pad|>")
+
+
+def _llava_1_5():
+    import transformers as T
+    tok = _tokenizer(["<image>"])
+    proc = T.LlavaProcessor(image_processor=_image_processor("llava-1.5"), tokenizer=tok, patch_size=14,
+                            vision_feature_select_strategy="default", num_additional_image_tokens=1)
+    cfg = T.LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=336, patch_size=14,
+                           projection_dim=32),
+        text_config=_text(tok, "llama"), image_token_id=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1, vision_feature_select_strategy="default")
+    cfg.architectures = ["LlavaForConditionalGeneration"]
+    return proc, cfg, "<image>", tok.convert_tokens_to_ids("<image>")
+
+
+def _llava_onevision():
+    import transformers as T
+    from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
+    tok = _tokenizer(["<image>", "<video>"])
+    # SigLIP 384 / 14: 729 tokens per tile, no CLS token
+    proc = T.LlavaOnevisionProcessor(image_processor=_image_processor("llava-onevision"), tokenizer=tok,
+                                     video_processor=LlavaOnevisionVideoProcessor(), num_image_tokens=729,
+                                     vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9")
+    ip = proc.image_processor
+    i = tok.convert_tokens_to_ids
+    cfg = T.LlavaOnevisionConfig(
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, image_size=384, patch_size=14),
+        text_config=_text(tok, "qwen2"), image_token_index=i("<image>"), video_token_index=i("<video>"),
+        image_grid_pinpoints=[list(p) for p in ip.image_grid_pinpoints],
+        vision_feature_layer=-1, vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9")
+    cfg.architectures = ["LlavaOnevisionForConditionalGeneration"]
+    return proc, cfg, "<image>", i("<image>")
+
+
+def _smolvlm():
+    import transformers as T
+    from transformers.models.smolvlm.video_processing_smolvlm import SmolVLMVideoProcessor
+    special = (["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
+               + [f"<row_{i}_col_{j}>" for i in range(1, 9) for j in range(1, 9)])
+    tok = _tokenizer(special)
+    # SmolVLM-256M / 500M, SmolVLM2: 512 tiles, patch 16, scale factor 4, 64 tokens per tile
+    # (SmolVLMProcessor needs num2words)
+    proc = T.SmolVLMProcessor(image_processor=_image_processor("smolvlm"), tokenizer=tok,
+                              video_processor=SmolVLMVideoProcessor(), image_seq_len=64)
+    cfg = T.SmolVLMConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=512, patch_size=16),
+        text_config=_text(tok, "llama"), image_token_id=tok.convert_tokens_to_ids("<image>"),
+        scale_factor=4)
+    cfg.architectures = ["SmolVLMForConditionalGeneration"]
+    return proc, cfg, "<image>", tok.convert_tokens_to_ids("<image>")
+
+
 BUILDERS = {"qwen2-vl": _qwen2_vl, "llava-next": _llava_next, "internvl": _internvl,
-            "idefics3": _idefics3, "pixtral": _pixtral, "gemma3": _gemma3}
+            "idefics3": _idefics3, "pixtral": _pixtral, "gemma3": _gemma3,
+            "qwen2.5-vl": _qwen2_5_vl, "qwen3-vl": _qwen3_vl, "llava-1.5": _llava_1_5,
+            "llava-onevision": _llava_onevision, "smolvlm": _smolvlm}
 
 
 def build(family: str, root: Path) -> Checkpoint:

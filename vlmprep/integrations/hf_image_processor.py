@@ -19,12 +19,16 @@ __all__ = ["PIXELS_ENV", "SUPPORTED", "STATS", "install"]
 PIXELS_ENV = "VLMPREP_VLLM_PIXELS"
 
 #: transformers image processor class -> keywords its processors pass that vlmprep's form answers
-#: beyond the config's own values (Idefics3's processor asks for each image's tile grid)
+#: beyond the config's own values (Idefics3's and SmolVLM's processors ask for each image's tile
+#: grid). Qwen2VLImageProcessor is Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's (patch 16).
 SUPPORTED: dict[str, frozenset[str]] = {
     "Qwen2VLImageProcessor": frozenset(),
+    "CLIPImageProcessor": frozenset(),
     "GotOcr2ImageProcessor": frozenset(),
     "LlavaNextImageProcessor": frozenset(),
+    "LlavaOnevisionImageProcessor": frozenset(),
     "Idefics3ImageProcessor": frozenset({"return_row_col_info"}),
+    "SmolVLMImageProcessor": frozenset({"return_row_col_info"}),
     "PixtralImageProcessor": frozenset(),
     "Gemma3ImageProcessor": frozenset(),
 }
