@@ -11,7 +11,8 @@ request) as a ``data:`` URI through vLLM's ``MediaConnector`` (its PIL decode), 
 0.33's default ``mm_device_do_normalize``: uint8 pixels). Concurrency 1 and 2: that many threads
 each running requests (vLLM's renderer runs one per API-server process; 2 shows what the GIL
 allows); torch threads 1, as the renderer sets them. Reported: ms per request (median over the
-requests), requests/s, and the ratios. Outputs are checked equal with and without the plugin
+requests), split into vLLM's decode of the data: URI (``fetch_image``) and ``processor.apply``
+(where the plugin acts), requests/s, and the ratios. Outputs are checked equal with and without the plugin
 (default pixels); "vllm+vlmprep pil" is the plugin with ``VLMPREP_VLLM_PIXELS=pil`` (Pillow-exact
 pixels, vlmprep's compiled resize; not equal to vLLM's torchvision pixels by design).
 """
@@ -51,9 +52,10 @@ def _run(eng, uris: list[str], threads: int) -> tuple[list[float], float, list]:
         torch.set_num_threads(1)
         t = time.perf_counter()
         img = conn.fetch_image(uri)
+        t1 = time.perf_counter()
         items = eng.processor.info.parse_mm_data({"image": [img]})
         out = eng.processor.apply(ProcessorInputs(prompt, items), TimingContext())
-        return time.perf_counter() - t, out
+        return (time.perf_counter() - t, t1 - t), out
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
@@ -84,16 +86,21 @@ def main() -> int:
             os.environ[plugin.ENV], os.environ[plugin.PIXELS_ENV] = on, pixels
             per, wall, out = _run(eng, uris, threads)
             outs[(name, threads)] = out
-            rows.append({"path": name, "threads": threads, "ms_per_request_p50": 1e3 * statistics.median(per),
+            rows.append({"path": name, "threads": threads,
+                         "ms_per_request_p50": 1e3 * statistics.median(p[0] for p in per),
+                         "ms_fetch_p50": 1e3 * statistics.median(p[1] for p in per),
+                         "ms_apply_p50": 1e3 * statistics.median(p[0] - p[1] for p in per),
                          "requests_per_s": len(uris) / wall})
     for threads in (1, 2):
         for a, b in zip(outs[("vllm", threads)], outs[("vllm+vlmprep", threads)]):
             x, y = a["mm_kwargs"]["image"][0], b["mm_kwargs"]["image"][0]
             assert all(torch.equal(x[k].data, y[k].data) for k in x), "outputs differ"
     by = {(r["path"], r["threads"]): r for r in rows}
-    print(f"{'path':<18}{'threads':>8}{'ms/request p50':>16}{'requests/s':>12}")
+    print(f"{'path':<18}{'threads':>8}{'ms/request p50':>16}{'decode p50':>12}{'apply p50':>11}"
+          f"{'requests/s':>12}")
     for r in rows:
-        print(f"{r['path']:<18}{r['threads']:>8}{r['ms_per_request_p50']:>16.1f}{r['requests_per_s']:>12.2f}")
+        print(f"{r['path']:<18}{r['threads']:>8}{r['ms_per_request_p50']:>16.1f}{r['ms_fetch_p50']:>12.1f}"
+              f"{r['ms_apply_p50']:>11.1f}{r['requests_per_s']:>12.2f}")
     ratios = {
         "speedup_1_thread": by[("vllm+vlmprep", 1)]["requests_per_s"] / by[("vllm", 1)]["requests_per_s"],
         "speedup_2_threads": by[("vllm+vlmprep", 2)]["requests_per_s"] / by[("vllm", 2)]["requests_per_s"],
