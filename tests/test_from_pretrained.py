@@ -83,3 +83,25 @@ def test_hf_hub_offline_env_is_honoured(tmp_path):
     assert lines[0] == "1003520"
     assert lines[1].startswith("ERR expected preprocessor_config.json of hub repo 'Org/Absent'")
     assert "HF_HUB_OFFLINE=1" in lines[1]
+
+
+def test_transformers_5_processor_config_json(tmp_path):
+    """A checkpoint saved by transformers 5 holds processor_config.json (the image processor's
+    config under "image_processor") and no preprocessor_config.json: read as a folder, as the
+    file, and from the hub cache."""
+    nested = {"image_processor": QWEN, "processor_class": "Qwen2VLProcessor"}
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "processor_config.json").write_text(json.dumps(nested))
+    want = vlmprep.Processor.from_pretrained(
+        _hub_cache(tmp_path / "hub0", "Org/Old", {"preprocessor_config.json": QWEN}) /
+        "models--Org--Old" / "snapshots" / REV, backend="reference").pipeline
+    for src in (folder, folder / "processor_config.json"):
+        assert vlmprep.Processor.from_pretrained(src, backend="reference").pipeline == want
+    cache = _hub_cache(tmp_path / "hub", "Org/New", {"processor_config.json": nested})
+    got = vlmprep.Processor.from_pretrained("Org/New", cache_dir=cache, local_files_only=True,
+                                            backend="reference")
+    assert got.pipeline == want and got.pipeline["smart_resize"].max_pixels == 1003520
+    (folder / "processor_config.json").write_text(json.dumps({"processor_class": "X"}))
+    with pytest.raises(ValueError, match='under "image_processor"'):
+        vlmprep.Processor.from_pretrained(folder)

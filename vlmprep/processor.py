@@ -159,7 +159,9 @@ class Processor:
                         cache_dir: str | os.PathLike | None = None,
                         local_files_only: bool = False, token: str | bool | None = None,
                         **kwargs: Any) -> "Processor":
-        """A Processor from a checkpoint's ``preprocessor_config.json``.
+        """A Processor from a checkpoint's ``preprocessor_config.json`` (or, for a checkpoint
+        saved by transformers 5, its ``processor_config.json``, the image processor's config
+        under ``"image_processor"``).
 
         ``path``: a local checkpoint folder or the json file itself (read as is, offline), or a
         hub repo id ``"Org/Name"`` (as transformers takes it) resolved through huggingface_hub:
@@ -504,8 +506,9 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
             or name.endswith(".json"):
         if not p.exists():
             raise ConfigNotFoundError(
-                f"expected a checkpoint folder holding preprocessor_config.json, the json file "
-                f"itself, or a hub repo id 'Org/Name', got {name!r} (no such file or folder); "
+                f"expected a checkpoint folder holding preprocessor_config.json (or "
+                f"processor_config.json), the json file itself, or a hub repo id 'Org/Name', got "
+                f"{name!r} (no such file or folder); "
                 f"check the path (vlmprep never downloads for a local path)")
         return p, local_files_only
     try:
@@ -526,10 +529,11 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
     get = f"hf download {name} preprocessor_config.json" + (f" --revision {revision}" if revision
                                                             else "")
     try:
-        return Path(hf_hub_download(name, "preprocessor_config.json", revision=revision,
-                                    cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-                                    local_files_only=local_files_only or down is not None,
-                                    token=token)), local_files_only or down is not None
+        return _download_config(hf_hub_download, hub_errors.EntryNotFoundError, name,
+                                revision=revision,
+                                cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+                                local_files_only=local_files_only or down is not None,
+                                token=token), local_files_only or down is not None
     except hub_errors.GatedRepoError as e:
         got, fix = "a gated repo", "accept its terms on the hub and pass token= (or log in)"
         err: Exception = e
@@ -565,6 +569,19 @@ def _config_file(path: str | os.PathLike, *, revision: str | None,
         f"expected preprocessor_config.json of hub repo {name!r}{rev} from {where}, or a local "
         f"checkpoint folder {name!r}, got {got}, and no local folder {os.path.abspath(name)} "
         f"(it does not exist); fix: {fix}") from err
+
+
+def _download_config(download: Any, not_found: type[BaseException], name: str, **kw: Any) -> Path:
+    """The repo's ``preprocessor_config.json``, else transformers 5's ``processor_config.json``
+    (the image processor nested in it: ``presets.load_config`` reads either); the first file's
+    not-found error when neither is there."""
+    try:
+        return Path(download(name, "preprocessor_config.json", **kw))
+    except not_found as first:
+        try:
+            return Path(download(name, "processor_config.json", **kw))
+        except not_found:
+            raise first from None
 
 
 def _with_source(p: ImagePlan, desc: str) -> ImagePlan:

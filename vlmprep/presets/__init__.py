@@ -261,18 +261,30 @@ def get(name: str, **overrides: Any) -> Pipeline:
 
 
 def load_config(path: str | os.PathLike) -> dict[str, Any]:
-    """Read ``preprocessor_config.json`` from a checkpoint folder or the file itself (offline)."""
+    """Read the image processor's config from a checkpoint folder (``preprocessor_config.json``,
+    or transformers 5's ``processor_config.json`` with it under ``"image_processor"``) or from
+    either json file itself (offline)."""
     p = Path(path)
     if p.is_dir():
-        p = p / "preprocessor_config.json"
+        old, new = p / "preprocessor_config.json", p / "processor_config.json"
+        p = old if old.is_file() or not new.is_file() else new
     if not p.is_file():
-        raise FileNotFoundError(f"expected a checkpoint folder holding preprocessor_config.json or "
-                                f"the json file itself, got {str(path)!r} (not found); vlmprep "
-                                f"never downloads: download the checkpoint first")
+        raise FileNotFoundError(f"expected a checkpoint folder holding preprocessor_config.json "
+                                f"(or processor_config.json) or the json file itself, got "
+                                f"{str(path)!r} (not found); vlmprep never downloads: download "
+                                f"the checkpoint first")
     with open(p, encoding="utf-8") as f:
         cfg = json.load(f)
     if not isinstance(cfg, dict):
         raise ValueError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
+    if p.name == "processor_config.json" or ("image_processor_type" not in cfg
+                                             and isinstance(cfg.get("image_processor"), dict)):
+        nested = cfg.get("image_processor")
+        if not isinstance(nested, dict):
+            raise ValueError(f"{p}: expected the image processor's config under "
+                             f"\"image_processor\" (transformers 5's processor_config.json), got "
+                             f"keys {sorted(cfg)[:12]}; pass preprocessor_config.json instead")
+        cfg = nested
     return cfg
 
 
