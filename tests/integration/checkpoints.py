@@ -75,22 +75,35 @@ def _image_processor(family: str, **fields):
     return type(base)(**{**base.to_dict(), **fields}) if fields else base
 
 
+#: the Qwen families' one-per-image prompt token (vLLM expands <|image_pad|>)
+QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
+def _qwen_tokenizer():
+    return _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
+                      bos_eos=("<|endoftext|>", "<|im_end|>"))
+
+
+def _qwen_token_ids(tok) -> dict:
+    """The Qwen configs' special token ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."""
+    i = tok.convert_tokens_to_ids
+    return dict(image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
+                vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+
+
 def _qwen2_vl():
     import transformers as T
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
-    tok = _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
-                     bos_eos=("<|endoftext|>", "<|im_end|>"))
+    tok = _qwen_tokenizer()
     proc = T.Qwen2VLProcessor(image_processor=_image_processor("qwen2-vl"), tokenizer=tok,
                               video_processor=Qwen2VLVideoProcessor())
-    i = tok.convert_tokens_to_ids
     cfg = T.Qwen2VLConfig(
         text_config=_text(tok, "qwen2_vl_text", rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
         vision_config=dict(depth=1, embed_dim=32, hidden_size=HIDDEN, num_heads=2, mlp_ratio=2,
                            patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
-        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
-        vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+        **_qwen_token_ids(tok))
     cfg.architectures = ["Qwen2VLForConditionalGeneration"]
-    return proc, cfg, "<|vision_start|><|image_pad|><|vision_end|>", i("<|image_pad|>")
+    return proc, cfg, QWEN_IMAGE, tok.convert_tokens_to_ids("<|image_pad|>")
 
 
 def _llava_next():
@@ -182,31 +195,26 @@ def _gemma3():
 def _qwen2_5_vl():
     import transformers as T
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
-    tok = _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
-                     bos_eos=("<|endoftext|>", "<|im_end|>"))
+    tok = _qwen_tokenizer()
     proc = T.Qwen2_5_VLProcessor(image_processor=_image_processor("qwen2.5-vl"), tokenizer=tok,
                                  video_processor=Qwen2VLVideoProcessor())
-    i = tok.convert_tokens_to_ids
     cfg = T.Qwen2_5_VLConfig(
         text_config=_text(tok, "qwen2_5_vl_text", rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN,
                            patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
                            fullatt_block_indexes=[0]),
-        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
-        vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+        **_qwen_token_ids(tok))
     cfg.architectures = ["Qwen2_5_VLForConditionalGeneration"]
-    return proc, cfg, "<|vision_start|><|image_pad|><|vision_end|>", i("<|image_pad|>")
+    return proc, cfg, QWEN_IMAGE, tok.convert_tokens_to_ids("<|image_pad|>")
 
 
 def _qwen3_vl():
     import transformers as T
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
-    tok = _tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"],
-                     bos_eos=("<|endoftext|>", "<|im_end|>"))
+    tok = _qwen_tokenizer()
     # Qwen3-VL's image processor is Qwen2VLImageProcessor with patch 16 (vlmprep's qwen3-vl)
     proc = T.Qwen3VLProcessor(image_processor=_image_processor("qwen3-vl"), tokenizer=tok,
                               video_processor=Qwen3VLVideoProcessor())
-    i = tok.convert_tokens_to_ids
     cfg = T.Qwen3VLConfig(
         text_config=_text(tok, "qwen3_vl_text", head_dim=16,
                           rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
@@ -214,10 +222,9 @@ def _qwen3_vl():
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN,
                            patch_size=16, spatial_merge_size=2, temporal_patch_size=2,
                            num_position_embeddings=2304, deepstack_visual_indexes=[0]),
-        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"),
-        vision_start_token_id=i("<|vision_start|>"), vision_end_token_id=i("<|vision_end|>"))
+        **_qwen_token_ids(tok))
     cfg.architectures = ["Qwen3VLForConditionalGeneration"]
-    return proc, cfg, "<|vision_start|><|image_pad|><|vision_end|>", i("<|image_pad|>")
+    return proc, cfg, QWEN_IMAGE, tok.convert_tokens_to_ids("<|image_pad|>")
 
 
 def _llava_1_5():

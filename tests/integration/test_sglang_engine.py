@@ -122,14 +122,20 @@ class Engine:
         return emb, mask
 
 
-@pytest.fixture(scope="module")
-def engines(tmp_path_factory):
+def server_args(root):
+    """SGLang's ServerArgs for the TokenizerManager's processors (CPU), set as its globals."""
     from sglang.srt.managers.mm_schedule import init_mm_embedding_cache
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_tokenizer
-    root = tmp_path_factory.mktemp("ckpts")
     args = ServerArgs(model_path=str(build("qwen2-vl", root).path), device="cpu")
     set_global_server_args_for_tokenizer(args)
     init_mm_embedding_cache(0)
+    return args
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpts")
+    args = server_args(root)
     return functools.lru_cache(maxsize=None)(lambda family: Engine(family, root, args))
 
 

@@ -20,7 +20,7 @@ engine("sglang.srt.multimodal.processors.qwen_vl", "SGLang")
 import torch  # noqa: E402
 
 from tests.integration.checkpoints import build  # noqa: E402
-from tests.integration.test_sglang_engine import _pil  # noqa: E402
+from tests.integration.test_sglang_engine import _pil, server_args  # noqa: E402
 from vlmprep.integrations import hf_image_processor as hip  # noqa: E402
 
 PACKAGE = "vlmprep.integrations.sglang_processors"
@@ -31,12 +31,8 @@ TOKENS = {"qwen2-vl": "<|vision_start|><|image_pad|><|vision_end|>", "gemma3": N
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     from sglang.srt.managers import multimodal_processor as mp
-    from sglang.srt.managers.mm_schedule import init_mm_embedding_cache
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_tokenizer
     root = tmp_path_factory.mktemp("ckpts")
-    args = ServerArgs(model_path=str(build("qwen2-vl", root).path), device="cpu")
-    set_global_server_args_for_tokenizer(args)
-    init_mm_embedding_cache(0)
+    args = server_args(root)
     saved = dict(mp.PROCESSOR_MAPPING)
     mp.import_processors("sglang.srt.multimodal.processors")
     builtin = dict(mp.PROCESSOR_MAPPING)
