@@ -12,7 +12,9 @@ Cost: Pillow composes every frame up to the last sampled one at full canvas size
 frames' own sizes (a GIF of 1x1 frames on a 13000x13000 screen composes 169 M pixels per frame).
 So before any pixel is decoded the canvas is checked against ``max_source_pixels``
 (``decode._check_meta``, from the walked header: a GIF frame reaching outside its screen, which
-Pillow would grow the canvas for, is refused) and the pixels to compose, frames up to the last
+Pillow would grow the canvas for, is refused; the walk reads the blocks exactly as Pillow's GIF
+reader does, and a canvas that still differs after Pillow's seek is refused before the frame is
+decoded) and the pixels to compose, frames up to the last
 sampled one x canvas, against ``max_total_pixels``, the plan's bound on the output; the deadline
 is checked before each composed frame and each band of the conversion to RGB. Memory: the output,
 Pillow's working canvases (at most about 16 bytes per canvas pixel: libwebp's two RGBA canvases
@@ -49,42 +51,71 @@ def _gif_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]
 
 def _gif_walk(data: bytes, max_frames: int) -> tuple[int, int, list[int], tuple[int, int, int] | None]:
     """(screen width, height, delays in ms, the first frame reaching outside the screen as
-    (index, right, bottom) or None) from the GIF's blocks."""
+    (index, right, bottom) or None) from the GIF's blocks, read as Pillow's GIF reader reads them
+    (``GifImageFile._seek``): a byte that starts no block is skipped, an extension's sub-blocks are
+    skipped after its first one even when that one is the terminator, a frame resumes after the
+    previous frame's image data. Walking the file any other way lets a crafted GIF show this walker
+    frames inside the screen while Pillow meets one that grows the canvas to 65535x65535."""
     if len(data) < 13:
         raise _bad("GIF", f"{len(data)} bytes (no screen descriptor)")
     w, h, flags = struct.unpack_from("<HHB", data, 6)
-    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    n = len(data)
+    pos = min(n, 13 + ((3 << ((flags & 7) + 1)) if flags & 0x80 else 0))
     delays: list[int] = []
     outside = None
-    delay = 0
-    n = len(data)
-    while pos < n:
-        kind = data[pos]
-        if kind == 0x3B:  # trailer
+
+    def sub_block(p: int) -> tuple[bytes | None, int]:
+        # Pillow's GifImageFile.data(): a length byte, then that many bytes (fewer at the end)
+        if p < n and data[p]:
+            return data[p + 1:p + 1 + data[p]], min(n, p + 1 + data[p])
+        return None, min(n, p + 1)
+
+    while len(delays) <= max_frames:
+        if delays:  # skip the rest of the previous frame's image data
+            more, pos = sub_block(pos)
+            while more:
+                more, pos = sub_block(pos)
+        if pos >= n or data[pos] == 0x3B:
+            break  # Pillow: no more images
+        delay = 0
+        found = False
+        while pos < n and data[pos] != 0x3B:
+            kind = data[pos]
+            pos += 1
+            if kind == 0x21:  # extension: label, then sub-blocks
+                if pos >= n:
+                    break
+                label = data[pos]
+                block, pos = sub_block(pos + 1)
+                if label == 0xF9 and block is not None:
+                    if len(block) < 3:
+                        break  # Pillow fails on this frame: it is not one
+                    delay = struct.unpack_from("<H", block, 1)[0]
+                elif label == 0xFE:
+                    while block:
+                        block, pos = sub_block(pos)
+                    continue
+                elif label == 0xFF and not delays and block is not None and block.startswith(b"NETSCAPE2.0"):
+                    _, pos = sub_block(pos)
+                more = True
+                while more:
+                    more, pos = sub_block(pos)
+            elif kind == 0x2C:  # image descriptor (9 bytes), local colour table, LZW code size
+                if pos + 9 > n:
+                    break
+                x, y, fw, fh = struct.unpack_from("<HHHH", data, pos)
+                if outside is None and (x + fw > w or y + fh > h):  # Pillow grows the canvas here
+                    outside = (len(delays), x + fw, y + fh)
+                packed = data[pos + 8]
+                pos += 9 + ((3 << ((packed & 7) + 1)) if packed & 0x80 else 0)
+                if pos >= n:
+                    break  # no LZW code size: Pillow fails on this frame
+                pos += 1
+                found = True
+                break
+        if not found:
             break
-        if kind == 0x21:  # extension: label, then sub-blocks ending with a zero length
-            if pos + 1 < n and data[pos + 1] == 0xF9 and pos + 8 <= n:
-                delay = struct.unpack_from("<H", data, pos + 4)[0]
-            pos += 2
-        elif kind == 0x2C:  # image descriptor (9 bytes), local colour table, LZW code size
-            if pos + 10 > n:
-                break
-            x, y, fw, fh = struct.unpack_from("<HHHH", data, pos + 1)
-            if outside is None and (x + fw > w or y + fh > h):
-                outside = (len(delays), x + fw, y + fh)
-            packed = data[pos + 9]
-            pos += 10 + (3 << ((packed & 7) + 1) if packed & 0x80 else 0) + 1
-            delays.append(10 * (delay if delay >= _GIF_MIN_DELAY_CS else _GIF_DEFAULT_DELAY_CS))
-            delay = 0
-            if len(delays) > max_frames:
-                break
-        else:
-            raise _bad("GIF", f"an unknown block 0x{kind:02X} at byte {pos:,}")
-        while pos < n:  # sub-blocks
-            size = data[pos]
-            pos += 1 + size
-            if not size:
-                break
+        delays.append(10 * (delay if delay >= _GIF_MIN_DELAY_CS else _GIF_DEFAULT_DELAY_CS))
     return w, h, delays, outside
 
 
@@ -177,6 +208,10 @@ def read_animation(data: bytes, meta: VideoMeta, indices: Sequence[int], out: np
                 raise timed_out(f"compose frame {f}", timeout_s)
             try:
                 im.seek(f)
+                if im.size != (meta.width, meta.height):  # a frame the block walk missed: never compose it
+                    raise ImageError(f"expected the {fmt}'s frames inside its {meta.width}x{meta.height} (WxH) "
+                                     f"canvas, got frame {f} growing it to {im.size[0]}x{im.size[1]}; the file "
+                                     f"is corrupt or hostile: re-encode it")
                 im.load()
                 if f in where:
                     first, *rest = where[f]
