@@ -7,12 +7,14 @@ Runs in the real-engine venv (``make test-engines`` builds it):
 Per request, as vLLM's OpenAI server does it: a 1920x1080 JPEG (a photo mosaic, distinct per
 request) as a ``data:`` URI through vLLM's ``MediaConnector`` (its PIL decode), then
 ``processor.apply`` (no processor cache: every image is processed), Qwen2-VL checkpoint config
-(tests/integration/checkpoints.py: the real image processor config, a tiny model config; vLLM
-0.33's default ``mm_device_do_normalize``: uint8 pixels). Concurrency 1 and 2: that many threads
+(tests/integration/checkpoints.py: the real image processor config, a tiny model config), in both
+pixel modes: uint8 (vLLM 0.33's default ``mm_device_do_normalize``: the model normalizes on the
+device) and float32 (``mm_device_do_normalize=False``: the processor does). Concurrency 1 and 2: that many threads
 each running requests (vLLM's renderer runs one per API-server process; 2 shows what the GIL
 allows); torch threads 1, as the renderer sets them. Reported: ms per request (median over the
-requests), split into vLLM's decode of the data: URI (``fetch_image``) and ``processor.apply``
-(where the plugin acts), requests/s, and the ratios. Outputs are checked equal with and without the plugin
+requests), split into vLLM's ``fetch_image`` of the data: URI (its Pillow decode; with the plugin,
+for a plain JPEG, the header only: vlmprep decodes the bytes inside ``apply``) and
+``processor.apply``, requests/s, and the ratios. Outputs are checked equal with and without the plugin
 (default pixels); "vllm+vlmprep pil" is the plugin with ``VLMPREP_VLLM_PIXELS=pil`` (Pillow-exact
 pixels, vlmprep's compiled resize; not equal to vLLM's torchvision pixels by design).
 """
@@ -63,19 +65,24 @@ def _run(eng, uris: list[str], threads: int) -> tuple[list[float], float, list]:
     return [r[0] for r in res], time.perf_counter() - t0, [r[1] for r in res]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=12)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args()
-    import torch
+def _engine(mode: str):
+    """Qwen2-VL's vLLM processor: uint8 pixels (vLLM 0.33's default ``mm_device_do_normalize``)
+    or float32 (``mm_device_do_normalize=False``: the processor rescales and normalizes)."""
     from test_vllm_engine import Engine
+    from vllm.config import ModelConfig
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+    eng = Engine("qwen2-vl", tempfile.mkdtemp())
+    if mode == "float32":
+        eng.processor = MULTIMODAL_REGISTRY.create_processor(
+            ModelConfig(model=str(eng.ck.path), max_model_len=32768, mm_device_do_normalize=False))
+    return eng
+
+
+def _mode(eng, uris: list[str], mode: str) -> list[dict]:
+    """Rows for one pixel mode: each path at 1 and 2 threads; outputs checked equal."""
+    import torch
 
     from vlmprep.integrations import vllm_plugin as plugin
-    os.environ[plugin.ENV] = "1"
-    plugin.register()
-    eng = Engine("qwen2-vl", tempfile.mkdtemp())
-    uris = _uris(args.requests)
     for on, pixels in (("1", ""), ("1", "pil"), ("0", "")):  # warm: construction, first calls
         os.environ[plugin.ENV], os.environ[plugin.PIXELS_ENV] = on, pixels
         _run(eng, uris[:2], 1)
@@ -86,7 +93,7 @@ def main() -> int:
             os.environ[plugin.ENV], os.environ[plugin.PIXELS_ENV] = on, pixels
             per, wall, out = _run(eng, uris, threads)
             outs[(name, threads)] = out
-            rows.append({"path": name, "threads": threads,
+            rows.append({"mode": mode, "path": name, "threads": threads,
                          "ms_per_request_p50": 1e3 * statistics.median(p[0] for p in per),
                          "ms_fetch_p50": 1e3 * statistics.median(p[1] for p in per),
                          "ms_apply_p50": 1e3 * statistics.median(p[0] - p[1] for p in per),
@@ -94,26 +101,46 @@ def main() -> int:
     for threads in (1, 2):
         for a, b in zip(outs[("vllm", threads)], outs[("vllm+vlmprep", threads)]):
             x, y = a["mm_kwargs"]["image"][0], b["mm_kwargs"]["image"][0]
-            assert all(torch.equal(x[k].data, y[k].data) for k in x), "outputs differ"
-    by = {(r["path"], r["threads"]): r for r in rows}
-    print(f"{'path':<18}{'threads':>8}{'ms/request p50':>16}{'decode p50':>12}{'apply p50':>11}"
+            assert all(torch.equal(x[k].data, y[k].data) for k in x), f"{mode}: outputs differ"
+    return rows
+
+
+def _ratios(rows: list[dict]) -> dict:
+    by = {(r["path"], r["threads"]): r["requests_per_s"] for r in rows}
+    return {
+        "speedup_1_thread": by[("vllm+vlmprep", 1)] / by[("vllm", 1)],
+        "speedup_2_threads": by[("vllm+vlmprep", 2)] / by[("vllm", 2)],
+        "vllm_2_vs_1_threads": by[("vllm", 2)] / by[("vllm", 1)],
+        "plugin_2_vs_1_threads": by[("vllm+vlmprep", 2)] / by[("vllm+vlmprep", 1)],
+        "pil_pixels_speedup_1_thread": by[("vllm+vlmprep pil", 1)] / by[("vllm", 1)],
+        "pil_pixels_2_vs_1_threads": by[("vllm+vlmprep pil", 2)] / by[("vllm+vlmprep pil", 1)],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=12)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    from vlmprep.integrations import vllm_plugin as plugin
+    os.environ[plugin.ENV] = "1"
+    plugin.register()
+    uris = _uris(args.requests)
+    rows, ratios = [], {}
+    for mode in ("uint8", "float32"):
+        eng = _engine(mode)
+        mode_rows = _mode(eng, uris, mode)
+        rows += mode_rows
+        ratios[mode] = _ratios(mode_rows)
+    print(f"{'pixels':<8}{'path':<18}{'threads':>8}{'ms/request p50':>16}{'fetch p50':>11}{'apply p50':>11}"
           f"{'requests/s':>12}")
     for r in rows:
-        print(f"{r['path']:<18}{r['threads']:>8}{r['ms_per_request_p50']:>16.1f}{r['ms_fetch_p50']:>12.1f}"
-              f"{r['ms_apply_p50']:>11.1f}{r['requests_per_s']:>12.2f}")
-    ratios = {
-        "speedup_1_thread": by[("vllm+vlmprep", 1)]["requests_per_s"] / by[("vllm", 1)]["requests_per_s"],
-        "speedup_2_threads": by[("vllm+vlmprep", 2)]["requests_per_s"] / by[("vllm", 2)]["requests_per_s"],
-        "vllm_2_vs_1_threads": by[("vllm", 2)]["requests_per_s"] / by[("vllm", 1)]["requests_per_s"],
-        "plugin_2_vs_1_threads": by[("vllm+vlmprep", 2)]["requests_per_s"] / by[("vllm+vlmprep", 1)]["requests_per_s"],
-        "pil_pixels_speedup_1_thread": (by[("vllm+vlmprep pil", 1)]["requests_per_s"]
-                                        / by[("vllm", 1)]["requests_per_s"]),
-        "pil_pixels_2_vs_1_threads": (by[("vllm+vlmprep pil", 2)]["requests_per_s"]
-                                      / by[("vllm+vlmprep pil", 1)]["requests_per_s"]),
-    }
-    for k, v in ratios.items():
-        print(f"{k}: {v:.2f}x")
-    print(f"outputs equal: yes ({len(uris)} requests x 2 concurrencies); load average {os.getloadavg()[0]:.2f}")
+        print(f"{r['mode']:<8}{r['path']:<18}{r['threads']:>8}{r['ms_per_request_p50']:>16.1f}"
+              f"{r['ms_fetch_p50']:>11.1f}{r['ms_apply_p50']:>11.1f}{r['requests_per_s']:>12.2f}")
+    for mode, rs in ratios.items():
+        print(mode + ": " + ", ".join(f"{k} {v:.2f}x" for k, v in rs.items()))
+    print(f"outputs equal: yes ({len(uris)} requests x 2 concurrencies x 2 pixel modes); "
+          f"load average {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"requests": len(uris), "rows": rows, "ratios": ratios,

@@ -50,6 +50,9 @@ def switched_on(tmp_path_factory):
     plugin.register()
     yield mp
     registry.__dict__.pop("create_processor", None)
+    from vllm.multimodal.media import ImageMediaIO
+    if getattr(ImageMediaIO.load_bytes, "_vlmprep", False):
+        ImageMediaIO.load_bytes = ImageMediaIO.load_bytes.__wrapped__
     mp.undo()
 
 
@@ -200,3 +203,94 @@ def test_unsupported_keyword_falls_back(switched_on, tmp_path):
     out = ip(_pil(["chelsea"]), return_tensors="pt", image_mean=[0.5, 0.5, 0.5])
     assert plugin.STATS["fallback"] == before["fallback"] + 1
     assert out["pixel_values"].shape[0] > 0
+
+
+# -- request images as vLLM's server receives them: data: URIs through its media connector -------
+def _uri(name: str, fmt: str = "JPEG", mode: str = "RGB", orientation: int = 1) -> str:
+    import base64
+    import io
+
+    from PIL import Image
+    im = _pil([name])[0].convert(mode)
+    buf = io.BytesIO()
+    exif = Image.Exif()
+    if orientation != 1:
+        exif[0x0112] = orientation
+    im.save(buf, fmt, quality=90, exif=exif.tobytes()) if fmt == "JPEG" else im.save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _fetch_apply(eng: Engine, uris: list[str]) -> tuple[dict, list]:
+    from vllm.multimodal.media import MediaConnector
+    from vllm.multimodal.processing.context import TimingContext
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+    conn = MediaConnector()
+    images = [conn.fetch_image(u) for u in uris]
+    items = eng.processor.info.parse_mm_data({"image": images})
+    return eng.processor.apply(ProcessorInputs(eng.ck.ids(eng.prompt(len(uris))), items), TimingContext()), images
+
+
+@pytest.mark.parametrize("family", ["qwen2-vl", "gemma3", "llava-next"])
+def test_request_jpegs_reach_vlmprep_as_bytes_and_equal_vllms_path(switched_on, tmp_path, family):
+    """One request mixing plain JPEGs (left undecoded by vLLM's loader, decoded by vlmprep from
+    their bytes), a PNG, a grey JPEG and an EXIF-rotated JPEG (these three decoded by vLLM as
+    before): prompt ids, mm hashes, placeholders and every tensor equal vLLM's own path."""
+    from vlmprep.integrations.vllm_media import encoded_jpeg
+    eng = Engine(family, tmp_path)
+    uris = [_uri("chelsea"), _uri("astronaut", "PNG"), _uri("coffee", mode="L"),
+            _uri("chelsea", orientation=6), _uri("coffee")]
+    switched_on.delenv(plugin.ENV)
+    want, plain = _fetch_apply(eng, uris)
+    assert all(encoded_jpeg(m.media) is None for m in plain)
+    switched_on.setenv(plugin.ENV, "1")
+    before = dict(plugin.STATS)
+    got, images = _fetch_apply(eng, uris)
+    deferred = type(eng.processor).__name__ in plugin.DEFER_DECODE  # Gemma 3: vLLM decodes (see DEFER_DECODE)
+    assert plugin.STATS["jpeg_bytes"] - before["jpeg_bytes"] == (2 if deferred else 0), plugin.STATS
+    assert plugin.STATS["fallback"] == before["fallback"]
+    undecoded = [m.media._im is None for m in images]  # never decoded by Pillow
+    assert undecoded == ([True, False, False, False, True] if deferred else [False] * 5)
+    _same(got, want, f"{family} data: URIs")
+
+
+def test_deferred_jpeg_keeps_vllms_checks_and_errors(switched_on, tmp_path, monkeypatch):
+    """VLLM_MAX_IMAGE_PIXELS refuses as vLLM does; a truncated JPEG (Pillow opens its header,
+    cannot decode it) is still that request's ValueError, saying what was expected; a JPEG
+    vlmprep refuses but Pillow decodes goes the Pillow way, exact."""
+    import base64
+
+    from vllm.multimodal.media import MediaConnector
+    eng = Engine("qwen2-vl", tmp_path)
+    uri = _uri("chelsea")
+    raw = base64.b64decode(uri.split(",", 1)[1])
+    conn = MediaConnector()
+    import vllm.envs as envs
+    monkeypatch.setattr(envs, "VLLM_MAX_IMAGE_PIXELS", 1000)
+    with pytest.raises(ValueError, match="VLLM_MAX_IMAGE_PIXELS"):
+        conn.fetch_image(uri)
+    monkeypatch.setattr(envs, "VLLM_MAX_IMAGE_PIXELS", 0)
+    cut = "data:image/jpeg;base64," + base64.b64encode(raw[: len(raw) // 2]).decode()
+    with pytest.raises(ValueError) as e:
+        _fetch_apply(eng, [cut])
+    assert "expected" in f"{e.value} {e.value.__cause__} {e.value.__context__}"
+    switched_on.delenv(plugin.ENV)
+    want, _ = _fetch_apply(eng, [uri])
+    switched_on.setenv(plugin.ENV, "1")
+    import vlmprep.integrations.hf_image_processor as hip
+    real = hip._run
+
+    def refuse_bytes(proc, flat):  # vlmprep refusing the bytes (e.g. one of its own limits)
+        from vlmprep.errors import ImageError
+        calls = []
+
+        def proc2(items):
+            calls.append(items)
+            if any(isinstance(x, bytes) for x in items):
+                raise ImageError("expected a JPEG vlmprep takes, got one it refuses (test)")
+            return proc(items)
+        out = real(proc2, flat)
+        assert len(calls) == 2
+        return out
+    monkeypatch.setattr(hip, "_run", refuse_bytes)
+    got, _ = _fetch_apply(eng, [uri])
+    _same(got, want, "refused bytes, Pillow's pixels")

@@ -33,8 +33,9 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "Gemma3ImageProcessor": frozenset(),
 }
 
-#: calls answered by vlmprep / passed to the image processor itself (this process)
-STATS = {"vlmprep": 0, "fallback": 0}
+#: calls answered by vlmprep / passed to the image processor itself, and images vlmprep decoded
+#: from the JPEG bytes vLLM's loader left undecoded (``vllm_media``), in this process
+STATS = {"vlmprep": 0, "fallback": 0, "jpeg_bytes": 0}
 _LOCK = threading.Lock()
 _SUBCLASSES: dict[type, type] = {}
 
@@ -70,7 +71,7 @@ def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
     if proc is None:
         _count("fallback")
         return real(images, *args, **kwargs)
-    batch = proc(flat)  # errors="raise": a bad image is the request's ValueError (ImageError)
+    batch = _run(proc, flat)
     out = batch.to_hf(images_per_sample=per_sample)
     if kwargs.get("return_row_col_info"):
         out["rows"], out["cols"] = _rows_cols(batch, per_sample)
@@ -78,9 +79,33 @@ def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
     return out
 
 
-def _count(key: str) -> None:
+def _run(proc: Any, flat: list) -> Any:
+    """``proc`` over the images; an image vLLM's loader left undecoded goes as its JPEG bytes
+    (``vllm_media``: vlmprep decodes them, fused with the resize, into Pillow's pixels). Should
+    vlmprep refuse those bytes, the images go again as Pillow decodes them, as without the
+    deferred decode; errors="raise": a bad image is the request's ValueError (ImageError)."""
+    from ..errors import ImageError
+    from .vllm_media import encoded_jpeg
+    items = [encoded_jpeg(x) or x for x in flat]
+    deferred = [y for x, y in zip(items, flat) if x is not y]
+    if not deferred:
+        return proc(flat)
+    try:
+        batch = proc(items)
+    except ImageError as refused:
+        for im in deferred:
+            try:
+                im.load()
+            except Exception:  # noqa: BLE001 (Pillow cannot decode it either: vlmprep's error says why)
+                raise refused from None
+        return proc(flat)
+    _count("jpeg_bytes", len(deferred))
+    return batch
+
+
+def _count(key: str, n: int = 1) -> None:
     with _LOCK:  # vLLM's renderer may call from several threads
-        STATS[key] += 1
+        STATS[key] += n
 
 
 def _dtype(ip: Any, kwargs: dict) -> str | None:

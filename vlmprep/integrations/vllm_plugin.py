@@ -15,6 +15,10 @@ transformers' torchvision backend (vLLM's default), else Pillow-exact. Anything 
 not take (a keyword other than its config's values, videos, an unknown image type) goes to the
 image processor itself, counted in ``STATS["fallback"]``.
 
+Request images: vLLM's media connector decodes them before any processor runs; with the plugin on
+and a processor in ``DEFER_DECODE`` served, a plain JPEG is left undecoded there and vlmprep
+decodes its bytes (``vllm_media``: same checks, same hash, same pixels), fused with the resize.
+
 ``VLMPREP_VLLM_PIXELS=pil`` asks for the pixels of transformers' PIL processors (what the
 checkpoints were trained on) instead of the torchvision backend's.
 """
@@ -24,9 +28,10 @@ import os
 from typing import Any
 
 from .hf_image_processor import PIXELS_ENV, STATS, SUPPORTED, install
+from .vllm_media import install_load_bytes
 
 # PIXELS_ENV, STATS, SUPPORTED and install live in hf_image_processor (shared with SGLang's)
-__all__ = ["ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "STATS", "enabled", "register", "install"]
+__all__ = ["DEFER_DECODE", "ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "STATS", "enabled", "register", "install"]
 
 ENV = "VLMPREP_VLLM"
 
@@ -40,6 +45,14 @@ PROCESSORS = frozenset({
     "InternS1MultiModalProcessor", "Idefics3MultiModalProcessor", "PixtralHFMultiModalProcessor",
     "Gemma3MultiModalProcessor",
 })
+
+#: of those, the processors that never look at the pixels themselves: for them vLLM's loader leaves
+#: plain JPEGs undecoded (``vllm_media``). Gemma 3's and Idefics3's parse the images again after
+#: the image processor ran (for their sizes; the parse's EXIF transpose decodes them), which would
+#: decode each image twice: their images are decoded by vLLM's loader as before.
+DEFER_DECODE = PROCESSORS - {"Gemma3MultiModalProcessor", "Idefics3MultiModalProcessor"}
+#: whether the processor built last in this process (the served model's) is in DEFER_DECODE
+_DEFER = {"on": False}
 
 
 def enabled() -> bool:
@@ -60,12 +73,20 @@ def register() -> None:
 
     def create_processor(*args: Any, **kwargs: Any) -> Any:
         proc = create(*args, **kwargs)
-        if type(proc).__name__ in PROCESSORS:  # exact class: models that subclass it are not checked
+        name = type(proc).__name__
+        if name in PROCESSORS:  # exact class: models that subclass it are not checked
             _wrap_info(proc.info)
+        _DEFER["on"] = name in DEFER_DECODE
         return proc
 
     create_processor._vlmprep = True  # type: ignore[attr-defined]
     registry.create_processor = create_processor  # the singleton's attribute shadows its method
+    from vllm.multimodal.media import ImageMediaIO  # deferred: vLLM is optional
+    install_load_bytes(ImageMediaIO, _defer_decode)  # plain JPEGs reach vlmprep as their bytes
+
+
+def _defer_decode() -> bool:
+    return enabled() and _DEFER["on"]
 
 
 def _wrap_info(info: Any) -> None:
