@@ -19,6 +19,7 @@ from requires import engine  # noqa: E402
 engine("vllm", "vLLM")
 import torch  # noqa: E402
 
+from _support.imgdata import photo  # noqa: E402
 from tests.integration.test_vllm_engine import FAMILIES, Engine, _pil  # noqa: E402
 from vlmprep.integrations import vllm_plugin as plugin  # noqa: E402
 
@@ -294,3 +295,54 @@ def test_deferred_jpeg_keeps_vllms_checks_and_errors(switched_on, tmp_path, monk
     monkeypatch.setattr(hip, "_run", refuse_bytes)
     got, _ = _fetch_apply(eng, [uri])
     _same(got, want, "refused bytes, Pillow's pixels")
+
+
+# -- videos (Qwen2-VL, Qwen2.5-VL): vLLM's sampled frames through the video processor ------------
+def _video_apply(eng: Engine, videos: list) -> dict:
+    from vllm.multimodal.processing.context import TimingContext
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+    items = eng.processor.info.parse_mm_data({"video": videos})
+    prompt = "".join("<|vision_start|><|video_pad|><|vision_end|>" for _ in videos) + "What happens?"
+    return eng.processor.apply(ProcessorInputs(eng.ck.ids(prompt), items), TimingContext())
+
+
+def _clip(t: int, h: int, w: int, seed: int) -> tuple:
+    """A clip of ``t`` frames (a photo panned, so frames differ) and vLLM's metadata for it."""
+    import numpy as np
+    a = photo("astronaut")
+    frames = np.stack([a[(5 * i) % 40:(5 * i) % 40 + h, (7 * i + seed) % 60:(7 * i + seed) % 60 + w]
+                       for i in range(t)])
+    meta = {"total_num_frames": t, "fps": 2.0, "duration": t / 2.0, "video_backend": "opencv",
+            "frames_indices": list(range(t)), "do_sample_frames": False, "height": h, "width": w}
+    return np.ascontiguousarray(frames), meta
+
+
+@pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl"])
+@pytest.mark.parametrize("float_pixels", [False, True], ids=["uint8", "float32"])
+def test_qwen_videos_equal_vllms_own_path(switched_on, tmp_path, family, float_pixels):
+    """A request with two clips of different sizes and lengths (8 and 5 frames: an odd count is
+    padded by repeating the last frame): prompt ids, hashes, placeholders and every video tensor
+    (pixel_values_videos, video_grid_thw, Qwen2.5-VL's second_per_grid_ts) equal vLLM's path."""
+    eng = Engine(family, tmp_path)
+    if float_pixels:
+        from vllm.config import ModelConfig
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+        eng.processor = MULTIMODAL_REGISTRY.create_processor(
+            ModelConfig(model=str(eng.ck.path), max_model_len=32768, mm_device_do_normalize=False))
+    videos = [_clip(8, 240, 320, 0), _clip(5, 97, 333, 3)]
+    switched_on.delenv(plugin.ENV)
+    want = _video_apply(eng, videos)
+    switched_on.setenv(plugin.ENV, "1")
+    before = dict(plugin.STATS)
+    got = _video_apply(eng, videos)
+    assert plugin.STATS["vlmprep"] > before["vlmprep"] and plugin.STATS["fallback"] == before["fallback"], plugin.STATS
+    assert got["prompt_token_ids"] == want["prompt_token_ids"]
+    assert got["mm_hashes"] == want["mm_hashes"] and got["mm_placeholders"] == want["mm_placeholders"]
+    g, w = got["mm_kwargs"]["video"], want["mm_kwargs"]["video"]
+    assert len(g) == len(w) == 2
+    for a, b in zip(g, w):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            x, y = a[k].data, b[k].data
+            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), (family, k)
+    assert g[0]["pixel_values_videos"].data.dtype.is_floating_point == float_pixels  # vLLM casts floats to the model's

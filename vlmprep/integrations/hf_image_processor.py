@@ -65,7 +65,7 @@ def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
     """The image processor's call, answered by vlmprep when it can (see the module docstring)."""
     real = super(type(self), self).__call__
     on = self.__dict__.get("_vlmprep_switch")
-    dtype = _dtype(self, kwargs) if on is not None and on() and not args else None
+    dtype = _dtype(self, kwargs, SUPPORTED[type(self).__name__]) if on is not None and on() and not args else None
     flat, per_sample = _flatten(images) if dtype is not None else (None, None)
     proc = _processor(self, dtype) if dtype is not None and flat is not None else None
     if proc is None:
@@ -108,10 +108,11 @@ def _count(key: str, n: int = 1) -> None:
         STATS[key] += n
 
 
-def _dtype(ip: Any, kwargs: dict) -> str | None:
+def _dtype(ip: Any, kwargs: dict, allowed: frozenset[str]) -> str | None:
     """vlmprep's dtype for this call: "float32" (rescale + normalize, the config's default),
     "uint8" (both off: vLLM's ``mm_device_do_normalize``), or None when a keyword asks for
-    something else than the config (then the image processor answers)."""
+    something else than the config (then the image processor answers). ``allowed``: keywords
+    the caller answers itself (whatever their value)."""
     kw = dict(kwargs)
     if kw.pop("return_tensors", "pt") not in ("pt", None):
         return None
@@ -122,7 +123,6 @@ def _dtype(ip: Any, kwargs: dict) -> str | None:
         dtype = "float32"
     else:
         return None
-    allowed = SUPPORTED[type(ip).__name__]
     missing = object()
     for key, value in kw.items():
         if key in allowed:

@@ -12,8 +12,10 @@ ranges, mm hashes and vLLM's processor cache are vLLM's own code), for the vLLM 
 with vlmprep's tensors, built from its own config (the checkpoint's, with the server's
 ``mm_processor_kwargs`` applied), bit-exact with it: ``match="torchvision"`` when it is
 transformers' torchvision backend (vLLM's default), else Pillow-exact. Anything it does
-not take (a keyword other than its config's values, videos, an unknown image type) goes to the
-image processor itself, counted in ``STATS["fallback"]``.
+not take (a keyword other than its config's values, an unknown image type) goes to the
+image processor itself, counted in ``STATS["fallback"]``. Videos: the transformers video
+processor of the same processors, for the classes in ``SUPPORTED_VIDEO`` (Qwen2-VL, Qwen2.5-VL;
+``hf_video_processor``: vLLM's sampled frames, torchvision's pixels); others keep transformers'.
 
 Request images: vLLM's media connector decodes them before any processor runs; with the plugin on
 and a processor in ``DEFER_DECODE`` served, a plain JPEG is left undecoded there and vlmprep
@@ -28,10 +30,12 @@ import os
 from typing import Any
 
 from .hf_image_processor import PIXELS_ENV, STATS, SUPPORTED, install
+from .hf_video_processor import SUPPORTED_VIDEO, install_video
 from .vllm_media import install_load_bytes
 
 # PIXELS_ENV, STATS, SUPPORTED and install live in hf_image_processor (shared with SGLang's)
-__all__ = ["DEFER_DECODE", "ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "STATS", "enabled", "register", "install"]
+__all__ = ["DEFER_DECODE", "ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "SUPPORTED_VIDEO", "STATS",
+           "enabled", "register", "install"]
 
 ENV = "VLMPREP_VLLM"
 
@@ -101,6 +105,9 @@ def _wrap_info(info: Any) -> None:
         ip = getattr(hf, "image_processor", None)
         if ip is not None:
             install(ip, enabled)
+            vp = getattr(hf, "video_processor", None)
+            if vp is not None:
+                install_video(vp, ip, enabled)  # Qwen2-VL / Qwen2.5-VL videos (SUPPORTED_VIDEO)
         return hf
 
     get_hf_processor._vlmprep = True  # type: ignore[attr-defined]
