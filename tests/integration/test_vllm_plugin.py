@@ -18,8 +18,8 @@ from requires import engine  # noqa: E402
 
 engine("vllm", "vLLM")
 import torch  # noqa: E402
-
 from _support.imgdata import photo  # noqa: E402
+
 from tests.integration.test_vllm_engine import FAMILIES, Engine, _pil  # noqa: E402
 from vlmprep.integrations import vllm_plugin as plugin  # noqa: E402
 
