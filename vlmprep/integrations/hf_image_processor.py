@@ -68,7 +68,7 @@ def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
     dtype = _dtype(self, kwargs, SUPPORTED[type(self).__name__]) if on is not None and on() and not args else None
     flat, per_sample = _flatten(images) if dtype is not None else (None, None)
     proc = _processor(self, dtype) if dtype is not None and flat is not None else None
-    if proc is None:
+    if proc is None or flat is None:
         _count("fallback")
         return real(images, *args, **kwargs)
     batch = _run(proc, flat)

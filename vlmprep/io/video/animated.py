@@ -97,9 +97,9 @@ def _gif_walk(data: bytes, max_frames: int) -> tuple[int, int, list[int], tuple[
                     continue
                 elif label == 0xFF and not delays and block is not None and block.startswith(b"NETSCAPE2.0"):
                     _, pos = sub_block(pos)
-                more = True
-                while more:
-                    more, pos = sub_block(pos)
+                rest, pos = sub_block(pos)  # Pillow skips sub-blocks even after a terminator first
+                while rest:
+                    rest, pos = sub_block(pos)
             elif kind == 0x2C:  # image descriptor (9 bytes), local colour table, LZW code size
                 if pos + 9 > n:
                     break
