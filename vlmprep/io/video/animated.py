@@ -52,71 +52,100 @@ def _gif_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]
 def _gif_walk(data: bytes, max_frames: int) -> tuple[int, int, list[int], tuple[int, int, int] | None]:
     """(screen width, height, delays in ms, the first frame reaching outside the screen as
     (index, right, bottom) or None) from the GIF's blocks, read as Pillow's GIF reader reads them
-    (``GifImageFile._seek``): a byte that starts no block is skipped, an extension's sub-blocks are
-    skipped after its first one even when that one is the terminator, a frame resumes after the
-    previous frame's image data. Walking the file any other way lets a crafted GIF show this walker
-    frames inside the screen while Pillow meets one that grows the canvas to 65535x65535."""
+    (``_GifBlocks``). Walking the file any other way lets a crafted GIF show this walker frames
+    inside the screen while Pillow meets one that grows the canvas to 65535x65535."""
     if len(data) < 13:
         raise _bad("GIF", f"{len(data)} bytes (no screen descriptor)")
     w, h, flags = struct.unpack_from("<HHB", data, 6)
-    n = len(data)
-    pos = min(n, 13 + ((3 << ((flags & 7) + 1)) if flags & 0x80 else 0))
+    blocks = _GifBlocks(data, 13 + ((3 << ((flags & 7) + 1)) if flags & 0x80 else 0))
     delays: list[int] = []
     outside = None
-
-    def sub_block(p: int) -> tuple[bytes | None, int]:
-        # Pillow's GifImageFile.data(): a length byte, then that many bytes (fewer at the end)
-        if p < n and data[p]:
-            return data[p + 1:p + 1 + data[p]], min(n, p + 1 + data[p])
-        return None, min(n, p + 1)
-
     while len(delays) <= max_frames:
-        if delays:  # skip the rest of the previous frame's image data
-            more, pos = sub_block(pos)
-            while more:
-                more, pos = sub_block(pos)
-        if pos >= n or data[pos] == 0x3B:
-            break  # Pillow: no more images
-        delay = 0
-        found = False
-        while pos < n and data[pos] != 0x3B:
-            kind = data[pos]
-            pos += 1
-            if kind == 0x21:  # extension: label, then sub-blocks
-                if pos >= n:
-                    break
-                label = data[pos]
-                block, pos = sub_block(pos + 1)
-                if label == 0xF9 and block is not None:
-                    if len(block) < 3:
-                        break  # Pillow fails on this frame: it is not one
-                    delay = struct.unpack_from("<H", block, 1)[0]
-                elif label == 0xFE:
-                    while block:
-                        block, pos = sub_block(pos)
-                    continue
-                elif label == 0xFF and not delays and block is not None and block.startswith(b"NETSCAPE2.0"):
-                    _, pos = sub_block(pos)
-                rest, pos = sub_block(pos)  # Pillow skips sub-blocks even after a terminator first
-                while rest:
-                    rest, pos = sub_block(pos)
-            elif kind == 0x2C:  # image descriptor (9 bytes), local colour table, LZW code size
-                if pos + 9 > n:
-                    break
-                x, y, fw, fh = struct.unpack_from("<HHHH", data, pos)
-                if outside is None and (x + fw > w or y + fh > h):  # Pillow grows the canvas here
-                    outside = (len(delays), x + fw, y + fh)
-                packed = data[pos + 8]
-                pos += 9 + ((3 << ((packed & 7) + 1)) if packed & 0x80 else 0)
-                if pos >= n:
-                    break  # no LZW code size: Pillow fails on this frame
-                pos += 1
-                found = True
-                break
+        if delays:
+            blocks.skip_sub_blocks()  # the rest of the previous frame's image data
+        delay, reach, found = blocks.frame(not delays, w, h)
+        if outside is None and reach is not None:
+            outside = (len(delays), *reach)
         if not found:
             break
         delays.append(10 * (delay if delay >= _GIF_MIN_DELAY_CS else _GIF_DEFAULT_DELAY_CS))
     return w, h, delays, outside
+
+
+class _GifBlocks:
+    """A GIF's blocks from ``pos`` on, read as Pillow's ``GifImageFile._seek`` reads them: a byte
+    that starts no block is skipped, an extension's sub-blocks are skipped after its first one
+    even when that one is the terminator, the image data are skipped by sub-blocks."""
+
+    def __init__(self, data: bytes, pos: int):
+        self.data, self.n = data, len(data)
+        self.pos = min(pos, self.n)
+
+    def sub_block(self) -> bytes | None:
+        """Pillow's ``data()``: a length byte, then that many bytes (fewer at the end); None
+        for the terminator (or the end)."""
+        d, p = self.data, self.pos
+        if p < self.n and d[p]:
+            self.pos = min(self.n, p + 1 + d[p])
+            return d[p + 1:p + 1 + d[p]]
+        self.pos = min(self.n, p + 1)
+        return None
+
+    def skip_sub_blocks(self) -> None:
+        while self.sub_block():
+            pass
+
+    def frame(self, first: bool, w: int, h: int) -> tuple[int, tuple[int, int] | None, bool]:
+        """The blocks up to the next frame's image data: (its delay in centiseconds, (right,
+        bottom) when its descriptor reaches outside the w x h screen (Pillow grows the canvas
+        there, even if the frame then fails), whether Pillow gets a frame)."""
+        delay = 0
+        while self.pos < self.n and self.data[self.pos] != 0x3B:
+            kind = self.data[self.pos]
+            self.pos += 1
+            if kind == 0x21:
+                ok, got = self._extension(first)
+                if not ok:
+                    return delay, None, False
+                delay = delay if got is None else got
+            elif kind == 0x2C:
+                reach, found = self._descriptor(w, h)
+                return delay, reach, found
+        return delay, None, False
+
+    def _extension(self, first: bool) -> tuple[bool, int | None]:
+        """After a 0x21: (whether Pillow reads it, a graphic control extension's delay or None)."""
+        if self.pos >= self.n:
+            return False, None
+        label = self.data[self.pos]
+        self.pos += 1
+        block = self.sub_block()
+        delay = None
+        if label == 0xF9 and block is not None:
+            if len(block) < 3:
+                return False, None  # Pillow fails on this frame: it is not one
+            delay = struct.unpack_from("<H", block, 1)[0]
+        elif label == 0xFE:
+            while block:
+                block = self.sub_block()
+            return True, None  # a comment: Pillow goes on with the next byte
+        elif label == 0xFF and first and block is not None and block.startswith(b"NETSCAPE2.0"):
+            self.sub_block()
+        self.skip_sub_blocks()
+        return True, delay
+
+    def _descriptor(self, w: int, h: int) -> tuple[tuple[int, int] | None, bool]:
+        """After a 0x2C: ((right, bottom) when outside the screen, whether the frame is read)."""
+        if self.pos + 9 > self.n:
+            return None, False
+        x, y, fw, fh = struct.unpack_from("<HHHH", self.data, self.pos)
+        reach = (x + fw, y + fh) if x + fw > w or y + fh > h else None
+        packed = self.data[self.pos + 8]
+        self.pos += 9 + ((3 << ((packed & 7) + 1)) if packed & 0x80 else 0)
+        if self.pos >= self.n:
+            return reach, False  # no LZW code size: Pillow fails on this frame
+        self.pos += 1
+        return reach, True
 
 
 def _webp_frames(data: bytes, max_frames: int) -> tuple[int, int, int, list[int]]:
@@ -208,10 +237,7 @@ def read_animation(data: bytes, meta: VideoMeta, indices: Sequence[int], out: np
                 raise timed_out(f"compose frame {f}", timeout_s)
             try:
                 im.seek(f)
-                if im.size != (meta.width, meta.height):  # a frame the block walk missed: never compose it
-                    raise ImageError(f"expected the {fmt}'s frames inside its {meta.width}x{meta.height} (WxH) "
-                                     f"canvas, got frame {f} growing it to {im.size[0]}x{im.size[1]}; the file "
-                                     f"is corrupt or hostile: re-encode it")
+                _same_canvas(im, meta, f)
                 im.load()
                 if f in where:
                     first, *rest = where[f]
@@ -225,6 +251,14 @@ def read_animation(data: bytes, meta: VideoMeta, indices: Sequence[int], out: np
                                  f"declares, it has fewer; the file is truncated: re-encode it") from e
             except Exception as e:  # noqa: BLE001 (as at open)
                 raise _bad(fmt, f"frame {f} unreadable ({type(e).__name__}: {e})") from e
+
+
+def _same_canvas(im: Any, meta: VideoMeta, frame: int) -> None:
+    """A canvas Pillow grew at seek (a frame the block walk missed) is refused before decoding."""
+    if im.size != (meta.width, meta.height):
+        raise ImageError(f"expected the {meta.container.upper()}'s frames inside its {meta.width}x{meta.height} "
+                         f"(WxH) canvas, got frame {frame} growing it to {im.size[0]}x{im.size[1]}; the file "
+                         f"is corrupt or hostile: re-encode it")
 
 
 def _to_rgb(im: Any, dst: np.ndarray, deadline: float, timeout_s: float, frame: int) -> None:
