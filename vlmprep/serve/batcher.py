@@ -30,8 +30,9 @@ from ..io.inputs import as_image_list
 from ..io.warm import warm_decoders
 from ..kernels import get_num_threads
 from ..pack import concat
-from ..processor import Processor
+from ..processor import Processor, _video_list
 from .metrics import Metrics
+from .videos import VideoLane
 
 if TYPE_CHECKING:
     from ..pack import PackedBatch
@@ -157,7 +158,10 @@ class Batcher:
         self._planner = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vlmprep-plan")
         # The set-up, begun now on a planning thread (never on the loop): the first submit
         # awaits it (``start``), so no request and no loop tick waits on a first import.
-        self._ready = self._planner.submit(_set_up, self._proc, self._planner, self._executor)
+        # Videos run beside the image batches, on a thread of their own (serve/videos.py).
+        self._videos = VideoLane(self._proc)
+        self._ready = self._planner.submit(_set_up, self._proc, self._planner, self._executor,
+                                           self._videos.executor)
         self._admitting = 0  # submits between their closed-check and their enqueue
         self._stream: Any = None  # the worker's torch.cuda.Stream, made on first use in the worker
         self._queue: deque[_Request] = deque()
@@ -176,21 +180,26 @@ class Batcher:
                 f"max_batch_tokens={self.max_batch_tokens}, closed={self._closing})")
 
     # -- public API -----------------------------------------------------------------------------
-    def plan(self, images: Sequence[Any]) -> "Plan":
-        """Header-only plan of ``images``, now (no queueing): ``proc.plan(images)``.
+    def plan(self, images: Sequence[Any] = (), videos: Sequence[Any] | None = None) -> "Plan":
+        """Header-only plan of ``images`` (and ``videos``: container metadata only), now (no
+        queueing): ``proc.plan(images, videos=videos)``.
 
         For KV-cache budgeting and placeholder expansion before any pixel is decoded.
         """
-        return self.proc.plan(images)
+        return self.proc.plan(images, videos=videos)
 
-    async def submit(self, images: Sequence[Any]) -> "PackedBatch":
-        """Process ``images`` (one request) in a shared batch -> this request's PackedBatch.
+    async def submit(self, images: Sequence[Any] = (), videos: Sequence[Any] | None = None
+                     ) -> "PackedBatch":
+        """Process ``images`` (one request) in a shared batch -> this request's PackedBatch;
+        ``videos`` (optional) beside it, on the video lane (``serve/videos.py``: a clip never
+        holds image requests back), in ``batch.videos``.
 
-        Returns what ``proc(images)`` returns for these images alone: ``pixel_values``
-        ``(request_patches, patch_dim)``, ``image_index`` and ``errors`` in request-local
-        indices. Raises ImageError (``proc.errors == "raise"``; ``index`` is request-local),
-        RequestTooLarge (per-request limits, before queueing) or RuntimeError (closed).
-        Cancelling the awaiting task withdraws the request (or drops its result if running).
+        Returns what ``proc(images, videos=videos)`` returns for this request alone:
+        ``pixel_values`` ``(request_patches, patch_dim)``, ``image_index`` and ``errors`` in
+        request-local indices. Raises ImageError (``proc.errors == "raise"``; ``index`` is
+        request-local), RequestTooLarge (per-request limits, videos' planned tokens included,
+        before queueing or decoding) or RuntimeError (closed). Cancelling the awaiting task
+        withdraws the request (or drops its result if running).
         """
         loop = asyncio.get_running_loop()
         if self._closing:
@@ -198,6 +207,7 @@ class Batcher:
             raise RuntimeError("closed: this Batcher was closed and takes no new requests; "
                                "create a new Batcher")
         items = as_image_list(images)
+        clips = _video_list(videos) if videos is not None else None
         if self.max_request_images is not None and len(items) > self.max_request_images:
             self._metrics.rejected += 1
             raise RequestTooLarge(
@@ -216,30 +226,63 @@ class Batcher:
             # queues, header errors come before any decode (as proc() itself raises them), and
             # the worker later runs these very sources and plans (no second probe).
             sources, plans = await loop.run_in_executor(self._planner, self._proc.prepare, items)
+            vids, vplans = ([], []) if clips is None else await loop.run_in_executor(
+                self._planner, self._proc.prepare_videos, clips)
             tokens = sum(p.num_tokens for p in plans)
-            if self.max_request_tokens is not None and tokens > self.max_request_tokens:
-                self._metrics.rejected += 1
-                raise RequestTooLarge(
-                    f"request: expected at most {self.max_request_tokens} visual tokens "
-                    f"(max_request_tokens), got {tokens} for {len(items)} images; split the "
-                    f"request, lower max_pixels on the Processor, or raise max_request_tokens")
-            errs = [p.error for p in plans if p.error is not None]
+            self._check_tokens(tokens + sum(p.num_tokens for p in vplans if p.error is None),
+                               len(items), len(vplans))
+            errs = [p.error for p in list(plans) + list(vplans) if p.error is not None]
             if self._raise and errs:
                 self._metrics.failed += 1
                 raise errs[0]  # planned on this request alone: the index is already local
-            fut = loop.create_future()
-            req = _Request(items, sources, plans, tokens, fut, t0, loop.time())
-            fut.add_done_callback(lambda _f: self._on_done(req))
-            self._queue.append(req)
-            self._queued_images += req.n
-            self._queued_tokens += req.tokens
+            vfut = None if clips is None else self._videos.start(vids, vplans, empty_images=not items)
+            fut = None
+            if items or vfut is None:
+                fut = loop.create_future()
+                req = _Request(items, sources, plans, tokens, fut, t0, loop.time())
+                fut.add_done_callback(lambda _f: self._on_done(req))
+                self._queue.append(req)
+                self._queued_images += req.n
+                self._queued_tokens += req.tokens
         except asyncio.CancelledError:
             self._metrics.cancelled += 1  # cancelled while planned: never queued
             raise
         finally:
             self._admitting -= 1
             self._poke()
-        return await fut
+        if vfut is None:
+            assert fut is not None
+            return await fut
+        return await self._with_videos(fut, vfut, t0)
+
+    def _check_tokens(self, tokens: int, images: int, videos: int) -> None:
+        if self.max_request_tokens is not None and tokens > self.max_request_tokens:
+            self._metrics.rejected += 1
+            what = f"{images} images" + (f" and {videos} videos" if videos else "")
+            raise RequestTooLarge(
+                f"request: expected at most {self.max_request_tokens} visual tokens "
+                f"(max_request_tokens), got {tokens} for {what}; split the request, lower "
+                f"max_pixels (or the video options) on the Processor, or raise max_request_tokens")
+
+    async def _with_videos(self, fut: "asyncio.Future | None", vfut: asyncio.Future,
+                           t0: float) -> "PackedBatch":
+        """A request's image batch (``fut``; None: videos only) joined with its videos' batch."""
+        try:
+            batch = await fut if fut is not None else None
+            empty, vbatch = await vfut
+        except BaseException:
+            vfut.cancel()  # an image error or a cancelled caller: the videos' result is dropped
+            if fut is None:
+                self._metrics.failed += 1
+            raise
+        if self._raise and vbatch.errors:
+            if fut is None:
+                self._metrics.failed += 1
+            raise vbatch.errors[min(vbatch.errors)]  # as proc() raises the first late error
+        if fut is None:  # a request of videos only: counted here, the image lane never saw it
+            self._metrics.requests += 1
+            self._metrics.latency_ms.append((asyncio.get_running_loop().time() - t0) * 1000)
+        return replace(batch if batch is not None else empty, videos=vbatch)
 
     async def close(self) -> None:
         """Refuse new requests, finish every queued and running one, stop the worker.
@@ -251,6 +294,7 @@ class Batcher:
         if self._task is not None and not self._task.done():
             self._poke()
             await self._task
+        await self._videos.drain()
         self._executor.shutdown(wait=False)
         self._planner.shutdown(wait=False)
 
