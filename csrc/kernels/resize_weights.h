@@ -13,6 +13,9 @@ struct Coeffs {
   int ksize = 0;
   std::vector<int32_t> bounds;  // per output: first input index, tap count
   std::vector<int32_t> k;       // per output: ksize fixed-point weights
+  // The torchvision match's int16 weights have `prec` bits: k = w16 << (kPrecisionBits - prec),
+  // so k >> (kPrecisionBits - prec) gives them back (the int16 passes). Pillow's: kPrecisionBits.
+  int prec = kPrecisionBits;
 };
 
 }  // namespace vlmprep

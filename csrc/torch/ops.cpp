@@ -196,6 +196,14 @@ vlmprep::Interpolation interpolation_arg(const std::string& s) {
   return i;
 }
 
+// "pillow" (the default) or "torchvision": whose resize arithmetic (vlmprep/resize.h).
+vlmprep::ResizeMatch match_arg(const char* op, const std::string& s) {
+  vlmprep::ResizeMatch m{};
+  TORCH_CHECK(vlmprep::parse_resize_match(s, &m), op, ": match: expected ", vlmprep::kResizeMatchNames,
+              ", got '", s, "'");
+  return m;
+}
+
 void check_resize_input(const char* op, const at::Tensor& image, int64_t height, int64_t width) {
   TORCH_CHECK(image.is_cpu() && image.scalar_type() == at::kByte && image.dim() == 3 &&
                   image.size(2) == 3 && image.stride(2) == 1 && image.stride(1) == 3,
@@ -242,7 +250,8 @@ vlmprep::NormalizePatchifyParams one_sample_params(const char* op, int64_t heigh
 void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t width,
                                std::string interpolation, const std::optional<at::Tensor>& lut,
                                at::Tensor out, int64_t offset, std::string order, int64_t patch_size,
-                               int64_t merge_size, int64_t temporal_patch_size, int64_t num_threads) {
+                               int64_t merge_size, int64_t temporal_patch_size, int64_t num_threads,
+                               std::string match) {
   const char* op = "resize_normalize_patchify";
   check_resize_input(op, image, height, width);
   TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device(),
@@ -251,9 +260,10 @@ void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t 
   const vlmprep::NormalizePatchifyParams p =
       one_sample_params(op, height, width, lut, out, offset, order, patch_size, merge_size,
                         temporal_patch_size, &s);
+  const vlmprep::Interpolation interp = interpolation_arg(interpolation);
   const vlmprep::ResizeParams r{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                                 int32_t(image.size(1)), nullptr, int32_t(height), int32_t(width),
-                                interpolation_arg(interpolation)};
+                                interp, match_arg(op, match)};
   const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch_size ", patch_size, ", merge_size ",
               p.merge_size, "): ", bad ? bad : "");
@@ -281,7 +291,7 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
                                       const std::optional<at::Tensor>& lut, at::Tensor out,
                                       int64_t offset, std::string order, int64_t patch_size,
                                       int64_t merge_size, int64_t temporal_patch_size,
-                                      int64_t num_threads) {
+                                      int64_t num_threads, std::string match) {
   const char* op = "decode_resize_normalize_patchify";
   check_jpeg_input(op, data, src_h, src_w);
   TORCH_CHECK(height >= 1 && width >= 1, op, ": expected a positive size, got ", height, "x", width);
@@ -291,8 +301,9 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
       one_sample_params(op, height, width, lut, out, offset, order, patch_size, merge_size,
                         temporal_patch_size, &s);
 #if defined(VLMPREP_WITH_LIBJPEG)
+  const vlmprep::Interpolation interp = interpolation_arg(interpolation);
   const vlmprep::ResizeParams r{nullptr, 0, 0, 0, nullptr, int32_t(height), int32_t(width),
-                                interpolation_arg(interpolation)};
+                                interp, match_arg(op, match)};
   const char* bad = vlmprep::decode_resize_normalize_patchify_cpu(
       data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h), int(src_w), r, p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, op, ": declined: ", bad ? bad : "");
@@ -305,7 +316,7 @@ void decode_resize_normalize_patchify(const at::Tensor& data, int64_t src_h, int
 // cannot (damaged or unusual data: decode with Pillow instead) it raises "...: declined: <why>".
 std::vector<at::Tensor> decode_resize(const at::Tensor& data, int64_t src_h, int64_t src_w,
                                       at::IntArrayRef boxes, at::IntArrayRef sizes,
-                                      std::string interpolation, int64_t num_threads) {
+                                      std::string interpolation, int64_t num_threads, std::string match) {
   const char* op = "decode_resize";
   check_jpeg_input(op, data, src_h, src_w);
   const int64_t n = int64_t(sizes.size()) / 2;
@@ -313,6 +324,7 @@ std::vector<at::Tensor> decode_resize(const at::Tensor& data, int64_t src_h, int
               ": expected boxes [top, left, h, w] and sizes [h, w] for each of n >= 1 canvases, got ",
               boxes.size(), " box and ", sizes.size(), " size values");
   const vlmprep::Interpolation interp = interpolation_arg(interpolation);
+  const vlmprep::ResizeMatch m = match_arg(op, match);
   std::vector<vlmprep::ResizeParams> rs(n);
   std::vector<int> top(n), left(n);
   std::vector<at::Tensor> outs;
@@ -323,7 +335,7 @@ std::vector<at::Tensor> decode_resize(const at::Tensor& data, int64_t src_h, int
     const int32_t bw = int_arg(op, "boxes width", boxes[4 * k + 3], 1, src_w - left[k]);
     const int32_t h = side_arg(op, "height", sizes[2 * k]), w = side_arg(op, "width", sizes[2 * k + 1]);
     outs.push_back(vlmprep_empty_host(int64_t(h) * w * 3).view({h, w, 3}));
-    rs[k] = vlmprep::ResizeParams{nullptr, 0, bh, bw, outs.back().data_ptr<uint8_t>(), h, w, interp};
+    rs[k] = vlmprep::ResizeParams{nullptr, 0, bh, bw, outs.back().data_ptr<uint8_t>(), h, w, interp, m};
   }
 #if defined(VLMPREP_WITH_LIBJPEG)
   const char* bad = vlmprep::decode_resize_cpu(data.data_ptr<uint8_t>(), size_t(data.numel()), int(src_h),
@@ -373,15 +385,17 @@ int64_t jpeg_split_row(const at::Tensor& data, int64_t output_pixels, int64_t ou
 #endif
 }
 
-// image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact.
+// image: (h, w, 3) uint8 CPU, pixel stride 3 -> (height, width, 3) uint8, Pillow-exact (match
+// "torchvision": torchvision's antialiased uint8 resize).
 at::Tensor resize(const at::Tensor& image, int64_t height, int64_t width, std::string interpolation,
-                  int64_t num_threads) {
+                  int64_t num_threads, std::string match) {
   check_resize_input("resize", image, height, width);
   // Both sides <= 2^28 (checked): height * width * 3 fits int64.
   at::Tensor out = vlmprep_empty_host(height * width * 3).view({height, width, 3});
+  const vlmprep::Interpolation interp = interpolation_arg(interpolation);
   vlmprep::ResizeParams p{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                           int32_t(image.size(1)), out.data_ptr<uint8_t>(), int32_t(height),
-                          int32_t(width), interpolation_arg(interpolation)};
+                          int32_t(width), interp, match_arg("resize", match)};
   const char* bad = vlmprep::resize_cpu(p, threads_arg(num_threads));
   TORCH_CHECK(bad == nullptr, "resize: ", bad ? bad : "");
   return out;
@@ -402,18 +416,19 @@ void stream_store(at::Tensor out, int64_t value) {
 TORCH_LIBRARY(vlmprep, m) {
   m.def("normalize_patchify(Tensor[] images, Tensor? lut, Tensor(a!) out, int[] offsets, str order, "
         "int patch_size, int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
-  m.def("resize(Tensor image, int height, int width, str interpolation, int num_threads=1) -> Tensor");
+  m.def("resize(Tensor image, int height, int width, str interpolation, int num_threads=1, "
+        "str match=\"pillow\") -> Tensor");
   m.def("resize_normalize_patchify(Tensor image, int height, int width, str interpolation, Tensor? lut, "
         "Tensor(a!) out, int offset, str order, int patch_size, int merge_size, int temporal_patch_size, "
-        "int num_threads=1) -> ()");
+        "int num_threads=1, str match=\"pillow\") -> ()");
   m.def("decode_resize_normalize_patchify(Tensor data, int src_h, int src_w, int height, int width, "
         "str interpolation, Tensor? lut, Tensor(a!) out, int offset, str order, int patch_size, "
-        "int merge_size, int temporal_patch_size, int num_threads=1) -> ()");
+        "int merge_size, int temporal_patch_size, int num_threads=1, str match=\"pillow\") -> ()");
   m.def("decode_jpeg(Tensor data, int src_h, int src_w, int num_threads=1) -> Tensor");
   m.def("jpeg_split_row(Tensor data, int output_pixels=0, int output_bytes=0) -> int");
   m.def("stream_store(Tensor(a!) out, int value=0) -> ()");
   m.def("decode_resize(Tensor data, int src_h, int src_w, int[] boxes, int[] sizes, str interpolation, "
-        "int num_threads=1) -> Tensor[]");
+        "int num_threads=1, str match=\"pillow\") -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(vlmprep, CPU, m) {

@@ -338,7 +338,100 @@ def sweep_stream_store() -> None:
                 _expect(bool((out == 0x5C).all()), f"stream_store {n} {where} {isa}")
 
 
-SWEEPS = {"resize": sweep_resize, "normalize_patchify": sweep_normalize_patchify,
+# ------------------------------------------------------- the torchvision match (all entry points)
+
+def _tv_resize(img: np.ndarray, hw, f: str) -> np.ndarray:
+    """torchvision's antialiased uint8 resize, the variant's oracle (channels-last: see
+    test_resize_torchvision._tv)."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as tvF
+    mode = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
+            "lanczos": InterpolationMode.LANCZOS}[f]
+    chw = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)
+    return tvF.resize(chw, list(hw), interpolation=mode, antialias=True).permute(1, 2, 0).contiguous().numpy()
+
+
+def sweep_resize_torchvision() -> None:
+    """match="torchvision" through resize, resize_normalize_patchify and the JPEG ops: the same
+    passes as Pillow's with other weights (other window starts at the borders)."""
+    from vlmprep import kernels
+    try:
+        from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu  # noqa: F401
+    except ImportError:
+        print("SKIP: no torchvision", flush=True)
+        return
+    rng = _rng()
+    tv_filters = FILTERS if hasattr(torch._C._nn, "_upsample_lanczos2d_aa") else ("bilinear", "bicubic")
+    for k, ((H, W), outs) in enumerate(_resize_sizes().items()):
+        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        for f in tv_filters:
+            wants = {hw: _tv_resize(img, hw, f) for hw in outs}
+            for where, src in _inputs(img):
+                for isa in ISAS:
+                    _isa(isa)
+                    kernels.set_num_threads(1 + k % 2)
+                    for hw in outs:
+                        _case(f"resize torchvision {H}x{W} -> {hw[0]}x{hw[1]} {f} input at the {where} {isa}")
+                        got = kernels.resize(src, hw, f, match="torchvision").numpy()
+                        _expect(np.array_equal(got, wants[hw]),
+                                f"resize torchvision {H}x{W} -> {hw} {f} {where} {isa}")
+    k = 0
+    for H, W in [(1, 1), (1, 37), (37, 1), (9, 17), (17, 9), (5, 200), (200, 5), (40, 61)]:
+        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        for j, (order, P, m, T) in enumerate(ORDERS):
+            q = P * m
+            for a, b in ((1, 1), (2, 3)):
+                k += 1
+                hw = (q * a, q * b)
+                f = tv_filters[k % len(tv_filters)]
+                dtype = list(DTYPES)[(k + j) % 3]
+                lut, lut_np = _lut(dtype)
+                want = _want(_tv_resize(img, hw, f), lut_np, order, P, m, T, dtype)
+                for where, src in _inputs(img):
+                    for isa in ISAS:
+                        _isa(isa)
+                        kernels.set_num_threads(1 + k % 2)
+                        out = _out(want.numel(), dtype, "start" if where == "start" else "end")
+                        _case(f"resize_normalize_patchify torchvision {H}x{W} -> {hw[0]}x{hw[1]} {f} {order} "
+                              f"P{P} m{m} T{T} {dtype} input and output at the {where} {isa}")
+                        kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, order, P, m, T,
+                                                          match="torchvision")
+                        _expect(_same(out, want), f"resize_normalize_patchify torchvision {H}x{W} -> {hw} {f} "
+                                                  f"{order} P{P} {dtype} {where} {isa}")
+    if not kernels.jpeg_available():
+        print("SKIP: the JPEG ops (built without libjpeg-turbo)", flush=True)
+        return
+    ops = torch.ops.vlmprep
+    for k, (label, data) in enumerate(_jpegs()[::2]):
+        pix = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        H, W = pix.shape[:2]
+        order, P, m, T = ORDERS[k % len(ORDERS)]
+        q = P * m
+        hw = (q, 2 * q)
+        dtype = list(DTYPES)[k % 3]
+        lut, lut_np = _lut(dtype)
+        f = tv_filters[k % len(tv_filters)]
+        want = _want(_tv_resize(pix, hw, f), lut_np, order, P, m, T, dtype)
+        canv = _tv_resize(pix, (q, q + 1), f)
+        for where in ("end", "start"):
+            src = _guarded_bytes(data, where)
+            for isa in ISAS:
+                _isa(isa)
+                for threads in (1, 2):
+                    out = _out(want.numel(), dtype, where)
+                    _case(f"decode_resize_normalize_patchify torchvision {label} -> {hw} {f} {order} P{P} "
+                          f"{dtype} data and output at the {where} {isa} {threads} threads")
+                    ops.decode_resize_normalize_patchify(src, H, W, hw[0], hw[1], f, lut, out, 0, order,
+                                                         P, m, T, threads, "torchvision")
+                    _expect(_same(out, want), f"decode_resize_normalize_patchify torchvision {label} {where} {isa}")
+                    _case(f"decode_resize torchvision {label} -> {q}x{q + 1} {f} data at the {where} {isa} "
+                          f"{threads} threads")
+                    got = ops.decode_resize(src, H, W, [0, 0, H, W], [q, q + 1], f, threads, "torchvision")
+                    _expect(np.array_equal(got[0].numpy(), canv), f"decode_resize torchvision {label} {where} {isa}")
+
+
+SWEEPS = {"resize": sweep_resize, "resize_torchvision": sweep_resize_torchvision,
+          "normalize_patchify": sweep_normalize_patchify,
           "resize_normalize_patchify": sweep_resize_normalize_patchify, "jpeg": sweep_jpeg,
           "jpeg_split": sweep_jpeg_split,
           "stream_store": sweep_stream_store}

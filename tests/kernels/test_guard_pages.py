@@ -22,7 +22,8 @@ def _sweep(name: str):
     return run_isolated(f"from tests.kernels._guard_sweep import main; main({name!r})", timeout=WATCHDOG_S)
 
 
-@pytest.mark.parametrize("name", ["resize", "normalize_patchify", "resize_normalize_patchify", "jpeg", "jpeg_split",
+@pytest.mark.parametrize("name", ["resize", "resize_torchvision",
+                                  "normalize_patchify", "resize_normalize_patchify", "jpeg", "jpeg_split",
                                   "stream_store"])
 def test_every_entry_point_stays_inside_its_buffers(kernels, name):
     proc = _sweep(name)

@@ -20,7 +20,8 @@ MODES = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BI
 
 def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
     """uint8 ``(C, H, W)`` -> uint8 ``(C, h, w)``, as ``TorchvisionBackend.resize``: one
-    antialiased ``tvF.resize`` of the image.
+    antialiased ``tvF.resize`` of the image. RGB bilinear, bicubic and lanczos go through the compiled
+    resize's torchvision match when the kernels are loaded (the same bytes, see ``_compiled``).
 
     transformers hands it a C-contiguous image; torch's CPU uint8 kernel computes in
     channels-last memory either way (the same bits: tests/backends/test_torchvision_match.py),
@@ -35,6 +36,16 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
                          f"pixels are the CPU uint8 kernel's), got {img.device}; use "
                          f"resize.resize_like_pil on other devices")
     c, h, w = img.shape
+    if _compiled(img, interpolation):
+        from .. import kernels
+        # The compiled resize's torchvision match: torch's own uint8 arithmetic, the same bytes
+        # (tests/kernels/test_resize_torchvision.py), from HWC memory without torch's unpacking.
+        # (H, W, 3) with pixel stride 3 is what it reads; a CHW image is transposed once, as
+        # torch's kernel would. The result is a (C, h, w) view of HWC memory, as torch's.
+        hwc = img.permute(1, 2, 0)
+        if hwc.stride(2) != 1 or hwc.stride(1) != 3:
+            hwc = hwc.contiguous()
+        return kernels.resize(hwc, (int(hw[0]), int(hw[1])), interpolation, match="torchvision").permute(2, 0, 1)
     if h > 1 and w > 1:
         if not img.permute(1, 2, 0).is_contiguous():
             img = img.permute(1, 2, 0).contiguous().permute(2, 0, 1)
@@ -42,6 +53,31 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
         img = img.contiguous()
     return F.resize(img, [int(hw[0]), int(hw[1])], interpolation=MODES[interpolation],
                     antialias=True)
+
+
+def _compiled(img: torch.Tensor, interpolation: str) -> bool:
+    """Whether ``resize`` may use the compiled resize: an x86-64 host (where it is checked
+    against torch's kernels), loaded kernels, a CPU uint8 RGB image,
+    bilinear, bicubic or lanczos, and torchvision resizing that uint8 natively here (elsewhere,
+    e.g. a CPU without AVX2, its bilinear goes through float: other bytes, so tvF.resize stays;
+    lanczos needs torch's antialiased uint8 lanczos, torch >= 2.14)."""
+    import platform
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False  # aarch64: torch's NEON kernel is not checked against ours yet (tvF stays)
+    if img.dtype != torch.uint8 or img.dim() != 3 or img.shape[0] != 3:
+        return False
+    if interpolation not in ("bilinear", "bicubic", "lanczos"):
+        return False
+    if interpolation == "lanczos" and not hasattr(torch._C._nn, "_upsample_lanczos2d_aa"):
+        return False
+    from .. import kernels
+    if not kernels.available():
+        return False
+    try:
+        from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu
+    except ImportError:  # a torchvision without the helper: keep its own resize
+        return False
+    return bool(_do_native_uint8_resize_on_cpu(MODES[interpolation]))
 
 
 def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:

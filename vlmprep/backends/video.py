@@ -190,8 +190,13 @@ def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
 
     if threads <= 1 or len(frames) <= 1:
         return [one(f) for f in frames]
+    from ..kernels import local_threads
     from .base import image_pool  # deferred: imports torch (the images' kept pool)
-    return list(image_pool(threads).map(one, frames))
+
+    def pooled(f: "torch.Tensor") -> "torch.Tensor":
+        with local_threads(1):  # one frame per thread: the compiled resize splits nothing more
+            return one(f)
+    return list(image_pool(threads).map(pooled, frames))
 
 
 def _torch_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",

@@ -13,6 +13,9 @@ raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` 
         images: list of ``(h, w, 3)`` uint8 (pixel stride 3; crops of a canvas are fine),
         lut: ``(3, 256)`` of ``out.dtype`` (None for uint8 out), out: contiguous, filled in place.
     resize(image, (h, w), interpolation) -> ``(h, w, 3)`` uint8, Pillow 13-exact (CPU).
+    ``match="torchvision"`` (resize and the resizing ops): torchvision's
+    ``resize(antialias=True)`` of a uint8 tensor on the CPU instead, bit-exact (torch's int16
+    arithmetic; MATCHES).
     resize_normalize_patchify(image, (h, w), interpolation, lut, out, offset, order, patch_size,
         merge_size, temporal_patch_size): resize then normalize_patchify for one image in one
         pass (CPU; patch orders), the same bytes, without the resized image in memory.
@@ -44,10 +47,14 @@ __all__ = ["available", "why_unavailable", "build_info", "built_with", "summary"
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
            "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_split_row", "jpeg_available", "JpegDeclined",
            "stream_store", "decode_resize",
-           "RESIZE_INTERPOLATIONS", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
+           "RESIZE_INTERPOLATIONS", "MATCHES", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
 RESIZE_INTERPOLATIONS = ("bilinear", "bicubic", "lanczos")
+
+#: Whose resize the ops reproduce: Pillow 13's ``Image.resize`` (the default) or torchvision's
+#: antialiased uint8 tensor resize on the CPU (lanczos: torch >= 2.14's ``_upsample_lanczos2d_aa``).
+MATCHES = ("pillow", "torchvision")
 
 #: The largest image side the kernels take (csrc/include/vlmprep/limits.h: kMaxSide).
 MAX_SIDE = 1 << 28
@@ -134,18 +141,20 @@ def empty(shape: Sequence[int], dtype: "torch.dtype", device: str = "cpu") -> "t
     return torch.ops.vlmprep.empty_host(nbytes).view(dtype).view(tuple(shape))
 
 
-def resize(image: "torch.Tensor", hw: tuple[int, int], interpolation: str) -> "torch.Tensor":
+def resize(image: "torch.Tensor", hw: tuple[int, int], interpolation: str,
+           match: str = "pillow") -> "torch.Tensor":
     """``(H, W, 3)`` uint8 CPU -> ``(h, w, 3)`` uint8, bit-exact with Pillow 13's
-    ``Image.resize`` for bilinear / bicubic / lanczos."""
+    ``Image.resize`` for bilinear / bicubic / lanczos (``match="torchvision"``: with
+    torchvision's ``resize(antialias=True)`` of the CHW uint8 tensor on the CPU)."""
     import torch
     _require()
-    return torch.ops.vlmprep.resize(image, *_hw("resize", "hw", hw), interpolation, get_num_threads())
+    return torch.ops.vlmprep.resize(image, *_hw("resize", "hw", hw), interpolation, get_num_threads(), match)
 
 
 def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interpolation: str,
                               lut: "torch.Tensor | None", out: "torch.Tensor", offset: int,
                               order: str, patch_size: int, merge_size: int = 1,
-                              temporal_patch_size: int = 1) -> None:
+                              temporal_patch_size: int = 1, match: str = "pillow") -> None:
     """``(H, W, 3)`` uint8 CPU image -> its rows in ``order`` (merge_grouped / raster / naflex)
     written into ``out`` from element ``offset``: the bytes of ``resize`` then
     ``normalize_patchify``, made one band of patch rows at a time (the resized image is never
@@ -156,7 +165,7 @@ def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interp
     torch.ops.vlmprep.resize_normalize_patchify(image, *_hw(op, "hw", hw), interpolation, lut, out,
                                                 _int(op, "offset", offset, 0, _INT64_MAX), order,
                                                 *_patch_ints(op, patch_size, merge_size, temporal_patch_size),
-                                                get_num_threads())
+                                                get_num_threads(), match)
 
 
 def jpeg_available() -> bool:
@@ -172,7 +181,8 @@ def _bytes_tensor(data: bytes | bytearray | memoryview) -> "torch.Tensor":
 def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: tuple[int, int],
                                      interpolation: str, lut: "torch.Tensor | None",
                                      out: "torch.Tensor", offset: int, order: str, patch_size: int,
-                                     merge_size: int = 1, temporal_patch_size: int = 1) -> str:
+                                     merge_size: int = 1, temporal_patch_size: int = 1,
+                                     match: str = "pillow") -> str:
     """An 8-bit JPEG's bytes (``src_hw`` as probed) -> its rows in ``order`` written into
     ``out`` from element ``offset``: Pillow's decode, then ``resize_normalize_patchify``'s
     bytes. Returns "" when done, else why the fast path declined (damaged or unusual data;
@@ -184,14 +194,14 @@ def decode_resize_normalize_patchify(data: bytes, src_hw: tuple[int, int], hw: t
             _int(op, "offset", offset, 0, _INT64_MAX), order,
             *_patch_ints(op, patch_size, merge_size, temporal_patch_size))
     try:
-        torch.ops.vlmprep.decode_resize_normalize_patchify(_bytes_tensor(data), *args, get_num_threads())
+        torch.ops.vlmprep.decode_resize_normalize_patchify(_bytes_tensor(data), *args, get_num_threads(), match)
     except RuntimeError as e:
         return _declined(e)
     return ""
 
 
 def decode_resize(data: bytes, src_hw: tuple[int, int], boxes: Sequence[tuple[int, int, int, int]],
-                  sizes: Sequence[tuple[int, int]], interpolation: str
+                  sizes: Sequence[tuple[int, int]], interpolation: str, match: str = "pillow"
                   ) -> tuple[list["torch.Tensor"], str]:
     """An 8-bit JPEG's bytes (``src_hw`` as probed) -> ``(canvases, "")``: canvas k is
     ``boxes[k]`` = (top, left, h, w), inside the image, resized to ``sizes[k]``, uint8
@@ -209,7 +219,7 @@ def decode_resize(data: bytes, src_hw: tuple[int, int], boxes: Sequence[tuple[in
     flat_sizes = [v for hw in sizes for v in _hw(op, "sizes", hw)]
     try:
         out = torch.ops.vlmprep.decode_resize(_bytes_tensor(data), *_hw(op, "src_hw", src_hw), flat_boxes,
-                                              flat_sizes, interpolation, get_num_threads())
+                                              flat_sizes, interpolation, get_num_threads(), match)
     except RuntimeError as e:
         return [], _declined(e)
     return list(out), ""

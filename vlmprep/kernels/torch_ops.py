@@ -13,21 +13,22 @@ def _normalize_patchify_fake(images, lut, out, offsets, order, patch_size, merge
 
 
 @torch.library.register_fake("vlmprep::resize")
-def _resize_fake(image, height, width, interpolation, num_threads=1):
+def _resize_fake(image, height, width, interpolation, num_threads=1, match="pillow"):
     return image.new_empty((height, width, 3))
 
 
 
 @torch.library.register_fake("vlmprep::resize_normalize_patchify")
 def _resize_normalize_patchify_fake(image, height, width, interpolation, lut, out, offset, order,
-                                    patch_size, merge_size, temporal_patch_size, num_threads=1):
+                                    patch_size, merge_size, temporal_patch_size, num_threads=1,
+                                    match="pillow"):
     return None  # writes into `out` only
 
 
 @torch.library.register_fake("vlmprep::decode_resize_normalize_patchify")
 def _decode_resize_normalize_patchify_fake(data, src_h, src_w, height, width, interpolation, lut,
                                            out, offset, order, patch_size, merge_size,
-                                           temporal_patch_size, num_threads=1):
+                                           temporal_patch_size, num_threads=1, match="pillow"):
     return None  # writes into `out` only
 
 
@@ -42,5 +43,5 @@ def _stream_store_fake(out, value=0):
 
 
 @torch.library.register_fake("vlmprep::decode_resize")
-def _decode_resize_fake(data, src_h, src_w, boxes, sizes, interpolation, num_threads=1):
+def _decode_resize_fake(data, src_h, src_w, boxes, sizes, interpolation, num_threads=1, match="pillow"):
     return [data.new_empty((sizes[2 * k], sizes[2 * k + 1], 3)) for k in range(len(sizes) // 2)]

@@ -35,4 +35,14 @@ inline bool parse_interpolation(std::string_view s, Interpolation* out) {
   return true;
 }
 
+constexpr const char* kResizeMatchNames = "pillow or torchvision";
+
+// "pillow" -> ResizeMatch::kPillow, "torchvision" -> kTorchvision; false for any other name.
+inline bool parse_resize_match(std::string_view s, ResizeMatch* out) {
+  if (s == "pillow") *out = ResizeMatch::kPillow;
+  else if (s == "torchvision") *out = ResizeMatch::kTorchvision;
+  else return false;
+  return true;
+}
+
 }  // namespace vlmprep
