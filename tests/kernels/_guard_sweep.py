@@ -107,21 +107,34 @@ def _resize_sizes():
     return out
 
 
-def sweep_resize() -> None:
+def _oracle(match: str):
+    """The resize a match reproduces: Pillow's, or torchvision's (``_tv_resize``)."""
+    return _pil_resize if match == "pillow" else _tv_resize
+
+
+def _filters(match: str) -> tuple[str, ...]:
+    """The filters a match has an oracle for (torch's antialiased uint8 lanczos: torch >= 2.14)."""
+    if match == "pillow" or hasattr(torch._C._nn, "_upsample_lanczos2d_aa"):
+        return FILTERS
+    return ("bilinear", "bicubic")
+
+
+def sweep_resize(match: str = "pillow") -> None:
     from vlmprep import kernels
     rng = _rng()
+    op = "resize" if match == "pillow" else f"resize {match}"
     for k, ((H, W), outs) in enumerate(_resize_sizes().items()):
         img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-        for f in FILTERS:
-            wants = {hw: _pil_resize(img, hw, f) for hw in outs}
+        for f in _filters(match):
+            wants = {hw: _oracle(match)(img, hw, f) for hw in outs}
             for where, src in _inputs(img):
                 for isa in ISAS:
                     _isa(isa)
                     kernels.set_num_threads(1 + k % 2)
                     for hw in outs:
-                        _case(f"resize {H}x{W} -> {hw[0]}x{hw[1]} {f} input at the {where} {isa}")
-                        got = kernels.resize(src, hw, f).numpy()
-                        _expect(np.array_equal(got, wants[hw]), f"resize {H}x{W} -> {hw} {f} {where} {isa}")
+                        _case(f"{op} {H}x{W} -> {hw[0]}x{hw[1]} {f} input at the {where} {isa}")
+                        got = kernels.resize(src, hw, f, match=match).numpy()
+                        _expect(np.array_equal(got, wants[hw]), f"{op} {H}x{W} -> {hw} {f} {where} {isa}")
 
 
 # ------------------------------------------------------------------------ normalize_patchify
@@ -162,9 +175,11 @@ def sweep_normalize_patchify() -> None:
 
 # ----------------------------------------------------------------- resize_normalize_patchify
 
-def sweep_resize_normalize_patchify() -> None:
+def sweep_resize_normalize_patchify(match: str = "pillow") -> None:
     from vlmprep import kernels
     rng = _rng()
+    op = "resize_normalize_patchify" if match == "pillow" else f"resize_normalize_patchify {match}"
+    filters = _filters(match)
     srcs = [(1, 1), (1, 37), (37, 1), (9, 17), (17, 9), (5, 200), (200, 5), (3, 80), (40, 61)]
     k = 0
     for H, W in srcs:
@@ -176,19 +191,19 @@ def sweep_resize_normalize_patchify() -> None:
                 hw = (q * a, q * b)
                 if hw == (H, W):
                     continue
-                f = FILTERS[k % 3]
+                f = filters[k % len(filters)]
                 dtype = list(DTYPES)[(k + j) % 3]
                 lut, lut_np = _lut(dtype)
-                want = _want(_pil_resize(img, hw, f), lut_np, order, P, m, T, dtype)
+                want = _want(_oracle(match)(img, hw, f), lut_np, order, P, m, T, dtype)
                 for where, src in _inputs(img):
                     for isa in ISAS:
                         _isa(isa)
                         kernels.set_num_threads(1 + k % 2)
                         out = _out(want.numel(), dtype, "start" if where == "start" else "end")
-                        _case(f"resize_normalize_patchify {H}x{W} -> {hw[0]}x{hw[1]} {f} {order} P{P} "
+                        _case(f"{op} {H}x{W} -> {hw[0]}x{hw[1]} {f} {order} P{P} "
                               f"m{m} T{T} {dtype} input and output at the {where} {isa}")
-                        kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, order, P, m, T)
-                        _expect(_same(out, want), f"resize_normalize_patchify {H}x{W} -> {hw} {f} "
+                        kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, order, P, m, T, match=match)
+                        _expect(_same(out, want), f"{op} {H}x{W} -> {hw} {f} "
                                                   f"{order} P{P} {dtype} {where} {isa}")
 
 
@@ -352,52 +367,18 @@ def _tv_resize(img: np.ndarray, hw, f: str) -> np.ndarray:
 
 
 def sweep_resize_torchvision() -> None:
-    """match="torchvision" through resize, resize_normalize_patchify and the JPEG ops: the same
-    passes as Pillow's with other weights (other window starts at the borders)."""
+    """match="torchvision" through resize and resize_normalize_patchify (the Pillow sweeps with
+    torchvision's oracle) and the JPEG ops: the same passes as Pillow's with other weights (other
+    window starts at the borders), and the AVX2 int16 passes."""
     from vlmprep import kernels
     try:
         from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu  # noqa: F401
     except ImportError:
         print("SKIP: no torchvision", flush=True)
         return
-    rng = _rng()
-    tv_filters = FILTERS if hasattr(torch._C._nn, "_upsample_lanczos2d_aa") else ("bilinear", "bicubic")
-    for k, ((H, W), outs) in enumerate(_resize_sizes().items()):
-        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-        for f in tv_filters:
-            wants = {hw: _tv_resize(img, hw, f) for hw in outs}
-            for where, src in _inputs(img):
-                for isa in ISAS:
-                    _isa(isa)
-                    kernels.set_num_threads(1 + k % 2)
-                    for hw in outs:
-                        _case(f"resize torchvision {H}x{W} -> {hw[0]}x{hw[1]} {f} input at the {where} {isa}")
-                        got = kernels.resize(src, hw, f, match="torchvision").numpy()
-                        _expect(np.array_equal(got, wants[hw]),
-                                f"resize torchvision {H}x{W} -> {hw} {f} {where} {isa}")
-    k = 0
-    for H, W in [(1, 1), (1, 37), (37, 1), (9, 17), (17, 9), (5, 200), (200, 5), (40, 61)]:
-        img = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-        for j, (order, P, m, T) in enumerate(ORDERS):
-            q = P * m
-            for a, b in ((1, 1), (2, 3)):
-                k += 1
-                hw = (q * a, q * b)
-                f = tv_filters[k % len(tv_filters)]
-                dtype = list(DTYPES)[(k + j) % 3]
-                lut, lut_np = _lut(dtype)
-                want = _want(_tv_resize(img, hw, f), lut_np, order, P, m, T, dtype)
-                for where, src in _inputs(img):
-                    for isa in ISAS:
-                        _isa(isa)
-                        kernels.set_num_threads(1 + k % 2)
-                        out = _out(want.numel(), dtype, "start" if where == "start" else "end")
-                        _case(f"resize_normalize_patchify torchvision {H}x{W} -> {hw[0]}x{hw[1]} {f} {order} "
-                              f"P{P} m{m} T{T} {dtype} input and output at the {where} {isa}")
-                        kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, order, P, m, T,
-                                                          match="torchvision")
-                        _expect(_same(out, want), f"resize_normalize_patchify torchvision {H}x{W} -> {hw} {f} "
-                                                  f"{order} P{P} {dtype} {where} {isa}")
+    sweep_resize("torchvision")
+    sweep_resize_normalize_patchify("torchvision")
+    tv_filters = _filters("torchvision")
     if not kernels.jpeg_available():
         print("SKIP: the JPEG ops (built without libjpeg-turbo)", flush=True)
         return

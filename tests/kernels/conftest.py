@@ -20,3 +20,17 @@ def jpeg(kernels, monkeypatch):
     monkeypatch.delenv("VLMPREP_JPEG_SPLIT", raising=False)
     yield kernels
     kernels.set_num_threads(None)
+
+
+#: the instruction sets a resize test runs under (VLMPREP_CPU_ISA caps what the kernels use)
+ISAS = ["native", "avx2", "scalar"]
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, monkeypatch):
+    """The highest instruction set the resize may use (read by the kernel at every call)."""
+    if request.param != "native":
+        monkeypatch.setenv("VLMPREP_CPU_ISA", request.param)
+    else:
+        monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
+    return request.param

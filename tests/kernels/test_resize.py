@@ -18,17 +18,7 @@ def _pil(img: np.ndarray, hw, f) -> np.ndarray:
     return np.asarray(Image.fromarray(img).resize((hw[1], hw[0]), PIL_FILTER[f]))
 
 
-ISAS = ["native", "avx2", "scalar"]
 
-
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch):
-    """The highest instruction set the resize may use (read by the kernel at every call)."""
-    if request.param != "native":
-        monkeypatch.setenv("VLMPREP_CPU_ISA", request.param)
-    else:
-        monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
-    return request.param
 
 
 @pytest.mark.parametrize("f", list(PIL_FILTER))

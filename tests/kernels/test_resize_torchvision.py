@@ -26,7 +26,6 @@ from torchvision.transforms import InterpolationMode  # noqa: E402
 
 MODES = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
          "lanczos": InterpolationMode.LANCZOS}
-ISAS = ["native", "avx2", "scalar"]
 
 
 def _native_uint8(f: str) -> bool:
@@ -47,15 +46,6 @@ def _tv(img: torch.Tensor, hw, f: str, channels_last: bool = True) -> torch.Tens
     out = tv2.resize(chw, list(hw), interpolation=MODES[f], antialias=True)
     return out.permute(1, 2, 0).contiguous()
 
-
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch):
-    """The highest instruction set the resize may use (read by the kernel at every call)."""
-    if request.param != "native":
-        monkeypatch.setenv("VLMPREP_CPU_ISA", request.param)
-    else:
-        monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
-    return request.param
 
 
 @pytest.fixture(params=list(MODES))

@@ -4,6 +4,8 @@ backends/video.py). Its own module so that the shared video lowering imports no 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torchvision.transforms import InterpolationMode
@@ -56,16 +58,24 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
 
 
 def _compiled(img: torch.Tensor, interpolation: str) -> bool:
-    """Whether ``resize`` may use the compiled resize: an x86-64 host (where it is checked
-    against torch's kernels), loaded kernels, a CPU uint8 RGB image,
-    bilinear, bicubic or lanczos, and torchvision resizing that uint8 natively here (elsewhere,
-    e.g. a CPU without AVX2, its bilinear goes through float: other bytes, so tvF.resize stays;
-    lanczos needs torch's antialiased uint8 lanczos, torch >= 2.14)."""
+    """Whether ``resize`` may use the compiled resize: a CPU uint8 RGB image, on a host where it
+    reproduces torchvision (``_host_compiles``)."""
+    if img.dtype != torch.uint8 or img.dim() != 3 or img.shape[0] != 3:
+        return False
+    return _host_compiles(interpolation)
+
+
+@functools.lru_cache(maxsize=None)
+def _host_compiles(interpolation: str) -> bool:
+    """Whether the compiled resize's torchvision match stands in for ``tvF.resize`` here, for
+    ``interpolation`` (decided once per process: it depends on the host only): an x86-64 host
+    (where it is checked against torch's kernels), loaded kernels, bilinear, bicubic or lanczos,
+    and torchvision resizing that uint8 natively here (elsewhere, e.g. a CPU without AVX2, its
+    bilinear goes through float: other bytes, so tvF.resize stays; lanczos needs torch's
+    antialiased uint8 lanczos, torch >= 2.14)."""
     import platform
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False  # aarch64: torch's NEON kernel is not checked against ours yet (tvF stays)
-    if img.dtype != torch.uint8 or img.dim() != 3 or img.shape[0] != 3:
-        return False
     if interpolation not in ("bilinear", "bicubic", "lanczos"):
         return False
     if interpolation == "lanczos" and not hasattr(torch._C._nn, "_upsample_lanczos2d_aa"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 __all__ = ["PIXELS_ENV", "SUPPORTED", "STATS", "install"]
 
@@ -46,18 +46,25 @@ def install(image_processor: Any, switch: Callable[[], bool]) -> bool:
     its class is in ``SUPPORTED``; other image processors are left as they are. ``switch``: asked
     at each call; vlmprep answers only while it is true."""
     image_processor.__dict__["_vlmprep_switch"] = switch
-    cls = type(image_processor)
+    return swap_call(image_processor, SUPPORTED, _call)
+
+
+def swap_call(processor: Any, supported: Mapping[str, Any], call: Callable) -> bool:
+    """Make ``processor``'s class a subclass of it that overrides only ``__call__`` with ``call``
+    (one subclass per class, made once); True when its class is named in ``supported`` (or was
+    swapped already), else False and the processor is left as it is."""
+    cls = type(processor)
     if getattr(cls, "_vlmprep", False):
         return True
-    if cls.__name__ not in SUPPORTED:
+    if cls.__name__ not in supported:
         return False
     with _LOCK:
         sub = _SUBCLASSES.get(cls)
         if sub is None:
             sub = _SUBCLASSES[cls] = type(cls.__name__, (cls,), {
-                "__call__": _call, "_vlmprep": True, "__module__": cls.__module__,
+                "__call__": call, "_vlmprep": True, "__module__": cls.__module__,
                 "__qualname__": cls.__qualname__})
-    image_processor.__class__ = sub
+    processor.__class__ = sub
     return True
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .hf_image_processor import _count, _dtype  # STATS: one count for image and video calls
+from .hf_image_processor import _count, _dtype, swap_call  # STATS: one count for image and video calls
 
 __all__ = ["SUPPORTED_VIDEO", "install_video"]
 
@@ -25,7 +25,6 @@ __all__ = ["SUPPORTED_VIDEO", "install_video"]
 SUPPORTED_VIDEO: dict[str, frozenset[str]] = {
     "Qwen2VLVideoProcessor": frozenset({"return_metadata", "video_metadata"}),
 }
-_SUBCLASSES: dict[type, type] = {}
 
 
 def install_video(video_processor: Any, image_processor: Any, switch: Callable[[], bool]) -> bool:
@@ -33,18 +32,7 @@ def install_video(video_processor: Any, image_processor: Any, switch: Callable[[
     from ``image_processor``'s config; True when its class is in ``SUPPORTED_VIDEO``."""
     video_processor.__dict__["_vlmprep_switch"] = switch
     video_processor.__dict__["_vlmprep_image_processor"] = image_processor
-    cls = type(video_processor)
-    if getattr(cls, "_vlmprep", False):
-        return True
-    if cls.__name__ not in SUPPORTED_VIDEO:
-        return False
-    sub = _SUBCLASSES.get(cls)
-    if sub is None:
-        sub = _SUBCLASSES[cls] = type(cls.__name__, (cls,), {
-            "__call__": _call, "_vlmprep": True, "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__})
-    video_processor.__class__ = sub
-    return True
+    return swap_call(video_processor, SUPPORTED_VIDEO, _call)
 
 
 def _call(self: Any, videos: Any = None, *args: Any, **kwargs: Any) -> Any:
