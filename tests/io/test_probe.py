@@ -22,9 +22,11 @@ import skimage.data
 from matplotlib import cbook
 from PIL import Image, ImageOps, PngImagePlugin
 
+import vlmprep
 from vlmprep.errors import ImageError
 from vlmprep.io.probe import ProbeResult, probe
 from vlmprep.io.probe import reader as probe_reader
+from vlmprep.ops import DEFAULT_MAX_SOURCE_PIXELS
 
 FORMATS = {"jpeg", "png", "webp", "bmp", "gif", "tiff"}
 
@@ -765,6 +767,38 @@ def test_jpeg_segments_pillow_reads_are_accepted():
         assert (probe(data).width, probe(data).height) == Image.open(io.BytesIO(data)).size
 
 
+def _assert_bomb_size_agrees(data: bytes, where: str) -> None:
+    """``data`` is one Pillow refuses as a decompression bomb: its probed size is above
+    vlmprep's own source-pixel limit (Pillow's threshold) and equals the size Pillow reads
+    with its limit off."""
+    got = probe(data)
+    assert got.width * got.height > DEFAULT_MAX_SOURCE_PIXELS, where
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            size = Image.open(io.BytesIO(data)).size
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
+    assert (got.width, got.height) == size, where
+
+
+def test_jpeg_bomb_size_is_probed_and_refused_by_the_plan():
+    """A frame header declaring 40000x30000 (1.2 Gpx, what the CI mutation run met at seed
+    1507428783): the probe reads the size, Pillow refuses it as a bomb, and the plan refuses it
+    by max_source_pixels before any decode."""
+    data = bytearray(encode(crop("chelsea", 40, 30), "JPEG"))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = struct.pack(">HH", 30000, 40000)
+    data = bytes(data)
+    with pytest.raises(Image.DecompressionBombError):
+        Image.open(io.BytesIO(data))
+    _assert_bomb_size_agrees(data, "40000x30000")
+    with pytest.raises(ImageError, match=r"expected at most 178,956,970 source pixels.*max_source_pixels"):
+        vlmprep.Processor("siglip")(data)
+
+
 def test_jpeg_header_mutations_probe_accepts_pillow_opens(seed):
     """Oracle: Pillow. Mutated JPEG headers (to just past the first scan's header) that the probe
     accepts open in Pillow, except a segment whose length runs past the end after the frame
@@ -789,6 +823,10 @@ def test_jpeg_header_mutations_probe_accepts_pillow_opens(seed):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 Image.open(io.BytesIO(bytes(data)))
+        except Image.DecompressionBombError:
+            # a size Pillow refuses: the probe reads it (headers only); the plan refuses it by the
+            # same threshold (max_source_pixels), and the size itself must be Pillow's
+            _assert_bomb_size_agrees(bytes(data), f"seed={seed} iteration={i}")
         except OSError as e:
             assert "Truncated File Read" in str(e), f"seed={seed} iteration={i}: {e!r}"
         except Exception as e:  # noqa: BLE001 - the point of the test
