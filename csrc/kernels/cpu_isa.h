@@ -15,5 +15,6 @@ inline bool cpu_isa_capped_at(const char* level) {
 
 inline bool cpu_isa_allows_avx512() { return !cpu_isa_capped_at("avx2") && !cpu_isa_capped_at("scalar"); }
 inline bool cpu_isa_allows_avx2() { return !cpu_isa_capped_at("scalar"); }
+inline bool cpu_isa_allows_neon() { return !cpu_isa_capped_at("scalar"); }  // baseline on aarch64
 
 }  // namespace vlmprep

@@ -23,11 +23,15 @@ namespace vlmprep {
 #if defined(__x86_64__)
 #define VLMPREP_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
 
-bool BandPath::usable(const NormalizePatchifyParams& p) {
+bool band_path_cpu() {
   if (!cpu_isa_allows_avx512()) return false;
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
-  return has && (p.order == Order::kTiles ||
+  return has;
+}
+
+bool BandPath::usable(const NormalizePatchifyParams& p) {
+  return band_path_cpu() && (p.order == Order::kTiles ||
                  ((p.order == Order::kMergeGrouped || p.order == Order::kRaster) && p.patch_size <= 16));
 }
 
@@ -312,6 +316,7 @@ void BandPath::run(const NPSample& s, bool stream) {
 
 #else  // not x86-64: never usable
 
+bool band_path_cpu() { return false; }
 bool BandPath::usable(const NormalizePatchifyParams&) { return false; }
 struct BandGather {};
 BandPath::BandPath(const NormalizePatchifyParams& p) : p(p) {}

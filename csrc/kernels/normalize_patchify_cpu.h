@@ -29,6 +29,9 @@ namespace vlmprep {
 // written whole from registers. merge_grouped / raster (patch <= 16): a band's pixels first
 // become patch-major planes, then each row is copied together from them. tiles: each source
 // line goes straight to its three CHW plane lines.
+// Whether this CPU (and VLMPREP_CPU_ISA) allows the band path at all.
+bool band_path_cpu();
+
 struct BandGather;  // the byte-permute controls of the order (normalize_patchify_bands.cc)
 
 struct BandPath {

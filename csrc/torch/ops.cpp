@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host_cache.h"
+#include "vlmprep/cpu_paths.h"
 #include "vlmprep/limits.h"
 #include "vlmprep/normalize_patchify.h"
 #include "vlmprep/parse.h"
@@ -411,6 +412,11 @@ void stream_store(at::Tensor out, int64_t value) {
                             uint8_t(v));
 }
 
+// -> [resize's path, normalize_patchify's path] on this CPU now (VLMPREP_CPU_ISA applied).
+std::vector<std::string> cpu_paths() {
+  return {vlmprep::resize_cpu_path(), vlmprep::normalize_patchify_cpu_path()};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(vlmprep, m) {
@@ -427,6 +433,7 @@ TORCH_LIBRARY(vlmprep, m) {
   m.def("decode_jpeg(Tensor data, int src_h, int src_w, int num_threads=1) -> Tensor");
   m.def("jpeg_split_row(Tensor data, int output_pixels=0, int output_bytes=0) -> int");
   m.def("stream_store(Tensor(a!) out, int value=0) -> ()");
+  m.def("cpu_paths() -> str[]", &cpu_paths);  // no tensor: one kernel for every key
   m.def("decode_resize(Tensor data, int src_h, int src_w, int[] boxes, int[] sizes, str interpolation, "
         "int num_threads=1, str match=\"pillow\") -> Tensor[]");
 }

@@ -81,7 +81,10 @@ def test_json_schema_and_plot(tmp_path, capsys):
               "transformers"):
         assert k in d["versions"]
     assert d["versions"]["torch"] and d["versions"]["numpy"]
-    from vlmprep import Pipeline, presets
+    from vlmprep import Pipeline, kernels, presets
+    if kernels.available():  # every figure names the CPU paths it came from
+        assert d["kernels"]["cpu_paths"] == kernels.cpu_paths()
+        assert f"cpu paths: resize {d['kernels']['cpu_paths']['resize']}" in out
     assert d["preset"]["name"] == "qwen2-vl"
     assert Pipeline.from_dict(d["preset"]["pipeline"]) == presets.get("qwen2-vl")
     assert [i["label"] for i in d["inputs"]] == ["64x48", "80x60"]

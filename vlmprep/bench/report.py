@@ -52,12 +52,21 @@ def print_report(result: dict) -> None:
         _print_ratios(rows)
 
 
+def _print_cpu_paths(result: dict) -> None:
+    """The kernels' CPU paths (``kernels.cpu_paths``): every figure below comes from them."""
+    paths = (result.get("kernels") or {}).get("cpu_paths")
+    if paths:
+        cap = f" (VLMPREP_CPU_ISA={paths['cap']})" if paths.get("cap") else ""
+        print(f"cpu paths: resize {paths['resize']}, normalize_patchify {paths['normalize_patchify']}{cap}")
+
+
 def _print_header(result: dict) -> None:
     """Where and how it ran, the library versions, and each input set."""
     m, v, cfg = result["machine"], result["versions"], result["config"]
     print(f"vlmprep bench: preset {result['preset']['name']} on {m['name']} ({m['cpu_model']}, "
           f"{m['usable_cpus']} CPUs{', ' + ', '.join(m['gpus']) if m['gpus'] else ''}); device "
           f"{cfg['device']}, batch {cfg['batch_size']}, {cfg['repeat']} timed passes")
+    _print_cpu_paths(result)
     print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if val)
           + f"; compiled kernels: {'loaded' if result['kernels']['built'] else 'not loaded'}")
     for i in result["inputs"]:
@@ -203,6 +212,7 @@ def _print_video_header(result: dict) -> None:
     print(f"vlmprep bench --video: preset {result['preset']['name']} on {m['name']} "
           f"({m['cpu_model']}, {m['usable_cpus']} CPUs); {cfg['repeat']} timed calls, dtype "
           f"{cfg['dtype']}, decoder {cfg['decoder']}")
+    _print_cpu_paths(result)
     print(f"clip: {c['width']}x{c['height']} (WxH), {c['seconds']:g} s at {c['source_fps']:g} fps "
           f"({c['total_num_frames']} frames), {c['fourcc']} in {c['container']}, "
           f"{c['bytes'] / 1e6:.1f} MB; sampled at {c['sampling_fps']:g} fps -> "

@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
                 f"pip install 'vlmprep[dali]')" if d.get("built") else f"not built: {d.get('reason')}")
         print(f"kernels: torch ops built for torch {t.get('torch')} (CUDA {t.get('torch_cuda')}), "
               f"CUDA kernels {cuda_kernels}; JPEG fast path {jpeg}; DALI plugin {dali}")
+        paths = k["cpu_paths"]
+        cap = f" (capped by VLMPREP_CPU_ISA={paths['cap']})" if paths["cap"] else ""
+        print(f"cpu paths: resize {paths['resize']}, normalize_patchify {paths['normalize_patchify']}{cap}")
     else:
         print(f"kernels: not available: {k['reason']}")
     print(f"presets: {', '.join(info['presets'])}")

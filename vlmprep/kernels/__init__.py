@@ -35,6 +35,7 @@ raster, naflex, tiles); ``patch_size``, ``merge_size``, ``temporal_patch_size`` 
 from __future__ import annotations
 
 import operator
+import os
 from typing import TYPE_CHECKING, Sequence
 
 from .loader import build_info, built_with, dali_plugin, dali_plugin_loaded, load, why_unavailable
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["available", "why_unavailable", "build_info", "built_with", "summary", "dali_plugin", "dali_plugin_loaded",
            "normalize_patchify", "empty", "resize", "resize_normalize_patchify",
            "decode_resize_normalize_patchify", "decode_jpeg", "jpeg_split_row", "jpeg_available", "JpegDeclined",
-           "stream_store", "decode_resize",
+           "stream_store", "decode_resize", "cpu_paths",
            "RESIZE_INTERPOLATIONS", "MATCHES", "MAX_SIDE", "get_num_threads", "set_num_threads", "local_threads"]
 
 #: Interpolations the compiled resize reproduces (nearest stays with PIL).
@@ -96,11 +97,25 @@ def available() -> bool:
     return load() is None
 
 
+def cpu_paths() -> dict:
+    """The instruction-set path each CPU kernel takes here now: ``{"resize": "avx512-vnni" |
+    "avx2" | "neon" | "scalar", "normalize_patchify": "avx512-vbmi" | "rows", "cap": the
+    VLMPREP_CPU_ISA value or None}``. The kernels read VLMPREP_CPU_ISA ("avx2": no AVX-512;
+    "scalar": plain C++) at every call, so this is what a call made now runs."""
+    import torch
+    _require()
+    resize_path, np_path = torch.ops.vlmprep.cpu_paths()
+    return {"resize": resize_path, "normalize_patchify": np_path,
+            "cap": os.environ.get("VLMPREP_CPU_ISA") or None}
+
+
 def summary() -> dict:
-    """The build record plus whether the ops load here (and why not): ``vlmprep info`` and the bench."""
+    """The build record plus whether the ops load here (and why not), and the CPU paths they take:
+    ``vlmprep info`` and the bench JSON."""
     reason = why_unavailable()
     return {"built": reason is None, "reason": reason, **build_info(),
-            "dali_plugin_loaded": dali_plugin() is not None if reason is None else False}
+            "dali_plugin_loaded": dali_plugin() is not None if reason is None else False,
+            "cpu_paths": cpu_paths() if reason is None else None}
 
 
 def _require() -> None:
