@@ -143,3 +143,18 @@ $(ENGINES_STAMP): requirements/engines.txt
 
 test-engines: $(ENGINES_STAMP)
 	VLMPREP_REQUIRE_ENGINES=1 PYTHONPATH=$(CURDIR) $(ENGINES_PY) -m pytest -q -p no:cacheprovider -rs -m engines tests/integration $(PYTEST_ARGS)
+
+# The CPU kernels on every instruction-set path this host runs, beside Pillow and Pillow-SIMD
+# (issue 28; bench/cpu_paths.py, docs/benchmarks.md). Pillow-SIMD is built from source with AVX2
+# into its own venv, build/simd-venv (it replaces PIL, so never in .venv; about 2 minutes).
+SIMD_VENV := build/simd-venv
+$(SIMD_VENV)/.installed:
+	test -x $(SIMD_VENV)/bin/python || $(PYTHON) -m venv $(SIMD_VENV)
+	CC="cc -mavx2" $(SIMD_VENV)/bin/pip install --quiet --disable-pip-version-check pillow-simd numpy
+	touch $@
+
+.PHONY: simd-venv bench-cpu-paths
+simd-venv: $(SIMD_VENV)/.installed
+
+bench-cpu-paths: venv simd-venv
+	$(PY) bench/cpu_paths.py --json bench/results/cpu_paths_$$(hostname -s).json
