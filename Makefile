@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint clean sanitize fuzz fuzz-short gpu-check-dry test-engines
+.PHONY: venv demo test lint clean sanitize fuzz fuzz-short gpu-check-dry test-engines test-arm64
 
 venv: $(STAMP)
 
@@ -143,6 +143,12 @@ $(ENGINES_STAMP): requirements/engines.txt
 
 test-engines: $(ENGINES_STAMP)
 	VLMPREP_REQUIRE_ENGINES=1 PYTHONPATH=$(CURDIR) $(ENGINES_PY) -m pytest -q -p no:cacheprovider -rs -m engines tests/integration $(PYTEST_ARGS)
+
+# The CPU kernels built for aarch64 (NEON and scalar paths) and run under qemu-user against Pillow and
+# the host kernels, buffers at PROT_NONE pages (tests/kernels/test_arm64.py; under a minute). Needs the
+# apt packages g++-aarch64-linux-gnu qemu-user; here their absence fails (`make test` skips instead).
+test-arm64: venv
+	VLMPREP_REQUIRE_ARM64=1 $(PY) -m pytest -q -m arm64 tests/kernels/test_arm64.py
 
 # The CPU kernels on every instruction-set path this host runs, beside Pillow and Pillow-SIMD
 # (issue 28; bench/cpu_paths.py, docs/benchmarks.md). Pillow-SIMD is built from source with AVX2

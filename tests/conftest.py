@@ -25,6 +25,7 @@ MARKERS = {
     "hf": "needs transformers (the oracle)",
     "slow": "long-running",
     "stress": "opt-in stress / peak-memory run (make stress, VLMPREP_STRESS=1)",
+    "arm64": "aarch64 kernels under qemu-user (make test-arm64; skips without the cross tools)",
 }
 
 

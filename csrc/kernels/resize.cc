@@ -13,7 +13,9 @@
 
 #include "cpu_isa.h"
 #include "cpu_threads.h"
+#include "resize_avx2.h"
 #include "resize_avx512.h"
+#include "resize_neon.h"
 #include "resize_rows.h"
 #include "resize_weights.h"
 
@@ -324,6 +326,16 @@ void horizontal(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t ds
 #if defined(__x86_64__)
   if (!kw.empty()) return horizontal_avx2(src, src_stride, dst, dst_stride, out_w, in_w, c, kw, y0, y1);
 #endif
+#if defined(__aarch64__)  // NEON (resize_neon.h), Pillow's weights widened; the right border scalar
+  if (c.prec == kPrecisionBits && !c.bounds.empty() && c.bounds[1] == c.ksize && cpu_isa_allows_neon()) {
+    const int done = horizontal_neon(src, src_stride, dst, dst_stride, out_w, in_w, c, y0, y1);
+    for (int y = y0; y < y1; ++y)
+      for (int xx = done; xx < out_w; ++xx)
+        pixel_sum(src + int64_t(y) * src_stride + c.bounds[xx * 2] * 3, &c.k[size_t(xx) * c.ksize], c.ksize,
+                  dst + int64_t(y) * dst_stride + xx * 3);
+    return;
+  }
+#endif
   switch (c.bounds.empty() ? 0 : c.bounds[1] == c.ksize ? c.ksize : 0) {  // widened: fixed K
     case 3: return horizontal_k<3>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
     case 5: return horizontal_k<5>(src, src_stride, dst, dst_stride, out_w, c, y0, y1);
@@ -335,10 +347,15 @@ void horizontal(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t ds
 
 // Output rows [y0, y1) of a vertical pass into dst (row y0 first): each is a weighted sum of
 // whole source rows (row i of `src` is source row i + shift), so the inner loop runs over
-// contiguous bytes with one weight (vectorisable).
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+// contiguous bytes with one weight (vectorisable). The plain C++ twin of the vector passes
+// (vertical512, vertical_avx2, vertical_neon): compiled for the baseline only, so that
+// VLMPREP_CPU_ISA=scalar runs it as written on every CPU (target clones chose by the CPU alone).
 void vertical(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
               int width, const Coeffs& c, int y0, int y1, int shift) {
+#if defined(__aarch64__)  // NEON (resize_neon.h), Pillow's weights (the torchvision match: below)
+  if (c.prec == kPrecisionBits && cpu_isa_allows_neon())
+    return vertical_neon(src, src_stride, dst, dst_stride, width, c, y0, y1, shift);
+#endif
   const int n = width * 3;
   std::vector<int32_t> acc(n);
   for (int yy = y0; yy < y1; ++yy) {
@@ -364,28 +381,39 @@ void vertical(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_
 // scaled weights. Two pixels per 256-bit vector, four per step; `kw16` holds per output pair
 // and tap pair 8 int32 ([(w0, w1) of xx x4, of xx + 1 x4]); an odd last tap pairs with the
 // next pixel at weight 0. Outputs whose loads or 16-byte store would leave the row are scalar.
+// Pillow's 22-bit weights take the same pass split exactly as w = 2048 * hi + lo (hi = w >> 11,
+// lo = w & 2047, both int16; kSplit): two madds per tap pair, the lo sums from 2^21, and
+// sum = 2048 * hi sums + lo sums, the same int32 as pixel_sum's (the AVX-512 passes' split).
 // One pair of pixels' clamped sums (horizontal16): R, G, B, 0 of p0 low, of p1 high. QT > 0:
-// the tap pair count as a constant (the loop unrolls), else Q.
-template <int QT>
+// the tap pair count as a constant (the loop unrolls), else Q. `wl`: the lo weights (kSplit).
+template <int QT, bool kSplit>
 __attribute__((target("avx2"), always_inline)) inline __m256i pair_sums16(
-    const uint8_t* p0, const uint8_t* p1, const int32_t* w, int q_dyn, __m256i pick, __m256i round, int prec) {
+    const uint8_t* p0, const uint8_t* p1, const int32_t* w, const int32_t* wl, int q_dyn, __m256i pick,
+    __m256i round, int prec) {
   const int Q = QT > 0 ? QT : q_dyn;
-  __m256i acc = round;
+  __m256i acc = kSplit ? _mm256_setzero_si256() : round, lo = round;
   for (int q = 0; q < Q; ++q) {
     const __m256i win = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + q * 6))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + q * 6)), 1);
+    const __m256i px = _mm256_shuffle_epi8(win, pick);
     const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + size_t(q) * 8));
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(win, pick), wq));
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(px, wq));
+    if constexpr (kSplit) {
+      const __m256i wlq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wl + size_t(q) * 8));
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, wlq));
+    }
   }
+  if constexpr (kSplit) acc = _mm256_add_epi32(_mm256_slli_epi32(acc, 11), lo);
   return _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(acc, prec), _mm256_setzero_si256()),
                           _mm256_set1_epi32(255));
 }
 
-template <int QT>
+template <int QT, bool kSplit>
 __attribute__((target("avx2")))
 void horizontal16_q(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int out_w,
-                    int in_w, const Coeffs& c, const std::vector<int32_t>& kw16, int y0, int y1) {
+                    int in_w, const Coeffs& c, const std::vector<int32_t>& kw16, const std::vector<int32_t>& kw16_lo,
+                    int y0, int y1) {
   const int K = c.ksize, Q = (K + 1) / 2, prec = c.prec;
   // Pixel b's last load is bytes [3 (b + 2 (Q - 1)), + 16): inside the row, for xx + 3 (the
   // last window of a step: windows start in order).
@@ -402,11 +430,14 @@ void horizontal16_q(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_
     const uint8_t* in = src + int64_t(y) * src_stride;
     uint8_t* out = dst + int64_t(y) * dst_stride;
     for (int xx = 0; xx < simd_end; xx += 4) {
-      const int32_t* w = &kw16[size_t(xx / 2) * size_t(Q) * 8];
-      const __m256i a = pair_sums16<QT>(in + c.bounds[xx * 2] * 3, in + c.bounds[xx * 2 + 2] * 3, w, Q, pick, round,
-                                    prec);
-      const __m256i b = pair_sums16<QT>(in + c.bounds[xx * 2 + 4] * 3, in + c.bounds[xx * 2 + 6] * 3,
-                                    w + size_t(Q) * 8, Q, pick, round, prec);
+      const size_t at = size_t(xx / 2) * size_t(Q) * 8;
+      const int32_t* w = &kw16[at];
+      const int32_t* wl = kSplit ? &kw16_lo[at] : nullptr;
+      const __m256i a = pair_sums16<QT, kSplit>(in + c.bounds[xx * 2] * 3, in + c.bounds[xx * 2 + 2] * 3, w, wl, Q,
+                                                pick, round, prec);
+      const __m256i b = pair_sums16<QT, kSplit>(in + c.bounds[xx * 2 + 4] * 3, in + c.bounds[xx * 2 + 6] * 3,
+                                                w + size_t(Q) * 8, kSplit ? wl + size_t(Q) * 8 : nullptr, Q, pick,
+                                                round, prec);
       // As horizontal_avx2_k: int32 lanes of pixels 0,1 (a) and 2,3 (b) -> 12 RGB bytes.
       const __m256i w16 = _mm256_packs_epi32(a, b);
       const __m128i lo = _mm256_castsi256_si128(w16), hi = _mm256_extracti128_si256(w16, 1);
@@ -418,25 +449,41 @@ void horizontal16_q(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_
   }
 }
 
-void horizontal16(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int out_w,
-                  int in_w, const Coeffs& c, const std::vector<int32_t>& kw16, int y0, int y1) {
+template <bool kSplit>
+void horizontal16_split(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int out_w,
+                        int in_w, const Coeffs& c, const std::vector<int32_t>& kw16,
+                        const std::vector<int32_t>& lo, int y0, int y1) {
+#define VLMPREP_H16(Q) horizontal16_q<Q, kSplit>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, lo, y0, y1)
   switch ((c.ksize + 1) / 2) {  // the tap-pair loop unrolled for the common window sizes
-    case 2: return horizontal16_q<2>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
-    case 3: return horizontal16_q<3>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
-    case 4: return horizontal16_q<4>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
-    case 5: return horizontal16_q<5>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
-    case 6: return horizontal16_q<6>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
-    case 7: return horizontal16_q<7>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
-    default: return horizontal16_q<0>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, y0, y1);
+    case 2: return VLMPREP_H16(2);
+    case 3: return VLMPREP_H16(3);
+    case 4: return VLMPREP_H16(4);
+    case 5: return VLMPREP_H16(5);
+    case 6: return VLMPREP_H16(6);
+    case 7: return VLMPREP_H16(7);
+    default: return VLMPREP_H16(0);
   }
+#undef VLMPREP_H16
+}
+
+// kw16_lo empty: the torchvision match's int16 weights (c.prec bits); else Pillow's split in two.
+void horizontal16(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int out_w,
+                  int in_w, const Coeffs& c, const std::vector<int32_t>& kw16, const std::vector<int32_t>& kw16_lo,
+                  int y0, int y1) {
+  if (kw16_lo.empty())
+    return horizontal16_split<false>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, kw16_lo, y0, y1);
+  horizontal16_split<true>(src, src_stride, dst, dst_stride, out_w, in_w, c, kw16, kw16_lo, y0, y1);
 }
 
 // Per output pair, per tap pair: [(w0, w1) of xx x4, of xx + 1 x4] as int16 pairs in int32
 // (horizontal16's layout), from the scaled weights of c (c.prec bits each).
-std::vector<int32_t> pair16_weights(const Coeffs& c, int out_w) {
+// part: 0 the scaled weights; 1 / 2 the hi / lo halves of Pillow's (horizontal16's split).
+std::vector<int32_t> pair16_weights(const Coeffs& c, int out_w, int part = 0) {
   const int K = c.ksize, Q = (K + 1) / 2;
   auto w16 = [&](int xx, int k) -> uint32_t {
-    return k < K ? uint16_t(int16_t(c.k[size_t(xx) * K + k] >> (kPrecisionBits - c.prec))) : 0u;
+    if (k >= K) return 0u;
+    const int32_t w = c.k[size_t(xx) * K + k];
+    return uint16_t(int16_t(part == 1 ? w >> 11 : part == 2 ? w & 2047 : w >> (kPrecisionBits - c.prec)));
   };
   std::vector<int32_t> kw(size_t((out_w + 1) / 2) * Q * 8, 0);
   for (int xx = 0; xx + 1 < out_w; xx += 2)
@@ -508,14 +555,17 @@ struct ResizeRows::Weights {
   std::vector<int32_t> kw;  // AVX2 pair weights of ch; empty: the scalar horizontal pass
   Horizontal512 h512;       // the AVX-512 horizontal pass, when use_h512
   bool use_h512 = false, use_v512 = false;
+  bool use_v2 = false;  // the AVX2 vertical pass (Pillow's weights)
   std::vector<int16_t> v16;  // cv as int16 (the torchvision match on AVX2): vertical16
   std::vector<int32_t> kw16;  // ch's int16 pair weights (the torchvision match on AVX2): horizontal16
+  std::vector<int32_t> kw16_lo;  // with Pillow's weights: kw16 their hi halves, these the lo (horizontal16)
 
   // `rows` rows of the horizontal pass, src row i -> dst row i.
   void hpass(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int in_w,
              int out_w, int rows) const {
 #if defined(__x86_64__)
-    if (!kw16.empty()) return horizontal16(src, src_stride, dst, dst_stride, out_w, in_w, ch, kw16, 0, rows);
+    if (!kw16.empty())
+      return horizontal16(src, src_stride, dst, dst_stride, out_w, in_w, ch, kw16, kw16_lo, 0, rows);
 #endif
     if (!use_h512) return horizontal(src, src_stride, dst, dst_stride, out_w, in_w, ch, kw, 0, rows);
     horizontal512(h512, src, src_stride, dst, dst_stride, rows);
@@ -529,6 +579,7 @@ struct ResizeRows::Weights {
   void vpass(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int width,
              int y0, int y1, int shift) const {
     if (use_v512) return vertical512(src, src_stride, dst, dst_stride, width, cv, y0, y1, shift);
+    if (use_v2) return vertical_avx2(src, src_stride, dst, dst_stride, width, cv, y0, y1, shift);
 #if defined(__x86_64__)
     if (!v16.empty()) return vertical16(src, src_stride, dst, dst_stride, width, cv, v16, y0, y1, shift);
 #endif
@@ -562,8 +613,16 @@ ResizeRows::ResizeRows(const ResizeParams& p) : p_(p), w_(new Weights) {
       w.use_h512 = !tv && resize_avx512_usable() && horizontal512_plan(w.ch, p.in_w, p.out_w, &w.h512);
 #if defined(__x86_64__)
       if (!w.use_h512 && avx2_usable()) {
-        if (tv) w.kw16 = pair16_weights(w.ch, p.out_w);  // int16 weights: torch's madd pass
-        else w.kw = pair_weights(w.ch, p.out_w);
+        if (tv) {
+          w.kw16 = pair16_weights(w.ch, p.out_w);  // int16 weights: torch's madd pass
+        } else if (w.ch.ksize <= 7) {  // int32 mullo per tap, one 16-byte load per 5 taps
+          w.kw = pair_weights(w.ch, p.out_w);
+        } else {  // Pillow's weights split in two int16 halves: the same madd pass, twice the madds.
+          // Faster from 9 taps (downscales) on an AVX2-capped Xeon: 1080x1920 -> 1080x448
+          // bicubic 3.4 vs 3.8 ms, -> 1080x1100 lanczos 4.6 vs 6.7 ms; slower up to 5 (bench/cpu_paths.py)
+          w.kw16 = pair16_weights(w.ch, p.out_w, 1);
+          w.kw16_lo = pair16_weights(w.ch, p.out_w, 2);
+        }
       }
 #endif
     }
@@ -571,6 +630,7 @@ ResizeRows::ResizeRows(const ResizeParams& p) : p_(p), w_(new Weights) {
   if (w.need_v) w.cv = axis(p.in_h, p.out_h);
   w.use_v512 = !tv && w.need_v && resize_avx512_usable();
 #if defined(__x86_64__)
+  w.use_v2 = !tv && w.need_v && !w.use_v512 && avx2_usable();
   if (tv && w.need_v && !w.use_v512 && avx2_usable()) {  // int16 weights: torch's madd pass
     w.v16.resize(w.cv.k.size());
     for (size_t j = 0; j < w.cv.k.size(); ++j) w.v16[j] = int16_t(w.cv.k[j] >> (kPrecisionBits - w.cv.prec));

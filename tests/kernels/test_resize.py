@@ -49,6 +49,22 @@ def test_wide_rows_match_pillow(kernels, isa, f):
         assert np.array_equal(got, _pil(img, (h, w), f)), f"seed {SEED}: {H}x{W} -> {h}x{w} {f} {isa}"
 
 
+@pytest.mark.parametrize("f", list(PIL_FILTER))
+def test_vertical_pass_extremes_match_pillow(kernels, isa, f):
+    """The vertical pass alone (width kept) where its sums are extreme: stripes of 0 and 255
+    (the filters' negative lobes overshoot, so both clips are hit), upscales (weights near 2^22,
+    the split's largest high halves), downscales to a few rows (hundreds of taps: odd and even
+    counts), and row lengths of every remainder modulo the vector width (3 * W bytes)."""
+    rng = np.random.default_rng(SEED + 2)
+    for W in (1, 5, 10, 11, 21, 32, 43, 107):
+        for H, h in ((2, 9), (3, 1000), (5, 2), (40, 41), (600, 7), (2001, 3), (257, 1), (9, 8)):
+            img = np.zeros((H, W, 3), np.uint8)
+            img[::2] = 255  # row stripes
+            img[:, ::3, 1] = rng.integers(0, 256, (H, len(range(0, W, 3))), dtype=np.uint8)
+            got = kernels.resize(torch.from_numpy(img), (h, W), f).numpy()
+            assert np.array_equal(got, _pil(img, (h, W), f)), f"{H}x{W} -> {h}x{W} {f} {isa}"
+
+
 @pytest.mark.parametrize("src_hw,dst_hw", [
     ((1080, 1920), (1092, 1932)),   # qwen2-vl 1080p: horizontal first, slight upscale
     ((900, 600), (448, 448)),       # vertical first (height loses > 2x the width's pixels)

@@ -1,0 +1,98 @@
+// The AVX2 vertical pass of the Pillow-exact resize (resize_avx2.h).
+//
+// Pillow sums uint8 x 22-bit weights in int32; AVX2's madd multiplies int16 pairs, so each
+// weight is split exactly as w = 2048 * hi + lo (hi = w >> 11, lo = w & 2047, both int16), as the
+// AVX-512 pass does: sum(v * w) + 2^21 = 2048 * sum(v * hi) + (2^21 + sum(v * lo)). Two source
+// rows go through each madd (their bytes interleaved), so a pair of taps costs two madds per 8
+// bytes, and 32 output bytes keep their eight sums in registers over all the taps.
+#include "resize_avx2.h"
+
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace vlmprep {
+
+#if defined(__x86_64__)
+
+namespace {
+
+inline uint8_t clip_sum(int32_t ss) {
+  const int32_t v = ss >> kPrecisionBits;
+  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+// int16 pair (w_a, w_b) as one int32, low half first (madd's order).
+inline int32_t pair16(int32_t a, int32_t b) { return int32_t((uint32_t(uint16_t(b)) << 16) | uint16_t(a)); }
+
+// Pillow's sum 2048 * h + l (l holds its 2^21), then its shift.
+__attribute__((target("avx2"), always_inline)) inline __m256i total(__m256i h, __m256i l) {
+  return _mm256_srai_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), kPrecisionBits);
+}
+
+}  // namespace
+
+__attribute__((target("avx2")))
+void vertical_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
+                   int width, const Coeffs& c, int y0, int y1, int shift) {
+  const int n = width * 3;
+  const int vec_end = n / 32 * 32;  // bytes [vec_end, n) of each row: scalar, same sums
+  const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  std::vector<int32_t> w_hi, w_lo;  // one output row's tap pairs, as pair16
+  for (int yy = y0; yy < y1; ++yy) {
+    const int ymin = c.bounds[yy * 2] - shift, taps = c.bounds[yy * 2 + 1];
+    const int32_t* k = &c.k[size_t(yy) * c.ksize];
+    const int pairs = (taps + 1) / 2;
+    w_hi.resize(pairs);
+    w_lo.resize(pairs);
+    for (int q = 0; q < pairs; ++q) {  // an odd last tap pairs with itself at weight 0
+      const int32_t wa = k[2 * q], wb = 2 * q + 1 < taps ? k[2 * q + 1] : 0;
+      w_hi[q] = pair16(wa >> 11, wb >> 11);
+      w_lo[q] = pair16(wa & 2047, wb & 2047);
+    }
+    const uint8_t* rows = src + int64_t(ymin) * src_stride;
+    uint8_t* out = dst + int64_t(yy - y0) * dst_stride;
+    for (int j = 0; j < vec_end; j += 32) {
+      // hi sums h0..h3 and lo sums l0..l3 of bytes [j, j + 32): lane 0 holds bytes 0-3 / 4-7 /
+      // 8-11 / 12-15 of each 16-byte half in turn (the unpack order), which the packs undo.
+      __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
+      __m256i l0 = round, l1 = round, l2 = round, l3 = round;  // Pillow's 2^21 goes in the lo sums
+      for (int q = 0; q < pairs; ++q) {
+        const uint8_t* ra = rows + int64_t(2 * q) * src_stride + j;
+        const uint8_t* rb = 2 * q + 1 < taps ? ra + src_stride : ra;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb));
+        const __m256i wh = _mm256_set1_epi32(w_hi[q]), wl = _mm256_set1_epi32(w_lo[q]);
+        const __m256i ab_lo = _mm256_unpacklo_epi8(a, b), ab_hi = _mm256_unpackhi_epi8(a, b);
+        const __m256i v0 = _mm256_unpacklo_epi8(ab_lo, zero), v1 = _mm256_unpackhi_epi8(ab_lo, zero);
+        const __m256i v2 = _mm256_unpacklo_epi8(ab_hi, zero), v3 = _mm256_unpackhi_epi8(ab_hi, zero);
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, wh));
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, wh));
+        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(v2, wh));
+        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(v3, wh));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, wl));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, wl));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(v2, wl));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(v3, wl));
+      }
+      const __m256i p01 = _mm256_packs_epi32(total(h0, l0), total(h1, l1));  // bytes 0-7 | 16-23
+      const __m256i p23 = _mm256_packs_epi32(total(h2, l2), total(h3, l3));  // bytes 8-15 | 24-31
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_packus_epi16(p01, p23));
+    }
+    for (int j = vec_end; j < n; ++j) {
+      int32_t s = 1 << (kPrecisionBits - 1);
+      for (int y = 0; y < taps; ++y) s += int32_t(rows[int64_t(y) * src_stride + j]) * k[y];
+      out[j] = clip_sum(s);
+    }
+  }
+}
+
+#else  // not x86-64: never called
+
+void vertical_avx2(const uint8_t*, int64_t, uint8_t*, int64_t, int, const Coeffs&, int, int, int) {}
+
+#endif
+
+}  // namespace vlmprep
