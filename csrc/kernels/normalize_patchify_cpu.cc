@@ -134,9 +134,33 @@ void patch_row_fixed(const uint8_t* base, int64_t stride, T* dst, M map) {
   }
 }
 
+// The row path's inputs to patch_row_avx2, decided once per call: null `lut32` with `avx2`
+// set means uint8 output (no lut).
+struct RowsAvx2 {
+  bool avx2 = false;
+  const int32_t* lut32 = nullptr;
+  std::vector<int32_t> widened;  // a bfloat16 lut as int32 (the gathers read 4 bytes)
+};
+
+template <typename T, bool kLut>
+RowsAvx2 rows_avx2(const NormalizePatchifyParams& p) {
+  RowsAvx2 r;
+  r.avx2 = rows_avx2_usable();
+  if (!r.avx2 || !kLut) return r;
+  const T* lut = static_cast<const T*>(p.lut);
+  if constexpr (sizeof(T) == 4) {
+    r.lut32 = reinterpret_cast<const int32_t*>(lut);
+  } else {
+    r.widened.assign(lut, lut + kChannels * 256);
+    r.lut32 = r.widened.data();
+  }
+  return r;
+}
+
 // One patch row of a patch order, written in column order.
 template <typename T, typename M>
-void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T* dst, M map) {
+void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T* dst, M map,
+               const RowsAvx2& v) {
   int32_t y0, x0;
   row_origin(p, s.width, r, &y0, &x0);
   const int32_t P = p.patch_size;
@@ -151,6 +175,8 @@ void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T
   }
   const int32_t T_ = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
   const int64_t plane = int64_t(P) * P;
+  if (v.avx2 && (P == 14 || P == 16) && (T_ == 1 || T_ == 2))
+    return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, dst, v.lut32);
   if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, dst, map);
   if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, dst, map);
   if (T_ == 1 && P == 16) return patch_row_fixed<16, 1>(base, s.row_stride, dst, map);
@@ -187,6 +213,7 @@ template <typename T, bool kLut>
 void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& unit_start,
                int64_t u0, int64_t u1, bool stream) {
   Map<T, kLut> map{static_cast<const T*>(p.lut)};
+  const RowsAvx2 v = rows_avx2<T, kLut>(p);
   T* out = static_cast<T*>(p.out);
   std::vector<T> row;  // a tile line, built before it is streamed
   RowWriter writer(stream);
@@ -202,7 +229,7 @@ void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& uni
       const size_t bytes = size_t(row_length(p, s.height, s.width)) * sizeof(T);
       T* dst = out + s.out_offset + k * int64_t(bytes / sizeof(T));
       patch_row<T>(p, s, k, reinterpret_cast<T*>(writer.begin(reinterpret_cast<uint8_t*>(dst), bytes)),
-                   map);
+                   map, v);
       writer.commit(bytes);
     }
   }

@@ -4,8 +4,8 @@ fresh random ragged batches, each written once at an aligned output (the kernel'
 vector path where a block's rows allow it) and once one element off (the scalar path): the
 kernel's index math is checked on machines without a GPU (the gpu-marked tests run the real
 kernel where there is one). The twin is run on both of its CPU paths: the band path (AVX-512
-VBMI, where the CPU has it) and the row path. A deliberately broken copy of the body, one per
-column path, must be caught."""
+VBMI, where the CPU has it) and the row path (AVX2 patch rows, and plain C++). A deliberately
+broken copy of the body, one per column path, must be caught."""
 from __future__ import annotations
 
 import os
@@ -40,7 +40,7 @@ def build(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("emulate")
     flags = ["-std=c++20", "-O1", "-pthread", f"-I{ROOT / 'csrc' / 'include'}"]
     objs = []
-    for name in ("normalize_patchify_cpu.cc", "normalize_patchify_bands.cc"):
+    for name in ("normalize_patchify_cpu.cc", "normalize_patchify_bands.cc", "normalize_patchify_avx2.cc"):
         obj = tmp / (name + ".o")
         subprocess.run([cxx, *flags, "-c", str(ROOT / "csrc" / "kernels" / name), "-o", str(obj)],
                        check=True, capture_output=True, text=True)
@@ -62,7 +62,8 @@ def _run(exe: Path, seed: int, isa: str = "") -> subprocess.CompletedProcess:
 
 def test_kernel_body_equals_twin(build):
     exe = build()
-    for seed, isa in ((SEED, ""), (SEED + 1, "avx2")):  # "avx2": the twin's row path
+    # "avx2": the twin's row path with its AVX2 patch rows; "scalar": the row path in plain C++
+    for seed, isa in ((SEED, ""), (SEED + 1, "avx2"), (SEED + 2, "scalar")):
         r = _run(exe, seed, isa)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "OK: 0 mismatches" in r.stdout

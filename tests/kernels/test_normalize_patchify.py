@@ -2,7 +2,8 @@
 bit-exact, every order and dtype, random ragged batches (fresh data each run; replay with
 VLMPREP_TEST_SEED), output poisoned first so an unwritten element shows. The twin's two CPU
 paths both run: the band path (AVX-512 VBMI: merge_grouped and raster; the row path where the
-CPU lacks it) and the row path (``VLMPREP_CPU_ISA=avx2``)."""
+CPU lacks it) and the row path, with its AVX2 patch rows (``VLMPREP_CPU_ISA=avx2``) and in plain C++
+(``VLMPREP_CPU_ISA=scalar``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -37,11 +38,14 @@ def _batch(rng, order, P, m, n):
     return out
 
 
-@pytest.fixture(params=["band", "row"])
+@pytest.fixture(params=["band", "row", "row-scalar"])
 def cpu_path(request, monkeypatch):
-    """Which CPU path the twin may take (read by the kernel at every call)."""
+    """Which CPU path the twin may take (read by the kernel at every call): the band path
+    (AVX-512 VBMI), the row path with its AVX2 patch rows, the row path in plain C++."""
     if request.param == "row":
         monkeypatch.setenv("VLMPREP_CPU_ISA", "avx2")
+    elif request.param == "row-scalar":
+        monkeypatch.setenv("VLMPREP_CPU_ISA", "scalar")
     else:
         monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
     return request.param

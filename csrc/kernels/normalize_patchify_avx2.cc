@@ -1,0 +1,112 @@
+// The row path's patch rows with AVX2 (normalize_patchify_cpu.h: patch_row_avx2).
+//
+// One patch line (P pixels, 3P interleaved bytes) is read with three 16-byte loads inside it;
+// per channel, two byte shuffles pick that channel's bytes of pixels [0, 8) and [P - 8, P) (for
+// P = 14 the groups overlap on pixels 6 and 7, which get the same values twice), so every
+// load and store stays inside the patch's line and the output line: no tail, no masks. The
+// lut lookups are 8-lane gathers; uint8 rows need none (the value is the byte).
+#include "normalize_patchify_cpu.h"
+
+#include "cpu_isa.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace vlmprep {
+
+#if defined(__x86_64__)
+
+bool rows_avx2_usable() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has && cpu_isa_allows_avx2();
+}
+
+namespace {
+
+// Per channel: pixels [0, 8) are shuffle(a, lo_a) | shuffle(b, lo_b), pixels [P - 8, P) are
+// shuffle(b, hi_b) | shuffle(e, hi_e), with a = bytes [0, 16), b = [16, 32), e = [3P - 16, 3P).
+struct Picks {
+  alignas(16) int8_t lo_a[3][16], lo_b[3][16], hi_b[3][16], hi_e[3][16];
+  explicit Picks(int P) {
+    for (int c = 0; c < 3; ++c)
+      for (int i = 0; i < 16; ++i) {
+        lo_a[c][i] = lo_b[c][i] = hi_b[c][i] = hi_e[c][i] = -128;  // a zero byte
+        if (i >= 8) continue;
+        const int q0 = 3 * i + c, q1 = 3 * (P - 8 + i) + c;  // byte of the line
+        if (q0 < 16) lo_a[c][i] = int8_t(q0); else lo_b[c][i] = int8_t(q0 - 16);
+        if (q1 < 32) hi_b[c][i] = int8_t(q1 - 16); else hi_e[c][i] = int8_t(q1 - (3 * P - 16));
+      }
+  }
+};
+
+template <typename V>
+__attribute__((target("avx2"), always_inline)) inline __m128i load16(const V* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+
+// ELEM: output bytes per value (4: lut32 as is, 2: its low 16 bits, 1: the source byte).
+template <int P, int TT, int ELEM>
+__attribute__((target("avx2")))
+void row_k(const uint8_t* base, int64_t stride, uint8_t* dst, const int32_t* lut32) {
+  static const Picks picks(P);
+  constexpr int S = P - 8;  // the second group's first pixel
+  constexpr int64_t plane = int64_t(P) * P;
+  for (int py = 0; py < P; ++py) {
+    const uint8_t* line = base + int64_t(py) * stride;
+    const __m128i a = load16(line), b = load16(line + 16), e = load16(line + 3 * P - 16);
+    for (int c = 0; c < 3; ++c) {
+      const __m128i i0 = _mm_or_si128(_mm_shuffle_epi8(a, load16(picks.lo_a[c])),
+                                      _mm_shuffle_epi8(b, load16(picks.lo_b[c])));
+      const __m128i i1 = _mm_or_si128(_mm_shuffle_epi8(b, load16(picks.hi_b[c])),
+                                      _mm_shuffle_epi8(e, load16(picks.hi_e[c])));
+      uint8_t* d = dst + (int64_t(c) * TT * plane + int64_t(py) * P) * ELEM;
+      if constexpr (ELEM == 1) {
+        for (int t = 0; t < TT; ++t) {
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(d + t * plane), i0);
+          _mm_storel_epi64(reinterpret_cast<__m128i*>(d + t * plane + S), i1);
+        }
+      } else {
+        const int32_t* lut = lut32 + c * 256;
+        const __m256i v0 = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(i0), 4);
+        const __m256i v1 = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(i1), 4);
+        if constexpr (ELEM == 4) {
+          for (int t = 0; t < TT; ++t) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + t * plane * 4), v0);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + (t * plane + S) * 4), v1);
+          }
+        } else {  // 16-bit values: [v0 0-3, v1 0-3 | v0 4-7, v1 4-7] -> v0 then v1
+          const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(v0, v1), 0xD8);
+          for (int t = 0; t < TT; ++t) {
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(d + t * plane * 2), _mm256_castsi256_si128(w));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (t * plane + S) * 2), _mm256_extracti128_si256(w, 1));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int ELEM>
+void row_elem(int P, int TT, const uint8_t* base, int64_t stride, uint8_t* dst, const int32_t* lut32) {
+  if (P == 14) return TT == 2 ? row_k<14, 2, ELEM>(base, stride, dst, lut32) : row_k<14, 1, ELEM>(base, stride, dst, lut32);
+  return TT == 2 ? row_k<16, 2, ELEM>(base, stride, dst, lut32) : row_k<16, 1, ELEM>(base, stride, dst, lut32);
+}
+
+}  // namespace
+
+void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, void* dst, const int32_t* lut32) {
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  if (elem == 4) return row_elem<4>(P, TT, base, stride, d, lut32);
+  if (elem == 2) return row_elem<2>(P, TT, base, stride, d, lut32);
+  row_elem<1>(P, TT, base, stride, d, lut32);
+}
+
+#else  // not x86-64: never usable, never called
+
+bool rows_avx2_usable() { return false; }
+void patch_row_avx2(int, int, int, const uint8_t*, int64_t, void*, const int32_t*) {}
+
+#endif
+
+}  // namespace vlmprep
