@@ -17,6 +17,8 @@ const char* resize_cpu_path() {
   return "scalar";
 }
 
-const char* normalize_patchify_cpu_path() { return band_path_cpu() ? "avx512-vbmi" : "rows"; }
+const char* normalize_patchify_cpu_path() {
+  return band_path_cpu() ? "avx512-vbmi" : rows_avx2_usable() ? "avx2" : "scalar";
+}
 
 }  // namespace vlmprep

@@ -26,13 +26,13 @@ def _cpu_flags() -> set[str]:
 def _expected(isa: str) -> tuple[str, str]:
     flags, arch = _cpu_flags(), platform.machine()
     if isa == "scalar":
-        return "scalar", "rows"
+        return "scalar", "scalar"
     if arch in ("aarch64", "arm64"):
-        return "neon", "rows"
+        return "neon", "scalar"
     avx512 = isa == "native" and {"avx512f", "avx512bw", "avx512vl", "avx512vbmi"} <= flags
     resize = ("avx512-vnni" if avx512 and "avx512_vnni" in flags else
               "avx2" if "avx2" in flags else "scalar")
-    return resize, "avx512-vbmi" if avx512 else "rows"
+    return resize, "avx512-vbmi" if avx512 else "avx2" if "avx2" in flags else "scalar"
 
 
 def test_paths_follow_the_cpu_and_the_cap(kernels, isa):
@@ -47,4 +47,4 @@ def test_info_prints_the_paths(kernels):
     out = subprocess.run([sys.executable, "-m", "vlmprep.cli.main", "info"], capture_output=True,
                          text=True, cwd=ROOT, env={**os.environ, "VLMPREP_CPU_ISA": "scalar"},
                          check=True).stdout
-    assert "cpu paths: resize scalar, normalize_patchify rows (capped by VLMPREP_CPU_ISA=scalar)" in out
+    assert "cpu paths: resize scalar, normalize_patchify scalar (capped by VLMPREP_CPU_ISA=scalar)" in out

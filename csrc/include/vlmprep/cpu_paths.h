@@ -7,8 +7,8 @@ namespace vlmprep {
 
 // resize and the resizing ops (Pillow match): "avx512-vnni", "avx2", "neon" or "scalar".
 const char* resize_cpu_path();
-// normalize_patchify's rows: "avx512-vbmi" (the band path, for the orders it takes) or "rows"
-// (portable C++ the compiler vectorises for its baseline; large outputs streamed with AVX2).
+// normalize_patchify's rows: "avx512-vbmi" (the band path, for the orders it takes), "avx2" (the
+// row path with AVX2 patch rows for P 14 / 16) or "scalar" (the row path in plain C++).
 const char* normalize_patchify_cpu_path();
 
 }  // namespace vlmprep
