@@ -11,6 +11,7 @@ this CPU has), "avx2" (no AVX-512), "scalar"; ``kernels.cpu_paths()`` names what
 Prints a table, writes JSON.
 
     .venv/bin/python bench/cpu_paths.py [--json bench/results/cpu_paths_<machine>.json] [--repeat 15]
+    .venv/bin/python bench/cpu_paths.py --show bench/results/cpu_paths_xeon2.json
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def photo() -> np.ndarray:
     """(1080, 1920, 3) uint8: skimage's astronaut resized by Pillow (a photo: speed barely
     depends on content, Pillow-SIMD's differences do a little)."""
     import skimage.data
-    return np.asarray(Image.fromarray(skimage.data.astronaut()).resize((1920, 1080), Image.BICUBIC))
+    return np.array(Image.fromarray(skimage.data.astronaut()).resize((1920, 1080), Image.BICUBIC))
 
 
 def kernel_rows(img: np.ndarray, n: int) -> dict:
@@ -127,7 +128,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--show", default=None, help="print the table of a JSON this script wrote, and exit")
     args = ap.parse_args()
+    if args.show:
+        _print(json.loads(Path(args.show).read_text()))
+        return 0
     if kernels.why_unavailable():
         print("kernels not built:", kernels.why_unavailable())
         return 2
@@ -178,6 +183,10 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def _print(res: dict) -> None:
     paths = list(res["paths"])
     print(f"{res['cpu_model']}, {res['cpu_count']} CPUs; one thread, best of {res['repeat']} (ms)")
@@ -187,9 +196,8 @@ def _print(res: dict) -> None:
         if k == "paths":
             continue
         name = k.removeprefix("resize ")
-        extra = (f"{res['pillow'].get(name, '-'):>10}{simd.get(name, '-') if simd else '-':>13}"
-                 if k.startswith("resize ") else "")
-        print(f"{k:54s}" + "".join(f"{res['paths'][p][k]:>13}" for p in paths) + extra)
+        extra = (f"{_ms(res['pillow'].get(name)):>10}{_ms(simd.get(name)):>13}" if k.startswith("resize ") else "")
+        print(f"{k:54s}" + "".join(f"{_ms(res['paths'][p][k]):>13}" for p in paths) + extra)
     if simd:
         print(f"Pillow-SIMD {simd['version']} vs Pillow {res['pillow']['version']}: " + "; ".join(
             f"{name}: max {simd[name + ' vs Pillow']['max_levels']} levels, "
