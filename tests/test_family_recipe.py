@@ -31,9 +31,11 @@ ROOT = Path(vlmprep.__file__).resolve().parent
 
 # -- 1. the former literals -------------------------------------------------------------------
 OLD_HF_OUTPUTS = ("auto", "qwen2_vl", "images", "got_ocr2", "pixtral", "siglip2", "idefics3",
-                  "llava_next", "llava_onevision", "mllama", "gemma3")
+                  "llava_next", "llava_onevision", "mllama", "gemma3",
+                  "ovis2")
 OLD_SIZING_OPS = ("smart_resize", "resize", "anyres_tile", "internvl_tile", "canvas_tile",
-                  "idefics3_tile", "pixtral_resize", "naflex_resize", "pan_and_scan")
+                  "idefics3_tile", "pixtral_resize", "naflex_resize", "pan_and_scan",
+                  "ovis2_tile")
 OLD_EMBEDDING_FORMS = {"qwen2_vl": "flat", "got_ocr2": "stacked", "llava_next": "stacked",
                        "llava_onevision": "stacked", "images": "stacked"}
 OLD_NO_EMBEDDINGS = {
@@ -48,6 +50,8 @@ OLD_NO_EMBEDDINGS = {
               "image_embeds.')",
     "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
     "siglip2": "SigLIP2 is a vision encoder, not a vLLM generation model",
+    "ovis2": "not declared: vLLM 0.33's Ovis2 image-embedding input was not checked (no engines "
+             "venv when the family was added); give vLLM the images",
 }
 OLD_NO_VIDEO_EMBEDDINGS = {
     "llava_onevision": "vLLM 0.33's LlavaOnevisionForConditionalGeneration reads only "
@@ -76,8 +80,10 @@ OLD_NOT_PASSED = {
     "idefics3": "SGLang 0.5.23 has no Idefics3 model",
     "mllama": "mllama.py runs the vision model on the feature",
     "siglip2": "a vision encoder, not an SGLang generation model",
+    "ovis2": "not declared: SGLang's Ovis2 support was not checked (no engines venv when the "
+             "family was added)",
 }
-OLD_PROMPT_IMAGE_TOKENS = {"gemma3": "<start_of_image>"}
+OLD_PROMPT_IMAGE_TOKENS = {"gemma3": "<start_of_image>", "ovis2": "<image>"}
 OLD_PROMPT_VIDEO_TOKENS = {"qwen2_vl": "<|video_pad|>", "llava_onevision": "<video>",
                            "got_ocr2": "<video>", "idefics3": "<video>"}
 OLD_QWEN = ("Qwen2VisionTransformerPretrainedModel", "Qwen2_5_VisionTransformerPretrainedModel",
@@ -106,6 +112,20 @@ OLD_VIDEO_PRESET = {"qwen2-vl": "qwen2-vl", "qwen3-vl": "qwen3-vl", "qwen2.5-vl"
 #: presets._config.VIDEO_CONFIG_MODULES (pipeline name -> the module reading its video config).
 OLD_VIDEO_CONFIG_MODULES = {"qwen2-vl": "qwen", "qwen3-vl": "qwen", "llava-onevision": "llava_next",
                             "internvl": "internvl", "idefics3": "idefics3"}
+
+# added with GLM-4.1V (issue 30): its own form (Qwen's keys, GLM's prompt tokens, engines refused)
+_GLM4V_VLLM = ("no vLLM here (build/engines/venv absent): vLLM's glm4_1v.py (main) parses "
+               "items with the generic MultiModalDataParser (no {'image_embeds', "
+               "'image_grid_thw'} dict form) and sizes each placeholder from the processed "
+               "item's grid; not checked against 0.33, so refused")
+OLD_HF_OUTPUTS += ("glm4v",)
+OLD_SIZING_OPS += ("glm4v_resize",)
+OLD_NO_EMBEDDINGS["glm4v"] = _GLM4V_VLLM
+OLD_NO_VIDEO_EMBEDDINGS["glm4v"] = _GLM4V_VLLM
+OLD_NOT_PASSED["glm4v"] = "not checked: no SGLang here (build/engines/venv absent)"
+OLD_PROMPT_VIDEO_TOKENS["glm4v"] = "<|video|>"
+OLD_VIDEO_PRESET["glm4v"] = "glm4v"
+OLD_VIDEO_CONFIG_MODULES["glm4v"] = "glm4v"
 
 
 def test_hf_outputs_are_the_hf_form_registry():

@@ -199,7 +199,8 @@ def test_every_sizing_op_has_one_plan_rule_and_owns_its_tile_size():
     want = {"siglip": (384, 384), "llava-1.5": (336, 336), "internvl": (448, 448),
             "llava-next": (336, 336), "llava-onevision": (384, 384), "mllama": (560, 560),
             "idefics3": (364, 364), "gemma3": (896, 896), "qwen2-vl": None, "qwen3-vl": None,
-            "pixtral": None, "siglip2-naflex": None}
+            "pixtral": None, "siglip2-naflex": None, "ovis2": (448, 448),
+            "glm4v": None}
     assert {n: vlmprep.presets.get(n).tile_hw for n in vlmprep.presets.names()} == want
     assert ops.resize(mode="shortest_edge", size=336).tile_hw is None
 

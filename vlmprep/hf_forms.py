@@ -27,7 +27,7 @@ __all__ = ["HF_FORMS", "HF_NESTING_FORMS", "HF_OUTPUTS", "VIDEO_HF_FORMS", "hf_f
 #: spatial_shapes); idefics3 ([B, max_imgs, C, M, M] + pixel_attention_mask); llava_next /
 #: llava_onevision ([B, max_crops, C, T, T] + image_sizes, + batch_num_images for OneVision);
 #: mllama ([B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask); gemma3 ([sum(1 + crops),
-#: C, S, S] + num_crops).
+#: C, S, S] + num_crops); ovis2 (tiles + grids [rows, cols]).
 HF_FORMS: dict[str, Callable[..., dict]] = {}
 #: Forms called as fn(batch, images_per_sample) (None: the processor's reading of a flat list);
 #: filled by ``hf_form(name, nesting=True)``.
@@ -80,6 +80,21 @@ def _got_ocr2(b: "PackedBatch") -> dict:
     counts = torch.bincount(b.image_index, minlength=b.num_images)
     ok = [i for i in range(b.num_images) if i not in b.errors]
     return {"pixel_values": b.pixel_values, "num_patches": counts[ok]}
+
+
+@hf_form("ovis2")
+def _ovis2(b: "PackedBatch") -> dict:
+    """``Ovis2ImageProcessor``: ``pixel_values (sum(tiles), C, T, T)`` (each image's thumbnail, if
+    any, then its grid tiles) and ``grids (num_images, 2)`` int64: ``[rows, cols]`` per image.
+
+    Given 1080x1920 and 1x1 -> pixel_values (14, 3, 448, 448), grids [[4, 3], [1, 1]].
+    """
+    import torch
+    plans = _ok_plans(b, "ovis2")
+    rows = [[p.canvases[0].resize_hw[0] // p.tiles[-1][2], p.canvases[0].resize_hw[1] // p.tiles[-1][3]]
+            for p in plans]
+    grids = torch.tensor(rows, dtype=torch.int64, device=b.image_index.device)
+    return {"pixel_values": b.pixel_values, "grids": grids.reshape(len(rows), 2)}
 
 
 @hf_form("idefics3", nesting=True)
@@ -326,6 +341,20 @@ def _qwen2_vl_video(b: "PackedBatch") -> dict:
         out["second_per_grid_ts"] = torch.tensor([float(s) for s in secs if s is not None],
                                                  dtype=torch.float32)
     return out
+
+
+@hf_form("glm4v")
+def _glm4v(b: "PackedBatch") -> dict:
+    """``Glm4vImageProcessor``: Qwen2-VL's keys (``pixel_values (patches, C*T*P*P)``,
+    ``image_grid_thw``); a form of its own for GLM-4.1V's prompt tokens and engine facts."""
+    return {"pixel_values": b.pixel_values, "image_grid_thw": b.grid_thw}
+
+
+@hf_video_form("glm4v")
+def _glm4v_video(b: "PackedBatch") -> dict:
+    """``Glm4vVideoProcessor``: ``pixel_values_videos (total_patches, C*T*P*P)`` and
+    ``video_grid_thw (num_videos, 3)`` int64."""
+    return {"pixel_values_videos": b.pixel_values, "video_grid_thw": b.grid_thw}
 
 
 def _frames_per_video(b: "PackedBatch") -> list[int]:

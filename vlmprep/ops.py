@@ -15,7 +15,7 @@ from typing import Any, ClassVar, NoReturn
 
 __all__ = [
     "Op", "SizingOp", "fail", "check_int", "check_interpolation",
-    "decode", "smart_resize", "resize", "internvl_tile", "idefics3_tile", "anyres_tile",
+    "decode", "smart_resize", "glm4v_resize", "resize", "internvl_tile", "ovis2_tile", "idefics3_tile", "anyres_tile",
     "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "center_crop", "normalize",
     "patchify", "pack", "tile",
     "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "CLIP_MEAN", "CLIP_STD",
@@ -227,6 +227,33 @@ class smart_resize(SizingOp):
 
 
 @dataclass(frozen=True)
+class glm4v_resize(SizingOp):
+    """GLM-4.1V's smart resize (``Glm4vImageProcessor``): Qwen3-VL's video rule applied to an
+    image as ``temporal_factor`` frames, so the pixel budget counts ``temporal_factor * h * w``
+    and a side below ``factor`` scales the image up first. See ``vlmprep.plan.glm4v``."""
+
+    name: ClassVar[str] = "glm4v_resize"
+    sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
+    allows_center_crop: ClassVar[bool] = True
+    factor: int = 28
+    min_pixels: int = 112 * 112
+    max_pixels: int = 28 * 28 * 2 * 6144
+    temporal_factor: int = 2
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "factor", self.factor)
+        check_int(self.name, "min_pixels", self.min_pixels)
+        check_int(self.name, "max_pixels", self.max_pixels)
+        check_int(self.name, "temporal_factor", self.temporal_factor)
+        if self.min_pixels > self.max_pixels:
+            fail(self.name, "min_pixels", f"<= max_pixels ({self.max_pixels})", self.min_pixels,
+                  "lower min_pixels or raise max_pixels")
+        check_interpolation(self.name, self.interpolation)
+
+
+@dataclass(frozen=True)
 class resize(SizingOp):
     """Resize to a fixed size or by one edge.
 
@@ -304,6 +331,41 @@ def tile(rule: str = "internvl", *args: Any, **fields: Any) -> internvl_tile:
     if rule != "internvl":
         fail("tile", "rule", "one of ('internvl',)", rule, "use vlmprep.ops.internvl_tile(...)")
     return internvl_tile(*args, **fields)
+
+
+@dataclass(frozen=True)
+class ovis2_tile(SizingOp):
+    """Ovis2 ``crop_to_patches`` (a sizing op): choose a grid of ``tile_size`` squares (with
+    ``covering``, transformers' ``get_min_tile_covering_grid`` over 1..``max_tiles``, else
+    InternVL's closest aspect ratio over ``min_tiles..max_tiles``), squash-resize the image to
+    it, cut it row-major, and when there is more than one tile put a thumbnail (the whole image
+    squashed to ``tile_size``) first. See ``vlmprep.plan.ovis2``.
+    """
+
+    name: ClassVar[str] = "ovis2_tile"
+    sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
+    tile_size: int = 448
+    min_tiles: int = 1
+    max_tiles: int = 12
+    covering: bool = True
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "tile_size", self.tile_size)
+        check_int(self.name, "min_tiles", self.min_tiles)
+        check_int(self.name, "max_tiles", self.max_tiles)
+        if self.min_tiles > self.max_tiles:
+            fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
+                 "lower min_tiles or raise max_tiles")
+        if not isinstance(self.covering, bool):
+            fail(self.name, "covering", "a bool (use_covering_area_grid)", self.covering,
+                 "pass covering=True or False")
+        check_interpolation(self.name, self.interpolation)
+
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
 
 
 @dataclass(frozen=True)

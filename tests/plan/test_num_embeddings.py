@@ -105,6 +105,19 @@ def _processor(preset):
                               tokenizer=_tokenizer(["<|image|>", "<|python_tag|>", "<|begin_of_text|>"],
                                                    bos_token="<|begin_of_text|>"))
         return p, "<|image|>", "<|image|>"
+    if preset == "ovis2":
+        special = ["<image>", "<IMG_ATOM>", "<IMG_START>", "<IMG_GRID>", "<IMG_COL>", "<IMG_ROW>",
+                   "<IMG_END>"]
+        p = T.Ovis2Processor(image_processor=_ip(preset), tokenizer=_tokenizer(special),
+                             image_seq_length=256)
+        return p, "<image>", "<IMG_ATOM>"
+    if preset == "glm4v":
+        from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
+        tok = _tokenizer(["<|image|>", "<|video|>", "<|begin_of_image|>", "<|end_of_image|>",
+                          "<|begin_of_video|>", "<|end_of_video|>"])
+        p = T.Glm4vProcessor(image_processor=_ip(preset), tokenizer=tok,
+                             video_processor=Glm4vVideoProcessor())
+        return p, "<|image|>", "<|image|>"
     raise AssertionError(preset)
 
 
@@ -127,13 +140,16 @@ def test_num_embeddings_equal_processor_placeholder_count(preset, seed):
     want = []
     for im in images:
         # the processor's expanded prompt, as ids: its image-context tokens (mllama keeps its one)
-        ids = proc(images=[im], text=[f"a {prompt_tok} a"])["input_ids"][0]
+        # (Ovis2Processor needs tensors: its replace_image_token calls grids[i].tolist())
+        kw = {"return_tensors": "pt"} if preset == "ovis2" else {}
+        ids = proc(images=[im], text=[f"a {prompt_tok} a"], **kw)["input_ids"][0]
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
         want.append(sum(1 for t in ids if t == ctx_id))
     assert plan.num_embeddings == [p.num_embeddings for p in plan] == want, (preset, seed)
     assert batch.num_embeddings == want
     assert [b.num_embeddings[0] for b in batch.split()] == want
     # the processor's wrappers are what separates the two counts (num_tokens: API.md's count)
-    if preset in ("internvl", "idefics3", "pixtral"):
+    if preset in ("internvl", "idefics3", "pixtral", "ovis2"):
         assert all(e < t for e, t in zip(want, plan.num_tokens)), (preset, plan.num_tokens)
     elif preset != "gemma3":
         assert want == plan.num_tokens, preset

@@ -10,7 +10,7 @@ The extension point (a new family's sizing, docs/how-to/new-family.md): a
 ``Sizing`` of ``Canvas`` es and tile boxes (``grid_boxes``, ``center_crop_box``, ``one_canvas``;
 ``patch_grid`` / ``tokens_for_grid`` for token counts).
 """
-from . import anyres, gemma3, idefics3, internvl, mllama, naflex, pixtral, qwen, resize
+from . import anyres, gemma3, glm4v, idefics3, internvl, mllama, naflex, ovis2, pixtral, qwen, resize
 from .boxes import Box, center_crop_box, grid_boxes
 from .grid import patch_grid, tokens_for_grid
 from .plan import (
@@ -33,4 +33,5 @@ __all__ = ["Canvas", "ImagePlan", "Plan", "SIZING_RULES", "plan_image", "plan_im
            "Sizing", "SizingRule", "sizing_rule", "check_sizing", "one_canvas",
            "Box", "grid_boxes", "center_crop_box", "patch_grid", "tokens_for_grid",
            "smart_resize", "shortest_edge", "longest_edge",
-           "anyres", "gemma3", "idefics3", "internvl", "mllama", "naflex", "pixtral", "qwen", "resize"]
+           "anyres", "gemma3", "glm4v", "idefics3", "internvl", "mllama", "naflex", "ovis2", "pixtral", "qwen",
+           "resize"]

@@ -15,7 +15,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..pipeline import Pipeline
-from . import _config, gemma3, idefics3, internvl, llava, llava_next, mllama, pixtral, qwen, siglip, siglip2
+from . import (
+    _config,
+    gemma3,
+    glm4v,
+    idefics3,
+    internvl,
+    llava,
+    llava_next,
+    mllama,
+    ovis2,
+    pixtral,
+    qwen,
+    siglip,
+    siglip2,
+)
 from .spec import FamilySpec, FormSpec, VideoSpec
 
 if TYPE_CHECKING:
@@ -33,7 +47,7 @@ __all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES", "
 #: own. Every list of presets, forms, video families and towers is derived from this tuple
 #: (``register`` adds a family at run time).
 FAMILIES: tuple[Any, ...] = (qwen, llava, internvl, siglip, pixtral, siglip2, llava_next,
-                             idefics3, mllama, gemma3)
+                             idefics3, mllama, gemma3, ovis2, glm4v)
 
 
 def spec(fam: Any) -> FamilySpec:
