@@ -127,6 +127,26 @@ OLD_PROMPT_VIDEO_TOKENS["glm4v"] = "<|video|>"
 OLD_VIDEO_PRESET["glm4v"] = "glm4v"
 OLD_VIDEO_CONFIG_MODULES["glm4v"] = "glm4v"
 
+# added with MiniCPM-V 4.6 (issue 30): its own form (tiles side by side, target_sizes), engines
+# not declared (no engines venv)
+OLD_HF_OUTPUTS += ("minicpmv",)
+OLD_SIZING_OPS += ("minicpmv_slice",)
+OLD_NO_EMBEDDINGS["minicpmv"] = ("not declared: vLLM's MiniCPM-V image-embedding input was not "
+                                 "checked against 0.33 (no engines venv when the family was "
+                                 "added); give vLLM the images")
+OLD_NOT_PASSED["minicpmv"] = ("not declared: SGLang's MiniCPM-V 4.6 support was not checked (no "
+                              "engines venv when the family was added)")
+
+# added with LFM2-VL (issue 30): its own form (siglip2's keys, a sequence per tile), engines not
+# declared (no engines venv)
+_LFM2_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
+                     "SGLang's LFM2-VL support and image-embedding input were not checked); give "
+                     "the engines the images")
+OLD_HF_OUTPUTS += ("lfm2_vl",)
+OLD_SIZING_OPS += ("lfm2_vl_tile",)
+OLD_NO_EMBEDDINGS["lfm2_vl"] = _LFM2_NOT_CHECKED
+OLD_NOT_PASSED["lfm2_vl"] = _LFM2_NOT_CHECKED
+
 
 def test_hf_outputs_are_the_hf_form_registry():
     # order is that of registration (only messages show it); the names are the same

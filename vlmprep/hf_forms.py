@@ -27,7 +27,9 @@ __all__ = ["HF_FORMS", "HF_NESTING_FORMS", "HF_OUTPUTS", "VIDEO_HF_FORMS", "hf_f
 #: spatial_shapes); idefics3 ([B, max_imgs, C, M, M] + pixel_attention_mask); llava_next /
 #: llava_onevision ([B, max_crops, C, T, T] + image_sizes, + batch_num_images for OneVision);
 #: mllama ([B, max_imgs, max_tiles, C, T, T] + aspect ratio ids/mask); gemma3 ([sum(1 + crops),
-#: C, S, S] + num_crops); ovis2 (tiles + grids [rows, cols]).
+#: C, S, S] + num_crops); ovis2 (tiles + grids [rows, cols]); lfm2_vl (siglip2's, a sequence
+#: per tile); minicpmv ([1, C, P, L]: every tile's patches side by side, + target_sizes, grids,
+#: num_patches_per_image).
 HF_FORMS: dict[str, Callable[..., dict]] = {}
 #: Forms called as fn(batch, images_per_sample) (None: the processor's reading of a flat list);
 #: filled by ``hf_form(name, nesting=True)``.
@@ -95,6 +97,30 @@ def _ovis2(b: "PackedBatch") -> dict:
             for p in plans]
     grids = torch.tensor(rows, dtype=torch.int64, device=b.image_index.device)
     return {"pixel_values": b.pixel_values, "grids": grids.reshape(len(rows), 2)}
+
+
+@hf_form("minicpmv")
+def _minicpmv(b: "PackedBatch") -> dict:
+    """``MiniCPMV4_6ImageProcessor``: ``pixel_values (1, C, P, L)``: every tile's (each image's
+    source, then its slices) ``P x P`` patches in raster order side by side along the last axis
+    (patch k at columns ``[k*P, (k+1)*P)``), all images in one row as transformers concatenates
+    them; ``target_sizes (tiles, 2)`` int32: each tile's ``(h / P, w / P)``; ``grids``: a list of
+    ``[rows, cols]`` per image (``[0, 0]`` unsliced) and ``num_patches_per_image``: a list of
+    tiles per image (both Python lists, as transformers returns them; its Processor drops them).
+
+    Given 1080x1920 and 1x1 -> pixel_values (1, 3, 14, 14 * (1056 + 8 * 1024 + 1024)),
+    target_sizes [[24, 44], [32, 32] * 8, [32, 32]], grids [[2, 4], [0, 0]], num_patches [9, 1].
+    """
+    import torch
+    plans = _ok_plans(b, "minicpmv")
+    p = b.pipeline.patchify.patch_size if b.pipeline is not None else 14
+    c = b.pixel_values.shape[1] // (p * p)
+    pv = b.pixel_values.reshape(-1, c, p, p).permute(1, 2, 0, 3).reshape(1, c, p, -1)
+    grids = [[0, 0] if len(q.tiles) == 1 else
+             [q.canvases[1].resize_hw[0] // q.tiles[-1][2], q.canvases[1].resize_hw[1] // q.tiles[-1][3]]
+             for q in plans]
+    return {"pixel_values": pv, "target_sizes": b.grid_thw[:, 1:].to(torch.int32),
+            "grids": grids, "num_patches_per_image": [len(q.tiles) for q in plans]}
 
 
 @hf_form("idefics3", nesting=True)
@@ -274,7 +300,7 @@ def _pixtral(b: "PackedBatch") -> dict:
 
 
 @hf_form("siglip2")
-def _siglip2(b: "PackedBatch") -> dict:
+def _siglip2(b: "PackedBatch", width: int | None = None) -> dict:
     """``Siglip2ImageProcessor`` (NaFlex): ``pixel_values (B, max_num_patches, P*P*C)`` with each
     image's ``[py, px, c]`` rows first and zero rows after; ``pixel_attention_mask
     (B, max_num_patches)`` int32, 1 on a real patch; ``spatial_shapes (B, 2)`` int64 (host):
@@ -284,7 +310,8 @@ def _siglip2(b: "PackedBatch") -> dict:
     mask rows [1]*240 + [0]*16 and [1]*212 + [0]*44, spatial_shapes [[12, 20], [2, 106]].
     """
     import torch
-    width = getattr(b.pipeline.sizing, "max_num_patches", None) if b.pipeline is not None else None
+    if width is None and b.pipeline is not None:
+        width = getattr(b.pipeline.sizing, "max_num_patches", None)
     width = max([width or 0] + b.seqlens)
     pv = b.pixel_values.new_zeros((b.num_seqs, width, b.pixel_values.shape[1]))
     mask = torch.zeros((b.num_seqs, width), dtype=torch.int32, device=b.pixel_values.device)
@@ -295,6 +322,25 @@ def _siglip2(b: "PackedBatch") -> dict:
         row += n
     return {"pixel_values": pv, "pixel_attention_mask": mask,
             "spatial_shapes": b.grid_thw[:, 1:].clone()}
+
+
+@hf_form("lfm2_vl")
+def _lfm2_vl(b: "PackedBatch") -> dict:
+    """``Lfm2VlImageProcessor``: SigLIP2 NaFlex's keys with one sequence per tile (each image's
+    grid tiles row-major, then its thumbnail): ``pixel_values (tiles, max_num_patches, P*P*C)``,
+    ``pixel_attention_mask`` int32, ``spatial_shapes`` int64; ``max_num_patches`` = 1024 for the
+    checkpoints (``vlmprep.plan.lfm2_vl.lfm2_max_num_patches``).
+
+    Given 1080x1920 and 500x500 (1.6B) -> pixel_values (10, 1024, 768), spatial_shapes
+    [[32, 32]] * 8 + [[24, 42], [32, 32]].
+    """
+    from .plan.lfm2_vl import lfm2_max_num_patches
+    pipe = b.pipeline
+    if pipe is None or pipe.sizing.name != "lfm2_vl_tile":
+        return _siglip2(b)
+    pf = pipe.patchify
+    width = lfm2_max_num_patches(pipe.sizing, pf.patch_size, pf.merge_size)  # type: ignore[arg-type]
+    return _siglip2(b, width)
 
 
 # -- videos ------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from typing import Any, ClassVar, NoReturn
 __all__ = [
     "Op", "SizingOp", "fail", "check_int", "check_interpolation",
     "decode", "smart_resize", "glm4v_resize", "resize", "internvl_tile", "ovis2_tile", "idefics3_tile", "anyres_tile",
-    "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "center_crop", "normalize",
+    "minicpmv_slice",
+    "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "lfm2_vl_tile", "center_crop", "normalize",
     "patchify", "pack", "tile",
     "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "CLIP_MEAN", "CLIP_STD",
     "LLAVA_NEXT_PINPOINTS",
@@ -369,6 +370,33 @@ class ovis2_tile(SizingOp):
 
 
 @dataclass(frozen=True)
+class minicpmv_slice(SizingOp):
+    """MiniCPM-V 4.6 slicing (``MiniCPMV4_6ImageProcessor``; a sizing op): the whole image
+    resized to about ``scale_resolution**2`` pixels (aspect kept, sides rounded to multiples of
+    ``patch_size * merge_size`` from ``patchify``), then, when it has more than
+    ``scale_resolution**2`` pixels and ``slice_mode``, a grid of up to ``max_slice_nums`` slices
+    (the grid closest in log aspect ratio) cut from the image resized once more. Tiles differ in
+    size (one ViT sequence each). See ``vlmprep.plan.minicpmv``.
+    """
+
+    name: ClassVar[str] = "minicpmv_slice"
+    sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
+    max_slice_nums: int = 9
+    scale_resolution: int = 448
+    slice_mode: bool = True
+    interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        check_int(self.name, "max_slice_nums", self.max_slice_nums)
+        check_int(self.name, "scale_resolution", self.scale_resolution)
+        if not isinstance(self.slice_mode, bool):
+            fail(self.name, "slice_mode", "a bool", self.slice_mode,
+                 "pass slice_mode=True or False")
+        check_interpolation(self.name, self.interpolation)
+
+
+@dataclass(frozen=True)
 class idefics3_tile(SizingOp):
     """Idefics3 / SmolVLM (a sizing op): resize the long side to ``longest_edge`` (short side
     even-rounded; up or down; capped at ``max_edge``), then each side up to a multiple of
@@ -621,6 +649,54 @@ class naflex_resize(SizingOp):
         check_interpolation(self.name, self.interpolation)
 
 
+@dataclass(frozen=True)
+class lfm2_vl_tile(SizingOp):
+    """LFM2-VL (``Lfm2VlImageProcessor``, a sizing op): an image within ``max_pixels_tolerance``
+    times the token budget is smart-resized (sides multiples of ``patch_size * merge_size``,
+    between ``min_image_tokens`` and ``max_image_tokens`` tokens); a larger one is squashed to the
+    closest-aspect grid of ``tile_size`` squares (``min_tiles..max_tiles``), cut row-major, and
+    followed by the smart-resized image as a thumbnail (``use_thumbnail``). ``min_tiles ==
+    max_tiles == 1``: no splitting (``do_image_splitting`` false). ``special_tokens``: the
+    processor's ``use_image_special_tokens``. See ``vlmprep.plan.lfm2_vl``."""
+
+    name: ClassVar[str] = "lfm2_vl_tile"
+    sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
+    tile_size: int = 512
+    min_tiles: int = 2
+    max_tiles: int = 10
+    use_thumbnail: bool = True
+    min_image_tokens: int = 64
+    max_image_tokens: int = 256
+    max_pixels_tolerance: float = 2.0
+    special_tokens: bool = True
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        for k in ("tile_size", "min_tiles", "max_tiles", "min_image_tokens", "max_image_tokens"):
+            check_int(self.name, k, getattr(self, k))
+        if not (self.min_tiles == self.max_tiles == 1 or 2 <= self.min_tiles <= self.max_tiles):
+            fail(self.name, "min_tiles", f"2 <= min_tiles <= max_tiles ({self.max_tiles}), or "
+                 "min_tiles == max_tiles == 1 (no splitting)", self.min_tiles,
+                 "raise min_tiles to 2 (a 1x1 grid has no thumbnail and a placeholder that "
+                 "transformers miscounts)")
+        if self.min_image_tokens > self.max_image_tokens:
+            fail(self.name, "min_image_tokens", f"<= max_image_tokens ({self.max_image_tokens})",
+                 self.min_image_tokens, "lower min_image_tokens")
+        t = self.max_pixels_tolerance
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+            fail(self.name, "max_pixels_tolerance", "a number > 0", t, "pass e.g. 2.0")
+        for k in ("use_thumbnail", "special_tokens"):
+            if not isinstance(getattr(self, k), bool):
+                fail(self.name, k, "a bool", getattr(self, k), f"pass {k}=True or False")
+        check_interpolation(self.name, self.interpolation)
+
+    @property
+    def splits(self) -> bool:
+        """``do_image_splitting``: large images are tiled."""
+        return not self.min_tiles == self.max_tiles == 1
+
+
 #: Row orders of patchify's output (see ``vlmprep.plan.grid`` for Given/Input/Output examples):
 #: merge_grouped (Qwen): rows [c, t, py, px] in merge blocks; tiles: (C, H, W) images;
 #: raster (Pixtral): rows [c, py, px] in raster order; naflex (SigLIP2): rows [py, px, c].
@@ -640,7 +716,7 @@ class patchify(Op):
     per side, as a stride-P convolution sees it) and ``merge_size`` how many patches per
     side one LLM token covers (InternVL's pixel shuffle: 2).
 
-    ``order="raster"`` (Pixtral) / ``"naflex"`` (SigLIP2 NaFlex): one sequence per image, rows
+    ``order="raster"`` (Pixtral, MiniCPM-V) / ``"naflex"`` (SigLIP2 NaFlex, LFM2-VL): one sequence per tile, rows
     in raster order, each ``[c, py, px]`` / ``[py, px, c]``; ``temporal_patch_size`` must be 1.
 
     Defaults are a plain ViT's (CLIP, SigLIP): ``temporal_patch_size=1``, ``merge_size=1``

@@ -269,6 +269,7 @@ def test_compare_hf(tmp_path, capsys):
 @pytest.mark.hf
 def test_hf_processors_are_the_oracles():
     """The processors --compare hf builds equal the test suite's oracles, for every preset."""
+    import transformers
     from hfref import hf_processor
 
     from vlmprep import presets
@@ -276,6 +277,8 @@ def test_hf_processors_are_the_oracles():
         pipe = presets.get(name)
         cfg = bench_hf.config_for(name, pipe)
         for backend in bench_hf.BACKENDS:
+            if not hasattr(transformers, bench_hf.class_names(cfg)[backend]):
+                continue  # LFM2-VL: a torchvision processor only (no PIL class in 5.24)
             mine, ref = bench_hf.build(cfg, pipe, backend), hf_processor(name, backend)
             assert type(mine) is type(ref) and mine.to_dict() == ref.to_dict(), (name, backend)
 

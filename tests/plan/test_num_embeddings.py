@@ -118,6 +118,25 @@ def _processor(preset):
         p = T.Glm4vProcessor(image_processor=_ip(preset), tokenizer=tok,
                              video_processor=Glm4vVideoProcessor())
         return p, "<|image|>", "<|image|>"
+    if preset == "minicpm-v":
+        from transformers.models.minicpmv4_6.video_processing_minicpmv4_6 import (
+            MiniCPMV4_6VideoProcessor,
+        )
+        tok = _tokenizer(extra={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>",
+                                "image_start_token": "<image>", "image_end_token": "</image>",
+                                "slice_start_token": "<slice>", "slice_end_token": "</slice>",
+                                "image_id_start_token": "<image_id>",
+                                "image_id_end_token": "</image_id>"})
+        p = T.MiniCPMV4_6Processor(image_processor=_ip(preset), tokenizer=tok,
+                                   video_processor=MiniCPMV4_6VideoProcessor())
+        return p, "<|image_pad|>", "<|image_pad|>"
+    if preset == "lfm2-vl":  # a torchvision image processor only (no PIL class)
+        from hfref import hf_processor
+        special = (["<image>", "<|image_start|>", "<|image_end|>", "<|img_thumbnail|>"]
+                   + [f"<|img_row_{i}_col_{j}|>" for i in range(1, 11) for j in range(1, 11)])
+        p = T.Lfm2VlProcessor(image_processor=hf_processor(preset, "torchvision"),
+                              tokenizer=_tokenizer(special))
+        return p, "<image>", "<image>"
     raise AssertionError(preset)
 
 
@@ -149,7 +168,7 @@ def test_num_embeddings_equal_processor_placeholder_count(preset, seed):
     assert batch.num_embeddings == want
     assert [b.num_embeddings[0] for b in batch.split()] == want
     # the processor's wrappers are what separates the two counts (num_tokens: API.md's count)
-    if preset in ("internvl", "idefics3", "pixtral", "ovis2"):
+    if preset in ("internvl", "idefics3", "pixtral", "ovis2", "minicpm-v", "lfm2-vl"):
         assert all(e < t for e, t in zip(want, plan.num_tokens)), (preset, plan.num_tokens)
     elif preset != "gemma3":
         assert want == plan.num_tokens, preset

@@ -9,7 +9,7 @@ merge_grouped (Qwen2-VL, Qwen3-VL), a tiny example:
            i.e. row r = ((bh * gw/2 + bw) * 2 + mh) * 2 + mw for patch (2bh+mh, 2bw+mw);
            each group of 4 rows is one LLM token; a row holds [c, t, py, px].
 
-raster (Pixtral, Mistral-Small-3.x): one sequence per image, rows in raster order, each
+raster (Pixtral, Mistral-Small-3.x; MiniCPM-V): one sequence per tile, rows in raster order, each
 [c, py, px] (what a stride-P conv patch embedding reads); merge_size m only fixes the
 multiple the sides must have (P*m) and the token grid (gh/m x gw/m, the merger's 2x2 unfold):
 

@@ -21,8 +21,10 @@ from . import (
     glm4v,
     idefics3,
     internvl,
+    lfm2_vl,
     llava,
     llava_next,
+    minicpm_v,
     mllama,
     ovis2,
     pixtral,
@@ -47,7 +49,7 @@ __all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES", "
 #: own. Every list of presets, forms, video families and towers is derived from this tuple
 #: (``register`` adds a family at run time).
 FAMILIES: tuple[Any, ...] = (qwen, llava, internvl, siglip, pixtral, siglip2, llava_next,
-                             idefics3, mllama, gemma3, ovis2, glm4v)
+                             idefics3, mllama, gemma3, ovis2, glm4v, lfm2_vl, minicpm_v)
 
 
 def spec(fam: Any) -> FamilySpec:

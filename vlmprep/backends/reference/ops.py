@@ -62,12 +62,15 @@ def patchify(op: ops.patchify, imgs: list[np.ndarray], ctx: Context) -> None:
     if op.order == "tiles":
         x = np.stack(imgs).transpose(0, 3, 1, 2)
     elif op.order in ("raster", "naflex"):
-        # Raster rows (see plan.grid): (gy, py, gx, px, c) -> [c, py, px] or [py, px, c].
-        (img,) = imgs
+        # Raster rows (see plan.grid): (gy, py, gx, px, c) -> [c, py, px] or [py, px, c]; one
+        # sequence per tile, tiles one after another (MiniCPM-V: the source, then its slices).
         p = op.patch_size
-        H, W, C = img.shape
-        x = img.reshape(H // p, p, W // p, p, C)
-        x = x.transpose(0, 2, 4, 1, 3) if op.order == "raster" else x.transpose(0, 2, 1, 3, 4)
+        seqs = []
+        for img in imgs:
+            H, W, C = img.shape
+            t = img.reshape(H // p, p, W // p, p, C)
+            seqs.append(t.transpose(0, 2, 4, 1, 3) if op.order == "raster" else t.transpose(0, 2, 1, 3, 4))
+        x = seqs[0] if len(seqs) == 1 else np.concatenate([t.reshape(-1, t[0, 0].size) for t in seqs])
     else:
         (img,) = imgs
         p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size

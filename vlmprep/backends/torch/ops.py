@@ -122,13 +122,16 @@ def patchify(op: ops.patchify, imgs: list[torch.Tensor], ctx: Context) -> None:
             ctx.dest[k].copy_(x)
         return
     if op.order in ("raster", "naflex"):
-        # Raster rows (see plan.grid): (c, gy, py, gx, px) -> [c, py, px] or [py, px, c].
-        (img,) = imgs
-        p = op.patch_size
-        C, H, W = img.shape
-        x = img.reshape(C, H // p, p, W // p, p)
-        x = x.permute(1, 3, 0, 2, 4) if op.order == "raster" else x.permute(1, 3, 2, 4, 0)
-        ctx.dest.view(x.shape).copy_(x)
+        # Raster rows (see plan.grid): (c, gy, py, gx, px) -> [c, py, px] or [py, px, c]; one
+        # sequence per tile, tiles one after another (MiniCPM-V: the source, then its slices).
+        p, row = op.patch_size, 0
+        for img in imgs:
+            C, H, W = img.shape
+            x = img.reshape(C, H // p, p, W // p, p)
+            x = x.permute(1, 3, 0, 2, 4) if op.order == "raster" else x.permute(1, 3, 2, 4, 0)
+            n = (H // p) * (W // p)
+            ctx.dest[row:row + n].view(x.shape).copy_(x)
+            row += n
         return
     (img,) = imgs
     p, m, T = op.patch_size, op.merge_size, op.temporal_patch_size
