@@ -284,6 +284,20 @@ def test_hf_processors_are_the_oracles():
 
 
 @pytest.mark.hf
+@pytest.mark.hf
+def test_compare_hf_with_a_torchvision_processor_only(tmp_path, capsys):
+    """LFM2-VL: transformers 5.24 has no PIL class; --compare hf measures the torchvision one
+    (it refused the whole run before: it built the PIL processor first)."""
+    out_json = tmp_path / "r.json"
+    rc, out, err = _main(["--preset", "lfm2-vl", "--synthetic", "64x48", *FAST, "--compare", "hf",
+                          "--threads", "1", "--json", str(out_json)], capsys)
+    assert rc == 0, err
+    d = json.loads(out_json.read_text())
+    assert [h["class"] for h in d["hf"]] == ["Lfm2VlImageProcessor"]
+    assert all("speedup_vs_hf_pil" not in r and "speedup_vs_hf_torchvision" in r
+               for r in d["results"] if r["dtype"] == "float32")
+
+
 def test_compare_hf_refuses_a_changed_pipeline():
     from vlmprep import presets
     with pytest.raises(ValueError, match="does not resolve"):

@@ -303,13 +303,13 @@ def _cpu_floors(cfg: BenchConfig) -> bool:
     return cfg.floors and cfg.decode_floor and cfg.device == "cpu"
 
 
-def _progress(cfg: BenchConfig, log: Callable[[str], None]) -> Callable[[str], None]:
+def _progress(cfg: BenchConfig, log: Callable[[str], None], hf_backends: int) -> Callable[[str], None]:
     """``log`` with a "[k/n] " prefix: n the steps ``run`` takes for ``cfg``, k this one."""
     forms = len(cfg.dtypes) * len(cfg.row_forms)
     steps = len(cfg.image_sets) * (
         int(cfg.decode_floor) + (1 + forms if _cpu_floors(cfg) else 0)
         + len(cfg.threads) * (len(cfg.backends) * forms
-                              + (len(bench_hf.BACKENDS) if cfg.compare_hf else 0)))
+                              + hf_backends))
     step = 0
 
     def progress(what: str) -> None:
@@ -398,10 +398,12 @@ class _Run:
     def __init__(self, cfg: BenchConfig, log: Callable[[str], None]) -> None:
         self.cfg, self.log = cfg, log
         self.hf_cfg = bench_hf.config_for(cfg.preset, cfg.pipeline) if cfg.compare_hf else {}
-        if cfg.compare_hf:
-            bench_hf.build(self.hf_cfg, cfg.pipeline, "pil")  # fail now (no transformers), not late
+        # the processors transformers has for this family, one built now (fail early, not late)
+        self.hf_backends = bench_hf.available_backends(self.hf_cfg) if cfg.compare_hf else ()
+        if self.hf_backends:
+            bench_hf.build(self.hf_cfg, cfg.pipeline, self.hf_backends[0])
         self.rss = bench_env.PeakRss()
-        self.progress = _progress(cfg, log)
+        self.progress = _progress(cfg, log, len(self.hf_backends))
         self.result = _new_result(cfg)
 
     def image_set(self, s: ImageSet) -> None:
@@ -470,7 +472,7 @@ class _Run:
                 facts: tuple[list[float], list[int]]) -> dict[str, dict]:
         """The transformers processors at ``n`` threads, by backend (also in ``result["hf"]``)."""
         out = {}
-        for hb in bench_hf.BACKENDS:
+        for hb in self.hf_backends:
             h = {"size": s.label, "threads": n if n is not None else "default", **eff,
                  "batch_size": self.cfg.batch_size}
             h.update(_hf(self.cfg, s, self.hf_cfg, hb, facts, self.rss))

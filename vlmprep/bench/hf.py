@@ -21,8 +21,8 @@ from .. import presets
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
-__all__ = ["BACKENDS", "CHECKPOINTS", "checkpoint_config", "config_for", "class_names", "processor_kwargs",
-           "build", "call"]
+__all__ = ["BACKENDS", "available_backends", "CHECKPOINTS", "checkpoint_config", "config_for", "class_names",
+           "processor_kwargs", "build", "call"]
 
 #: transformers processor backends compared, in report order.
 BACKENDS = ("pil", "torchvision")
@@ -95,6 +95,18 @@ def _transformers():
         raise ValueError(f"--compare hf needs transformers (the processors it compares against): "
                          f"pip install transformers ({e})") from None
     return transformers
+
+
+def available_backends(cfg: dict) -> tuple[str, ...]:
+    """The BACKENDS whose class this transformers has (LFM2-VL, Llama 4, Phi-4: no PIL class);
+    a ValueError when none is there."""
+    tf = _transformers()
+    names = class_names(cfg)
+    have = tuple(b for b in BACKENDS if getattr(tf, names[b], None) is not None)
+    if not have:
+        raise ValueError(f"--compare hf: transformers {tf.__version__} has none of "
+                         f"{sorted(names.values())}; expected transformers >= 5")
+    return have
 
 
 def build(cfg: dict, pipeline: "Pipeline", backend: str):
