@@ -37,3 +37,20 @@ def hf_processor(preset: str, backend: str, raw: bool = False):
 
 def hf_outputs(preset: str, backend: str, images: list, raw: bool = False) -> dict:
     return dict(hf_processor(preset, backend, raw)(images, return_tensors="pt"))
+
+
+def tiny_tokenizer(special=(), words=("describe", "a"), extra=None):
+    """A word-level tokenizer built here (no hub): ``[UNK]``, ``[PAD]``, ``words``, then
+    ``special`` added as special tokens; ``extra``: transformers' ``extra_special_tokens`` (named
+    ones a processor reads, e.g. ``{"image_token": "<|image|>"}``). For checking a processor's
+    prompt expansion against a plan's placeholder without the model's tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"[UNK]": 0, "[PAD]": 1, **{w: k + 2 for k, w in enumerate(words)}}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    kw = {"extra_special_tokens": extra} if extra else {}
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", **kw)
+    if special:
+        tok.add_tokens(list(special), special_tokens=True)
+    return tok

@@ -147,6 +147,27 @@ OLD_SIZING_OPS += ("lfm2_vl_tile",)
 OLD_NO_EMBEDDINGS["lfm2_vl"] = _LFM2_NOT_CHECKED
 OLD_NOT_PASSED["lfm2_vl"] = _LFM2_NOT_CHECKED
 
+# added with Llama 4 (issue 30): its own form (tiles + aspect_ratios), the prompt's <|image|>
+# expanded to <|patch|> tokens, engines not declared (no engines venv)
+_LLAMA4_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
+                       "SGLang's Llama 4 image-embedding input was not checked); give the "
+                       "engines the images")
+OLD_HF_OUTPUTS += ("llama4",)
+OLD_SIZING_OPS += ("llama4_tile",)
+OLD_NO_EMBEDDINGS["llama4"] = _LLAMA4_NOT_CHECKED
+OLD_NOT_PASSED["llama4"] = _LLAMA4_NOT_CHECKED
+OLD_PROMPT_IMAGE_TOKENS["llama4"] = "<|image|>"
+
+# added with Phi-4-multimodal (issue 30): its own form (image_pixel_values, image_sizes,
+# image_attention_mask, num_img_tokens), engines not declared (no engines venv); phi4_hd is
+# not torchvision_exact (the global view), so not in OLD_SIZING_OPS
+_PHI4_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
+                     "SGLang's Phi-4-multimodal support and image-embedding input were not "
+                     "checked); give the engines the images")
+OLD_HF_OUTPUTS += ("phi4_multimodal",)
+OLD_NO_EMBEDDINGS["phi4_multimodal"] = _PHI4_NOT_CHECKED
+OLD_NOT_PASSED["phi4_multimodal"] = _PHI4_NOT_CHECKED
+
 
 def test_hf_outputs_are_the_hf_form_registry():
     # order is that of registration (only messages show it); the names are the same

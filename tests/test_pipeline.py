@@ -200,7 +200,8 @@ def test_every_sizing_op_has_one_plan_rule_and_owns_its_tile_size():
             "llava-next": (336, 336), "llava-onevision": (384, 384), "mllama": (560, 560),
             "idefics3": (364, 364), "gemma3": (896, 896), "qwen2-vl": None, "qwen3-vl": None,
             "pixtral": None, "siglip2-naflex": None, "ovis2": (448, 448),
-            "glm4v": None, "minicpm-v": None, "lfm2-vl": None}
+            "glm4v": None, "minicpm-v": None, "lfm2-vl": None, "llama4": (336, 336),
+            "phi4-multimodal": (448, 448)}
     assert {n: vlmprep.presets.get(n).tile_hw for n in vlmprep.presets.names()} == want
     assert ops.resize(mode="shortest_edge", size=336).tile_hw is None
 

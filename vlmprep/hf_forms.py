@@ -343,6 +343,62 @@ def _lfm2_vl(b: "PackedBatch") -> dict:
     return _siglip2(b, width)
 
 
+@hf_form("llama4")
+def _llama4(b: "PackedBatch") -> dict:
+    """``Llama4ImageProcessor``: ``pixel_values (sum(tiles), C, T, T)`` (each image's canvas tiles
+    row-major, then its global view when it has more than one) and ``aspect_ratios
+    (num_images, 2)`` int64: ``[rows, cols]`` of each image's canvas. transformers' pixels are
+    bfloat16 (``Processor(dtype="bfloat16")``).
+
+    Given 1080x1920 and 10x10 -> pixel_values (17, 3, 336, 336), aspect_ratios [[3, 5], [1, 1]].
+    """
+    import torch
+    plans = _ok_plans(b, "llama4")
+    rows = [[p.canvases[0].hw[0] // p.tiles[0][2], p.canvases[0].hw[1] // p.tiles[0][3]]
+            for p in plans]
+    ratios = torch.tensor(rows, dtype=torch.int64, device=b.image_index.device)
+    return {"pixel_values": b.pixel_values, "aspect_ratios": ratios.reshape(len(rows), 2)}
+
+
+@hf_form("phi4_multimodal")
+def _phi4_multimodal(b: "PackedBatch") -> dict:
+    """``Phi4MultimodalImageProcessor``: ``image_pixel_values (B, max_crops, C, T, T)`` (each
+    image's global view, then its crops row-major; 0 in unused slots), ``image_sizes (B, 2)``
+    int64 (the padded HD canvas ``[H', W']``), ``image_attention_mask (B, max_crops, m, m)``
+    float32 (``m = T // patch_size``; 1 on the global view, on unmasked patches and in unused
+    slots), ``num_img_tokens (B,)`` int64.
+
+    Given 1080x1920 and 20x20 -> image_pixel_values (2, 16, 3, 448, 448), image_sizes
+    [[1344, 2240], [448, 448]], image_attention_mask (2, 16, 32, 32), num_img_tokens [3918, 545].
+    """
+    import torch
+
+    from .plan.phi4_multimodal import phi4_mask_valid
+    plans = _ok_plans(b, "phi4_multimodal")
+    op = b.pipeline.sizing if b.pipeline is not None else None
+    if op is None or op.name != "phi4_hd":
+        raise ValueError("to_hf (phi4_multimodal): expected a batch of a phi4_hd pipeline, got "
+                         f"{getattr(op, 'name', None)!r}; use hf_output='images'")
+    pv, dev = b.pixel_values, b.image_index.device
+    t, m = op.tile_size, op.tile_size // op.patch_size  # type: ignore[attr-defined]
+    n = max([len(p.tiles) for p in plans] + [1])
+    out = pv.new_zeros((len(plans), n) + tuple(pv.shape[1:]))
+    masks = torch.ones((len(plans), n, m, m), dtype=torch.float32, device=dev)
+    start = 0
+    for i, p in enumerate(plans):
+        k, (h, w) = len(p.tiles), p.canvases[0].hw
+        out[i, :k] = pv[start:start + k]
+        start += k
+        vr, vc = phi4_mask_valid(p.canvases[0].resize_hw, (h, w), op)  # type: ignore[arg-type]
+        full = torch.zeros((h // t * m, w // t * m), dtype=torch.float32, device=dev)
+        full[:vr, :vc] = 1
+        masks[i, 1:k] = full.reshape(h // t, m, w // t, m).transpose(1, 2).reshape(-1, m, m)
+    sizes = torch.tensor([list(p.canvases[0].hw) for p in plans], dtype=torch.int64, device=dev)
+    tokens = torch.tensor([p.num_tokens for p in plans], dtype=torch.int64, device=dev)
+    return {"image_pixel_values": out, "image_sizes": sizes.reshape(len(plans), 2),
+            "image_attention_mask": masks, "num_img_tokens": tokens}
+
+
 # -- videos ------------------------------------------------------------------------------------
 #: image form name (``hf_output``) -> fn(video batch) -> the family's transformers video processor
 #: output for the same videos (filled by ``hf_video_form``).

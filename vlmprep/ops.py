@@ -17,6 +17,8 @@ __all__ = [
     "Op", "SizingOp", "fail", "check_int", "check_interpolation",
     "decode", "smart_resize", "glm4v_resize", "resize", "internvl_tile", "ovis2_tile", "idefics3_tile", "anyres_tile",
     "minicpmv_slice",
+    "llama4_tile",
+    "phi4_hd",
     "canvas_tile", "pan_and_scan", "pixtral_resize", "naflex_resize", "lfm2_vl_tile", "center_crop", "normalize",
     "patchify", "pack", "tile",
     "OP_TYPES", "INTERPOLATIONS", "PIL_RESAMPLE", "ORDERS", "CLIP_MEAN", "CLIP_STD",
@@ -695,6 +697,70 @@ class lfm2_vl_tile(SizingOp):
     def splits(self) -> bool:
         """``do_image_splitting``: large images are tiled."""
         return not self.min_tiles == self.max_tiles == 1
+
+
+@dataclass(frozen=True)
+class llama4_tile(SizingOp):
+    """Llama 4 (``Llama4ImageProcessor``, a sizing op): pick the canvas of ``a x b`` tiles
+    (``a*b <= max_patches``) as Mllama does, but over Llama 4's list order and in float32 (ties:
+    the smaller area, the first listed); resize aspect-fit into it (sides clipped to
+    ``[tile_size, canvas]`` unless ``resize_to_max_canvas``), pad bottom/right with 0, cut it
+    row-major, and with more than one tile add the whole image squashed to one tile last (the
+    global view). ``downsample_ratio``: the processor's ``round(1 / pixel_shuffle_ratio^2)``
+    (tokens per tile = ``(tile_size // patch)^2 // downsample_ratio``). See
+    ``vlmprep.plan.llama4``."""
+
+    name: ClassVar[str] = "llama4_tile"
+    sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
+    #: transformers rescales and normalizes in bfloat16 (``rescale_and_normalize``):
+    #: ``match="torchvision"`` does too (``backends.torch.tv_match.normalize_bf16``).
+    hf_normalize_dtype: ClassVar[str] = "bfloat16"
+    tile_size: int = 336
+    max_patches: int = 16
+    resize_to_max_canvas: bool = False
+    downsample_ratio: int = 4
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        for k in ("tile_size", "max_patches", "downsample_ratio"):
+            check_int(self.name, k, getattr(self, k))
+        if not isinstance(self.resize_to_max_canvas, bool):
+            fail(self.name, "resize_to_max_canvas", "a bool", self.resize_to_max_canvas,
+                 "pass resize_to_max_canvas=True or False")
+        check_interpolation(self.name, self.interpolation)
+
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
+
+
+@dataclass(frozen=True)
+class phi4_hd(SizingOp):
+    """Phi-4-multimodal's dynamic HD (``Phi4MultimodalImageProcessor``, a sizing op): a grid of
+    ``ceil(W / tile) x ceil(H / tile)`` crops, or, above ``dynamic_hd`` crops, the closest aspect
+    ratio among grids of at most ``dynamic_hd`` (InternVL's rule); aspect-fit resize into it
+    (``interpolation``), pad right/bottom with white, crops row-major after a global view (the
+    padded canvas resized to one tile, ``global_interpolation``). ``patch_size``: the attention
+    mask's cell (a padding of at least one patch is masked). See ``vlmprep.plan.phi4_multimodal``."""
+
+    name: ClassVar[str] = "phi4_hd"
+    sizing: ClassVar[bool] = True
+    tile_size: int = 448
+    dynamic_hd: int = 36
+    patch_size: int = 14
+    interpolation: str = "bilinear"
+    global_interpolation: str = "bicubic"
+
+    def __post_init__(self) -> None:
+        for k in ("tile_size", "dynamic_hd", "patch_size"):
+            check_int(self.name, k, getattr(self, k))
+        check_interpolation(self.name, self.interpolation)
+        check_interpolation(self.name, self.global_interpolation)
+
+    @property
+    def tile_hw(self) -> tuple[int, int]:
+        return self.tile_size, self.tile_size
 
 
 #: Row orders of patchify's output (see ``vlmprep.plan.grid`` for Given/Input/Output examples):

@@ -126,3 +126,21 @@ def hf_view(data: bytes) -> Image.Image:
     img.seek(0)
     img.load()
     return ImageOps.exif_transpose(img)
+
+
+#: Four photo crops (``crop`` arguments) of the family tests' mixed inputs.
+FAMILY_PHOTOS = (("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37))
+
+
+def family_inputs(photos=FAMILY_PHOTOS):
+    """The family tests' mixed batch -> ``(items, oracle)``: five photos as JPEG bytes, WebP
+    bytes, an HWC uint8 array, a CHW uint8 tensor and PNG bytes (a 1010x1390 tiled one last), and
+    what a transformers user hands the processor for each (``hf_view`` of the bytes, PIL images
+    of the arrays)."""
+    import torch
+    arrs = [crop(*p) for p in photos] + [tiled("rocket", 1010, 1390)]
+    items = [encode(arrs[0], "jpeg"), encode(arrs[1], "webp"), arrs[2],
+             torch.from_numpy(arrs[3]).permute(2, 0, 1), encode(arrs[4], "png")]
+    oracle = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(arrs[2]),
+              Image.fromarray(arrs[3]), hf_view(items[4])]
+    return items, oracle

@@ -29,10 +29,14 @@ from vlmprep.bench import hf as bench_hf
 
 pytestmark = pytest.mark.hf
 
-PRESETS = vlmprep.presets.names()
+#: Presets match='torchvision' refuses (their sizing op is not ``torchvision_exact``):
+#: Phi-4-multimodal's global view is resized from the normalized float canvas (bicubic, no
+#: antialias); its crops are bit-exact (tests/families/test_phi4_multimodal.py).
+NOT_EXACT = ("phi4-multimodal",)
+PRESETS = [n for n in vlmprep.presets.names() if n not in NOT_EXACT]
 #: Presets whose transformers processor has no PIL class (LFM2-VL): their levels figure is
 #: vlmprep's reference backend (Pillow's resize) vs the torchvision processor.
-NO_PIL = ("lfm2-vl",)
+NO_PIL = ("lfm2-vl", "llama4", "phi4-multimodal")
 
 # Real photos: up- and downscales for every family, thin strips (down to one pixel), a tiny image,
 # and two images of one shape (transformers resizes those as one stacked batch).
@@ -71,6 +75,13 @@ def _assert_same(got: dict, want: dict, cast=None) -> None:
             g = g.to(w.dtype)
         assert g.shape == w.shape, (k, g.shape, w.shape)
         assert torch.equal(g, w), (k, float((g.double() - w.double()).abs().max()))
+
+
+@pytest.mark.parametrize("preset", NOT_EXACT)
+def test_not_exact_presets_are_refused(preset):
+    assert vlmprep.presets.get(preset).sizing.name not in tv_match.SIZING_OPS
+    with pytest.raises(ValueError, match="match='pil'"):
+        _proc(preset)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _support.imgdata import crop, encode, hf_view, tiled
-from hfref import CONFIGS, config, hf_outputs, hf_processor
+from _support.imgdata import crop, family_inputs, tiled
+from hfref import CONFIGS, config, hf_outputs, hf_processor, tiny_tokenizer
 
 import vlmprep
 from vlmprep import ImageError
@@ -202,14 +202,7 @@ def test_limits_and_config_variants():
 
 # -- the prompt ----------------------------------------------------------------------------------
 def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "describe": 2, "a": 3},
-                                    unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
-    tok.add_tokens(SPECIAL, special_tokens=True)
-    return tok
+    return tiny_tokenizer(SPECIAL)
 
 
 @pytest.mark.hf
@@ -244,17 +237,8 @@ def test_placeholder_equals_processor_expansion():
 
 
 # -- pixels and to_hf ------------------------------------------------------------------------------
-PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37)]
-
-
 def _inputs():
-    from PIL import Image
-    arrs = [crop(*p) for p in PHOTOS] + [tiled("rocket", 1010, 1390)]
-    items = [encode(arrs[0], "jpeg"), encode(arrs[1], "webp"), arrs[2],
-             torch.from_numpy(arrs[3]).permute(2, 0, 1), encode(arrs[4], "png")]
-    oracle = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(arrs[2]),
-              Image.fromarray(arrs[3]), hf_view(items[4])]
-    return items, oracle
+    return family_inputs()
 
 
 @pytest.mark.hf

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _support.imgdata import crop, encode, hf_view, tiled
+from _support.imgdata import crop, family_inputs, tiled
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 
 import vlmprep
@@ -222,13 +222,7 @@ PHOTOS = [("astronaut", 301, 453), ("hopper", 560, 480), ("chelsea", 17, 451), (
 
 
 def _inputs():
-    from PIL import Image
-    arrs = [crop(*p) for p in PHOTOS] + [tiled("rocket", 1010, 1390)]
-    items = [encode(arrs[0], "jpeg"), encode(arrs[1], "webp"), arrs[2],
-             torch.from_numpy(arrs[3]).permute(2, 0, 1), encode(arrs[4], "png")]
-    oracle = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(arrs[2]),
-              Image.fromarray(arrs[3]), hf_view(items[4])]
-    return items, oracle
+    return family_inputs(PHOTOS)
 
 
 KEYS = {"pixel_values", "target_sizes", "grids", "num_patches_per_image"}

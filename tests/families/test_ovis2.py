@@ -16,7 +16,7 @@ import types
 import numpy as np
 import pytest
 import torch
-from _support.imgdata import crop, encode, hf_view, tiled
+from _support.imgdata import crop, family_inputs
 from hfref import CONFIGS, config, hf_outputs, hf_processor
 
 import vlmprep
@@ -214,17 +214,8 @@ def test_placeholder_equals_processor_expansion():
 
 
 # -- pixels and to_hf ------------------------------------------------------------------------------
-PHOTOS = [("astronaut", 301, 453), ("hopper", 477, 389), ("chelsea", 17, 451), ("coffee", 399, 37)]
-
-
 def _inputs():
-    from PIL import Image
-    arrs = [crop(*p) for p in PHOTOS] + [tiled("rocket", 1010, 1390)]
-    items = [encode(arrs[0], "jpeg"), encode(arrs[1], "webp"), arrs[2],
-             torch.from_numpy(arrs[3]).permute(2, 0, 1), encode(arrs[4], "png")]
-    oracle = [hf_view(items[0]), hf_view(items[1]), Image.fromarray(arrs[2]),
-              Image.fromarray(arrs[3]), hf_view(items[4])]
-    return items, oracle
+    return family_inputs()
 
 
 @pytest.mark.hf

@@ -137,6 +137,21 @@ def _processor(preset):
         p = T.Lfm2VlProcessor(image_processor=hf_processor(preset, "torchvision"),
                               tokenizer=_tokenizer(special))
         return p, "<image>", "<image>"
+    if preset == "llama4":  # a torchvision image processor only (no PIL class)
+        from hfref import hf_processor
+        special = ["<|image|>", "<|image_start|>", "<|image_end|>", "<|patch|>",
+                   "<|tile_x_separator|>", "<|tile_y_separator|>"]
+        p = T.Llama4Processor(image_processor=hf_processor(preset, "torchvision"),
+                              tokenizer=_tokenizer(special))
+        return p, "<|image|>", "<|patch|>"
+    if preset == "phi4-multimodal":  # a torchvision image processor only (no PIL class)
+        from hfref import hf_processor
+        tok = _tokenizer(extra={"image_token": "<|endoftext10|>",
+                                "audio_token": "<|endoftext11|>"})
+        p = T.Phi4MultimodalProcessor(image_processor=hf_processor(preset, "torchvision"),
+                                      audio_processor=T.Phi4MultimodalFeatureExtractor(),
+                                      tokenizer=tok)
+        return p, "<|endoftext10|>", "<|endoftext10|>"
     raise AssertionError(preset)
 
 
@@ -168,7 +183,8 @@ def test_num_embeddings_equal_processor_placeholder_count(preset, seed):
     assert batch.num_embeddings == want
     assert [b.num_embeddings[0] for b in batch.split()] == want
     # the processor's wrappers are what separates the two counts (num_tokens: API.md's count)
-    if preset in ("internvl", "idefics3", "pixtral", "ovis2", "minicpm-v", "lfm2-vl"):
+    if preset in ("internvl", "idefics3", "pixtral", "ovis2", "minicpm-v", "lfm2-vl",
+                  "llama4"):
         assert all(e < t for e, t in zip(want, plan.num_tokens)), (preset, plan.num_tokens)
     elif preset != "gemma3":
         assert want == plan.num_tokens, preset

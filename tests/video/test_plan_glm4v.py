@@ -36,14 +36,9 @@ def meta(total: int, fps: float, h: int, w: int) -> VideoMeta:
 
 
 def _tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "a": 2, "b": 3}, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]")
-    tok.add_tokens(["<|image|>", "<|video|>", "<|begin_of_image|>", "<|end_of_image|>",
-                    "<|begin_of_video|>", "<|end_of_video|>"], special_tokens=True)
-    return tok
+    from hfref import tiny_tokenizer
+    return tiny_tokenizer(["<|image|>", "<|video|>", "<|begin_of_image|>", "<|end_of_image|>",
+                           "<|begin_of_video|>", "<|end_of_video|>"], words=("a", "b"))
 
 
 @pytest.fixture(scope="module")

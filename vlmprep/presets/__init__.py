@@ -22,11 +22,13 @@ from . import (
     idefics3,
     internvl,
     lfm2_vl,
+    llama4,
     llava,
     llava_next,
     minicpm_v,
     mllama,
     ovis2,
+    phi4_multimodal,
     pixtral,
     qwen,
     siglip,
@@ -49,7 +51,8 @@ __all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES", "
 #: own. Every list of presets, forms, video families and towers is derived from this tuple
 #: (``register`` adds a family at run time).
 FAMILIES: tuple[Any, ...] = (qwen, llava, internvl, siglip, pixtral, siglip2, llava_next,
-                             idefics3, mllama, gemma3, ovis2, glm4v, lfm2_vl, minicpm_v)
+                             idefics3, mllama, gemma3, ovis2, glm4v, lfm2_vl, minicpm_v,
+                             llama4, phi4_multimodal)
 
 
 def spec(fam: Any) -> FamilySpec:

@@ -9,7 +9,8 @@ CPU pixels instead, with the same calls:
   per canvas (torchvision's native uint8 kernel on the CPU: one horizontal-then-vertical pass
   with its own fixed-point rounding), where the default torch backend runs Pillow's passes;
 * normalize: rescale fused into mean and std as ``TorchvisionBackend.rescale_and_normalize``
-  does, ``(x - mean * (1 / rescale)) / (std * (1 / rescale))`` in float32.
+  does, ``(x - mean * (1 / rescale)) / (std * (1 / rescale))`` in float32; in bfloat16 where
+  the sizing op declares ``hf_normalize_dtype = "bfloat16"`` (Llama 4: ``normalize_bf16``).
 
 Everything else (the plan's canvases, crops, padding, tiles, the rows) is the torch backend's.
 CPU only: on CUDA transformers resizes in float and swaps LANCZOS for BICUBIC (a different
@@ -55,6 +56,35 @@ def normalize(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context) -> list
     return [normalize_tensor(op, x) for x in imgs]
 
 
+def normalize_bf16(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:
+    """uint8 ``(C, ...)`` -> float32 holding ``Llama4ImageProcessor.rescale_and_normalize``'s
+    bfloat16 values: ``tvF.normalize(x.to(bfloat16) * rescale, mean, std)``, each step rounded
+    to bfloat16 (a sizing op with ``hf_normalize_dtype = "bfloat16"``)."""
+    from torchvision.transforms.v2 import functional as tvF
+    y = x.to(torch.bfloat16) * op.rescale
+    y = y if y.dim() >= 3 else y.unsqueeze(-1)
+    return tvF.normalize(y, list(op.mean), list(op.std)).reshape(x.shape).to(torch.float32)
+
+
+def _normalize_bf16(op: ops.normalize, imgs: list[torch.Tensor], ctx: Context) -> list[torch.Tensor]:
+    return [normalize_bf16(op, x) for x in imgs]
+
+
+def normalize_levels_bf16(op: ops.normalize, levels: Any) -> torch.Tensor:
+    """``normalize_levels`` with ``normalize_bf16``'s arithmetic (the fused paths' lut)."""
+    return normalize_bf16(op, torch.from_numpy(levels).t().contiguous()).t()
+
+
+def _bf16_normalize(pipeline: Pipeline) -> bool:
+    """The sizing op's processor rescales and normalizes in bfloat16 (both steps on: transformers
+    does one of them alone in float32)."""
+    norm = next((op for op in pipeline.ops if isinstance(op, ops.normalize)), None)
+    bf16 = any(getattr(type(op), "hf_normalize_dtype", "float32") == "bfloat16"
+               for op in pipeline.ops if op.sizing)
+    return bf16 and norm is not None and norm.rescale != 1.0 and not (
+        norm.mean == (0.0, 0.0, 0.0) and norm.std == (1.0, 1.0, 1.0))
+
+
 class Backend(_TorchBackend):
     """The torch backend with transformers' torchvision-backend resize and normalize."""
 
@@ -76,3 +106,7 @@ class Backend(_TorchBackend):
                 f"resizes uint8 natively only on the CPU; on CUDA it resizes in float), got "
                 f"device={device!r}; use device='cpu', or match='pil'")
         super().__init__(pipeline, device, dtype)
+        if _bf16_normalize(pipeline):  # Llama 4: transformers normalizes in bfloat16
+            self.normalize_levels = normalize_levels_bf16
+            self.lowerings = [_normalize_bf16 if op.name == "normalize" else fn
+                              for op, fn in zip(self.ops, self.lowerings)]
