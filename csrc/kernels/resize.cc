@@ -154,10 +154,6 @@ Coeffs coeffs_torchvision(int in_size, int out_size, Interpolation f) {
   return c;
 }
 
-inline uint8_t clip8(int32_t ss) {
-  const int32_t v = ss >> kPrecisionBits;  // arithmetic shift, as Pillow's table index
-  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
-}
 
 // One output pixel of a horizontal pass: Pillow's three int32 sums over n taps from p.
 inline void pixel_sum(const uint8_t* p, const int32_t* k, int n, uint8_t* out) {

@@ -19,11 +19,6 @@ namespace vlmprep {
 
 namespace {
 
-inline uint8_t clip_sum(int32_t ss) {
-  const int32_t v = ss >> kPrecisionBits;
-  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
 // int16 pair (w_a, w_b) as one int32, low half first (madd's order).
 inline int32_t pair16(int32_t a, int32_t b) { return int32_t((uint32_t(uint16_t(b)) << 16) | uint16_t(a)); }
 
@@ -81,11 +76,7 @@ void vertical_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t
       const __m256i p23 = _mm256_packs_epi32(total(h2, l2), total(h3, l3));  // bytes 8-15 | 24-31
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_packus_epi16(p01, p23));
     }
-    for (int j = vec_end; j < n; ++j) {
-      int32_t s = 1 << (kPrecisionBits - 1);
-      for (int y = 0; y < taps; ++y) s += int32_t(rows[int64_t(y) * src_stride + j]) * k[y];
-      out[j] = clip_sum(s);
-    }
+    for (int j = vec_end; j < n; ++j) out[j] = vertical_byte(rows, src_stride, k, taps, j);
   }
 }
 

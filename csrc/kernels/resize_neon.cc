@@ -75,11 +75,6 @@ int horizontal_neon_k(const uint8_t* src, int64_t src_stride, uint8_t* dst, int6
   return simd_end;
 }
 
-inline uint8_t clip8(int32_t ss) {  // resize.cc's: arithmetic shift, clip to 0..255
-  const int32_t v = ss >> kPrecisionBits;
-  return uint8_t(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
 }  // namespace
 
 int horizontal_neon(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride, int out_w,
@@ -118,11 +113,7 @@ void vertical_neon(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t
       }
       vst1q_u8(out + j, vcombine_u8(clip8x8(a0, a1), clip8x8(a2, a3)));
     }
-    for (; j < n; ++j) {  // the row's last n % 16 bytes: the scalar sums
-      int32_t s = 1 << (kPrecisionBits - 1);
-      for (int y = 0; y < taps; ++y) s += int32_t(rows[y][j]) * k[y];
-      out[j] = clip8(s);
-    }
+    for (; j < n; ++j) out[j] = vertical_byte(rows[0], src_stride, k, taps, j);  // the last n % 16
   }
 }
 
