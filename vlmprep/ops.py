@@ -57,6 +57,18 @@ def check_int(op: str, name: str, v: Any, lo: int = 1) -> None:
         fail(op, name, f"an int >= {lo}", v, f"pass {name}=<int>")
 
 
+def _check_at_most(op: str, name: str, v: int, limit_name: str, limit: int) -> None:
+    """Field ``name`` (``v``) of op ``op`` must be ``<=`` its field ``limit_name``; else ``fail``."""
+    if v > limit:
+        fail(op, name, f"<= {limit_name} ({limit})", v, f"lower {name} or raise {limit_name}")
+
+
+def _check_bool(op: str, name: str, v: Any, expected: str = "a bool") -> None:
+    """Field ``name`` of op ``op`` must be a bool; else ``fail``."""
+    if not isinstance(v, bool):
+        fail(op, name, expected, v, f"pass {name}=True or False")
+
+
 def check_interpolation(op: str, v: Any) -> None:
     """``v`` must be one of ``INTERPOLATIONS`` (our names, not PIL's integers); else ``fail``."""
     if v not in INTERPOLATIONS:
@@ -220,9 +232,7 @@ class smart_resize(SizingOp):
         check_int(self.name, "factor", self.factor)
         check_int(self.name, "min_pixels", self.min_pixels)
         check_int(self.name, "max_pixels", self.max_pixels)
-        if self.min_pixels > self.max_pixels:
-            fail(self.name, "min_pixels", f"<= max_pixels ({self.max_pixels})", self.min_pixels,
-                  "lower min_pixels or raise max_pixels")
+        _check_at_most(self.name, "min_pixels", self.min_pixels, "max_pixels", self.max_pixels)
         check_interpolation(self.name, self.interpolation)
         if not (isinstance(self.max_aspect_ratio, (int, float)) and self.max_aspect_ratio >= 1):
             fail(self.name, "max_aspect_ratio", "a number >= 1", self.max_aspect_ratio,
@@ -250,9 +260,7 @@ class glm4v_resize(SizingOp):
         check_int(self.name, "min_pixels", self.min_pixels)
         check_int(self.name, "max_pixels", self.max_pixels)
         check_int(self.name, "temporal_factor", self.temporal_factor)
-        if self.min_pixels > self.max_pixels:
-            fail(self.name, "min_pixels", f"<= max_pixels ({self.max_pixels})", self.min_pixels,
-                  "lower min_pixels or raise max_pixels")
+        _check_at_most(self.name, "min_pixels", self.min_pixels, "max_pixels", self.max_pixels)
         check_interpolation(self.name, self.interpolation)
 
 
@@ -315,9 +323,7 @@ class internvl_tile(SizingOp):
         check_int(self.name, "tile_size", self.tile_size)
         check_int(self.name, "min_tiles", self.min_tiles)
         check_int(self.name, "max_tiles", self.max_tiles)
-        if self.min_tiles > self.max_tiles:
-            fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
-                  "lower min_tiles or raise max_tiles")
+        _check_at_most(self.name, "min_tiles", self.min_tiles, "max_tiles", self.max_tiles)
         check_interpolation(self.name, self.interpolation)
 
     @property
@@ -358,12 +364,8 @@ class ovis2_tile(SizingOp):
         check_int(self.name, "tile_size", self.tile_size)
         check_int(self.name, "min_tiles", self.min_tiles)
         check_int(self.name, "max_tiles", self.max_tiles)
-        if self.min_tiles > self.max_tiles:
-            fail(self.name, "min_tiles", f"<= max_tiles ({self.max_tiles})", self.min_tiles,
-                 "lower min_tiles or raise max_tiles")
-        if not isinstance(self.covering, bool):
-            fail(self.name, "covering", "a bool (use_covering_area_grid)", self.covering,
-                 "pass covering=True or False")
+        _check_at_most(self.name, "min_tiles", self.min_tiles, "max_tiles", self.max_tiles)
+        _check_bool(self.name, "covering", self.covering, "a bool (use_covering_area_grid)")
         check_interpolation(self.name, self.interpolation)
 
     @property
@@ -392,9 +394,7 @@ class minicpmv_slice(SizingOp):
     def __post_init__(self) -> None:
         check_int(self.name, "max_slice_nums", self.max_slice_nums)
         check_int(self.name, "scale_resolution", self.scale_resolution)
-        if not isinstance(self.slice_mode, bool):
-            fail(self.name, "slice_mode", "a bool", self.slice_mode,
-                 "pass slice_mode=True or False")
+        _check_bool(self.name, "slice_mode", self.slice_mode)
         check_interpolation(self.name, self.interpolation)
 
 
@@ -547,9 +547,7 @@ class pan_and_scan(SizingOp):
     def __post_init__(self) -> None:
         check_int(self.name, "height", self.height)
         check_int(self.name, "width", self.width)
-        if not isinstance(self.do_pan_and_scan, bool):
-            fail(self.name, "do_pan_and_scan", "a bool", self.do_pan_and_scan,
-                  "pass do_pan_and_scan=True or False")
+        _check_bool(self.name, "do_pan_and_scan", self.do_pan_and_scan)
         check_int(self.name, "pan_and_scan_min_crop_size", self.pan_and_scan_min_crop_size)
         check_int(self.name, "pan_and_scan_max_num_crops", self.pan_and_scan_max_num_crops, lo=2)
         r = self.pan_and_scan_min_ratio_to_activate
@@ -682,15 +680,13 @@ class lfm2_vl_tile(SizingOp):
                  "min_tiles == max_tiles == 1 (no splitting)", self.min_tiles,
                  "raise min_tiles to 2 (a 1x1 grid has no thumbnail and a placeholder that "
                  "transformers miscounts)")
-        if self.min_image_tokens > self.max_image_tokens:
-            fail(self.name, "min_image_tokens", f"<= max_image_tokens ({self.max_image_tokens})",
-                 self.min_image_tokens, "lower min_image_tokens")
+        _check_at_most(self.name, "min_image_tokens", self.min_image_tokens, "max_image_tokens",
+                       self.max_image_tokens)
         t = self.max_pixels_tolerance
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             fail(self.name, "max_pixels_tolerance", "a number > 0", t, "pass e.g. 2.0")
         for k in ("use_thumbnail", "special_tokens"):
-            if not isinstance(getattr(self, k), bool):
-                fail(self.name, k, "a bool", getattr(self, k), f"pass {k}=True or False")
+            _check_bool(self.name, k, getattr(self, k))
         check_interpolation(self.name, self.interpolation)
 
     @property
@@ -725,9 +721,7 @@ class llama4_tile(SizingOp):
     def __post_init__(self) -> None:
         for k in ("tile_size", "max_patches", "downsample_ratio"):
             check_int(self.name, k, getattr(self, k))
-        if not isinstance(self.resize_to_max_canvas, bool):
-            fail(self.name, "resize_to_max_canvas", "a bool", self.resize_to_max_canvas,
-                 "pass resize_to_max_canvas=True or False")
+        _check_bool(self.name, "resize_to_max_canvas", self.resize_to_max_canvas)
         check_interpolation(self.name, self.interpolation)
 
     @property
