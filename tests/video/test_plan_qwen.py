@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from _support.video_plan import plan_video_of
+from _support.video_plan import frames_of, pixel_frames, plan_video_of
 
 from tests.hfref import config
 from vlmprep import presets
@@ -112,16 +112,6 @@ def processor(folders, fam: str, **init):
     return _PROCS[key]
 
 
-def frames_of(total: int, h: int, w: int) -> np.ndarray:
-    """(total, h, w, 3) uint8; frame k is flat with R = k % 256, G = k // 256 (its index shows
-    in the processor's pixels)."""
-    f = np.zeros((total, h, w, 3), np.uint8)
-    k = np.arange(total)
-    f[..., 0] = (k % 256)[:, None, None]
-    f[..., 1] = (k // 256)[:, None, None]
-    return f
-
-
 def run_hf(proc, m: Meta, frames: np.ndarray, **kw):
     """-> (the indices its sample_frames returned (None: not sampled), BatchFeature, replacement
     text) or the exception transformers raised."""
@@ -142,22 +132,6 @@ def run_hf(proc, m: Meta, frames: np.ndarray, **kw):
     (rep,) = out["text_replacement_offsets"][0]
     idx = [int(i) for i in seen[0]] if seen else list(range(m.total_num_frames))
     return idx, out, rep["replacement"]
-
-
-def pixel_frames(out, proc, tps: int = 2) -> list[int]:
-    """The source frame of each temporal slice of pixel_values_videos (frames_of's encoding)."""
-    vp = proc.video_processor
-    p = vp.patch_size
-    t, gh, gw = (int(v) for v in out["video_grid_thw"][0])
-    rows = out["pixel_values_videos"][:: gh * gw].double().numpy()  # each group's first patch
-    assert len(rows) == t
-    got = []
-    for row in rows:
-        for k in range(tps):
-            r, gr = ((row[(c * tps + k) * p * p] * vp.image_std[c] + vp.image_mean[c]) * 255
-                     for c in (0, 1))
-            got.append(int(round(r)) + 256 * int(round(gr)))
-    return got
 
 
 def check_same(plan, hf, proc, tps: int = 2, offset: int = 0) -> None:
