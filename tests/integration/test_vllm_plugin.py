@@ -297,7 +297,7 @@ def test_deferred_jpeg_keeps_vllms_checks_and_errors(switched_on, tmp_path, monk
     _same(got, want, "refused bytes, Pillow's pixels")
 
 
-# -- videos (Qwen2-VL, Qwen2.5-VL): vLLM's sampled frames through the video processor ------------
+# -- videos (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): vLLM's sampled frames through the video processor ------------
 def _video_apply(eng: Engine, videos: list) -> dict:
     from vllm.multimodal.processing.context import TimingContext
     from vllm.multimodal.processing.inputs import ProcessorInputs
@@ -317,11 +317,11 @@ def _clip(t: int, h: int, w: int, seed: int) -> tuple:
     return np.ascontiguousarray(frames), meta
 
 
-@pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl"])
+@pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"])
 @pytest.mark.parametrize("float_pixels", [False, True], ids=["uint8", "float32"])
 def test_qwen_videos_equal_vllms_own_path(switched_on, tmp_path, family, float_pixels):
-    """A request with two clips of different sizes and lengths (8 and 5 frames: an odd count is
-    padded by repeating the last frame): prompt ids, hashes, placeholders and every video tensor
+    """A request with three clips of different sizes and lengths (8, 5 and 16 frames: an odd count
+    is padded by repeating the last frame): prompt ids, hashes, placeholders and every video tensor
     (pixel_values_videos, video_grid_thw, Qwen2.5-VL's second_per_grid_ts) equal vLLM's path."""
     eng = Engine(family, tmp_path)
     if float_pixels:
@@ -329,7 +329,9 @@ def test_qwen_videos_equal_vllms_own_path(switched_on, tmp_path, family, float_p
         from vllm.multimodal import MULTIMODAL_REGISTRY
         eng.processor = MULTIMODAL_REGISTRY.create_processor(
             ModelConfig(model=str(eng.ck.path), max_model_len=32768, mm_device_do_normalize=False))
-    videos = [_clip(8, 240, 320, 0), _clip(5, 97, 333, 3)]
+    # the third: 16 frames of 240x320 are over Qwen3-VL's whole-clip budget (the class default,
+    # 786,432 pixels), so its resize depends on the frame count
+    videos = [_clip(8, 240, 320, 0), _clip(5, 97, 333, 3), _clip(16, 240, 320, 5)]
     switched_on.delenv(plugin.ENV)
     want = _video_apply(eng, videos)
     switched_on.setenv(plugin.ENV, "1")
@@ -339,10 +341,14 @@ def test_qwen_videos_equal_vllms_own_path(switched_on, tmp_path, family, float_p
     assert got["prompt_token_ids"] == want["prompt_token_ids"]
     assert got["mm_hashes"] == want["mm_hashes"] and got["mm_placeholders"] == want["mm_placeholders"]
     g, w = got["mm_kwargs"]["video"], want["mm_kwargs"]["video"]
-    assert len(g) == len(w) == 2
+    assert len(g) == len(w) == 3
     for a, b in zip(g, w):
         assert sorted(a) == sorted(b)
-        for k in a:
+        for k in a:  # Qwen3-VL's timestamps (the seconds in its prompt) are a list
             x, y = a[k].data, b[k].data
-            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), (family, k)
+            assert type(x) is type(y), (family, k)
+            if torch.is_tensor(x):
+                assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), (family, k)
+            else:
+                assert x == y, (family, k)
     assert g[0]["pixel_values_videos"].data.dtype.is_floating_point == float_pixels  # vLLM casts floats to the model's

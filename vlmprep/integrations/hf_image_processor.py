@@ -7,16 +7,22 @@ backend, else Pillow-exact; ``VLMPREP_VLLM_PIXELS=pil``: Pillow-exact always), w
 ``switch()`` is true and the call asks for nothing else than the config; any other call goes to
 the image processor itself. ``STATS`` counts both kinds of call in this process. The processor
 around it (vLLM's, SGLang's, transformers') still writes the prompt.
+
+``VLMPREP_VLLM_DEVICE=cuda`` (or ``cuda:N``) runs vlmprep on that GPU inside the engine's process
+(the torch backend): Pillow-exact pixels there (the torchvision match is a CPU rule), handed back
+on the host as the processor's are (the engine moves them to the model itself).
 """
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Any, Callable, Mapping
 
-__all__ = ["PIXELS_ENV", "SUPPORTED", "STATS", "install"]
+__all__ = ["DEVICE_ENV", "PIXELS_ENV", "SUPPORTED", "STATS", "install"]
 
 PIXELS_ENV = "VLMPREP_VLLM_PIXELS"
+DEVICE_ENV = "VLMPREP_VLLM_DEVICE"
 
 #: transformers image processor class -> keywords its processors pass that vlmprep's form answers
 #: beyond the config's own values (Idefics3's and SmolVLM's processors ask for each image's tile
@@ -79,7 +85,8 @@ def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
         _count("fallback")
         return real(images, *args, **kwargs)
     batch = _run(proc, flat)
-    out = batch.to_hf(images_per_sample=per_sample)
+    # on the host, as the image processor returns them (a no-op on the CPU)
+    out = batch.to_hf(images_per_sample=per_sample, device="cpu")
     if kwargs.get("return_row_col_info"):
         out["rows"], out["cols"] = _rows_cols(batch, per_sample)
     _count("vlmprep")
@@ -162,21 +169,35 @@ def _is_image(x: Any) -> bool:
     return isinstance(x, Image.Image) or (isinstance(x, np.ndarray) and x.dtype == np.uint8)
 
 
+def device() -> str:
+    """Where vlmprep runs in the engine's process: ``VLMPREP_VLLM_DEVICE`` (cpu by default);
+    raises ValueError for a value that names no device (the plugins ask at start-up)."""
+    dev = os.environ.get(DEVICE_ENV, "").strip().lower() or "cpu"
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", dev):
+        raise ValueError(f"{DEVICE_ENV}: expected 'cpu', 'cuda' or 'cuda:N', got {dev!r}; "
+                         f"fix: unset it (the CPU) or set {DEVICE_ENV}=cuda")
+    return dev
+
+
 def _processor(ip: Any, dtype: str) -> Any:
-    """The vlmprep Processor for this image processor's config and dtype, made once; None when
-    vlmprep does not know the config (then the image processor answers, every call)."""
+    """The vlmprep Processor for this image processor's config, dtype and device, made once; None
+    when vlmprep does not know the config (then the image processor answers, every call)."""
     cache = ip.__dict__.setdefault("_vlmprep_processors", {})
-    pil = os.environ.get(PIXELS_ENV, "").strip().lower() == "pil"
+    dev = device()
+    pil = os.environ.get(PIXELS_ENV, "").strip().lower() == "pil" or dev != "cpu"
     match = "pil" if pil or getattr(ip, "backend", None) != "torchvision" else "torchvision"
-    if (dtype, match) not in cache:
+    if (dtype, match, dev) not in cache:
         import vlmprep  # deferred: the integration layer loads the processor only when used
         try:
             pipeline = vlmprep.presets.from_config(ip.to_dict())
         except ValueError:  # a config of the class vlmprep does not reproduce
-            cache[dtype, match] = None
+            cache[dtype, match, dev] = None
             return None
-        cache[dtype, match] = vlmprep.Processor(pipeline, match=match, dtype=dtype)
-    return cache[dtype, match]
+        # a bad VLMPREP_VLLM_DEVICE is the Processor's ValueError (expected / got / fix), raised
+        # at the first request rather than hidden behind transformers' answer
+        cache[dtype, match, dev] = vlmprep.Processor(
+            pipeline, backend="auto" if dev == "cpu" else "torch", match=match, dtype=dtype, device=dev)
+    return cache[dtype, match, dev]
 
 
 def _rows_cols(batch: Any, per_sample: list[int] | None) -> tuple[list, list]:

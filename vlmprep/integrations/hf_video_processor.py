@@ -1,19 +1,22 @@
-"""vlmprep as a transformers *video* processor's ``__call__`` (Qwen2-VL / Qwen2.5-VL), for the
-engine plugins: the video counterpart of ``hf_image_processor``.
+"""vlmprep as a transformers *video* processor's ``__call__`` (Qwen2-VL / Qwen2.5-VL / Qwen3-VL),
+for the engine plugins: the video counterpart of ``hf_image_processor``.
 
 ``install_video(video_processor, image_processor, switch)`` gives a video processor of a class in
 ``SUPPORTED_VIDEO`` a ``__call__`` answered by vlmprep whenever ``switch()`` is true and the call
-is what an engine sends: frames already sampled (a list of ``(T, H, W, 3)`` uint8 arrays,
-``do_sample_frames`` off), keywords equal to the config's, uint8 (vLLM's
-``mm_device_do_normalize``) or float32 pixels; ``video_metadata`` / ``return_metadata`` are
-passed through as the processor does when it samples nothing. The plan: the image processor's
-pipeline (the same rule, mean and std) with the video processor's own pixel budget and temporal
-patch (``presets.video_options_from_config``); ``match="torchvision"``, bit-exact with
-transformers' video processors (they run on torchvision only). Any other call goes to the video
-processor itself (``STATS["fallback"]``).
+is what an engine sends: frames already sampled (``(T, H, W, 3)`` uint8 arrays, as a list or
+vLLM's per-video nesting, ``do_sample_frames`` off), keywords equal to the config's, uint8 (vLLM's
+``mm_device_do_normalize``) or float32 pixels. With nothing to sample, the sampling keywords
+(``fps``, ``num_frames``: Qwen3-VL's processor passes them) change nothing; ``video_metadata`` is
+returned as the processor returns it (``return_metadata``: Qwen3-VL's processor writes the
+prompt's timestamps from it), made by transformers' own ``make_batched_metadata``. The plan: the
+image processor's pipeline (the same rule, mean and std) with the video processor's own pixel
+budget and temporal patch (``presets.video_options_from_config``, sampling off: the frames are
+the engine's); ``match="torchvision"``, bit-exact with transformers' video processors (they run on
+torchvision only). Any other call goes to the video processor itself (``STATS["fallback"]``).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 from .hf_image_processor import _count, _dtype, swap_call  # STATS: one count for image and video calls
@@ -21,9 +24,11 @@ from .hf_image_processor import _count, _dtype, swap_call  # STATS: one count fo
 __all__ = ["SUPPORTED_VIDEO", "install_video"]
 
 #: transformers video processor class -> keywords vlmprep's form answers beyond the config's
-#: values. Qwen3VLVideoProcessor (timestamps, its own frame budget) is not reproduced here yet.
+#: values (``do_sample_frames``: only False is taken, ``_takes``; then fps / num_frames sample nothing)
+_ANSWERED = frozenset({"return_metadata", "video_metadata", "do_sample_frames", "fps", "num_frames"})
 SUPPORTED_VIDEO: dict[str, frozenset[str]] = {
-    "Qwen2VLVideoProcessor": frozenset({"return_metadata", "video_metadata"}),
+    "Qwen2VLVideoProcessor": _ANSWERED,
+    "Qwen3VLVideoProcessor": _ANSWERED,
 }
 
 
@@ -40,30 +45,41 @@ def _call(self: Any, videos: Any = None, *args: Any, **kwargs: Any) -> Any:
     on = self.__dict__.get("_vlmprep_switch")
     dtype = (_dtype(self, kwargs, SUPPORTED_VIDEO[type(self).__name__])
              if on is not None and on() and not args and _takes(self, videos, kwargs) else None)
-    proc = _processor(self, dtype) if dtype is not None else None
-    if proc is None:
+    batched = _batched(videos) if dtype is not None else None
+    proc = _processor(self, dtype) if dtype is not None and batched is not None else None
+    if proc is None or batched is None:
         _count("fallback")
         return real(videos, *args, **kwargs)
-    out = proc(videos=list(videos)).to_hf()
-    if kwargs.get("return_metadata"):
-        out["video_metadata"] = kwargs.get("video_metadata")
+    frames, meta = batched
+    out = proc(videos=frames).to_hf()
+    if kwargs.get("return_metadata", getattr(self, "return_metadata", False)):
+        out["video_metadata"] = meta(kwargs.get("video_metadata"))
     _count("vlmprep")
     return out
 
 
 def _takes(vp: Any, videos: Any, kwargs: dict) -> bool:
-    """Frames already sampled: a list of (T, H, W, 3) uint8 arrays, nothing to sample, metadata
-    (when given) one per video."""
-    import numpy as np  # deferred: only when an engine calls
-    if not isinstance(videos, (list, tuple)) or not videos:
-        return False
-    if not all(isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim == 4 and v.shape[-1] == 3
-               for v in videos):
-        return False
+    """Nothing to sample (``do_sample_frames`` off in the call or the config) and some videos."""
     if kwargs.get("do_sample_frames", getattr(vp, "do_sample_frames", False)):
         return False
-    meta = kwargs.get("video_metadata")
-    return meta is None or (isinstance(meta, (list, tuple)) and len(meta) == len(videos))
+    return isinstance(videos, (list, tuple)) and bool(videos)
+
+
+def _batched(videos: Any) -> tuple[list, Callable[[Any], Any]] | None:
+    """(the videos as transformers batches them: a list of (T, H, W, 3) uint8 arrays, and the
+    metadata maker for them), or None for other inputs (frames as images, channels first,
+    floats, paths: the processor itself takes those)."""
+    import numpy as np  # deferred: only when an engine calls
+    from transformers.video_utils import make_batched_metadata, make_batched_videos  # deferred: engines only
+    try:
+        frames: list[Any] = list(make_batched_videos(videos))
+    except (ValueError, TypeError, IndexError):
+        return None
+    if not frames or not all(isinstance(v, np.ndarray) and v.dtype == np.uint8 and v.ndim == 4
+                             and v.shape[-1] == 3 and v.shape[0] >= 1 and v.shape[1] not in (1, 3)
+                             for v in frames):  # height 1 or 3: transformers reads channels first
+        return None
+    return frames, lambda meta: make_batched_metadata(frames, video_metadata=meta)
 
 
 def _processor(vp: Any, dtype: str) -> Any:
@@ -78,6 +94,8 @@ def _processor(vp: Any, dtype: str) -> Any:
             pipeline = vlmprep.presets.from_config(ip.to_dict())
             same = all(list(getattr(ip, k)) == list(cfg[k]) for k in ("image_mean", "image_std"))
             options = vlmprep.presets.video_options_from_config(pipeline, cfg) if same else None
+            if options is not None:  # the engine's frames are the sampled ones (``_takes``)
+                options = dataclasses.replace(options, do_sample_frames=False, fps=None, num_frames=None)
         except (ValueError, KeyError, TypeError, AttributeError):  # a config vlmprep does not reproduce
             options = None
         cache[dtype] = None if options is None else vlmprep.Processor(

@@ -14,7 +14,7 @@ with vlmprep's tensors, built from its own config (the checkpoint's, with the se
 transformers' torchvision backend (vLLM's default), else Pillow-exact. Anything it does
 not take (a keyword other than its config's values, an unknown image type) goes to the
 image processor itself, counted in ``STATS["fallback"]``. Videos: the transformers video
-processor of the same processors, for the classes in ``SUPPORTED_VIDEO`` (Qwen2-VL, Qwen2.5-VL;
+processor of the same processors, for the classes in ``SUPPORTED_VIDEO`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL;
 ``hf_video_processor``: vLLM's sampled frames, torchvision's pixels); others keep transformers'.
 
 Request images: vLLM's media connector decodes them before any processor runs; with the plugin on
@@ -22,19 +22,21 @@ and a processor in ``DEFER_DECODE`` served, a plain JPEG is left undecoded there
 decodes its bytes (``vllm_media``: same checks, same hash, same pixels), fused with the resize.
 
 ``VLMPREP_VLLM_PIXELS=pil`` asks for the pixels of transformers' PIL processors (what the
-checkpoints were trained on) instead of the torchvision backend's.
+checkpoints were trained on) instead of the torchvision backend's. ``VLMPREP_VLLM_DEVICE=cuda``
+runs the images on the GPU in the API server's process (Pillow-exact pixels, returned on the host;
+``hf_image_processor``); videos stay on the CPU.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from .hf_image_processor import PIXELS_ENV, STATS, SUPPORTED, install
+from .hf_image_processor import DEVICE_ENV, PIXELS_ENV, STATS, SUPPORTED, device, install
 from .hf_video_processor import SUPPORTED_VIDEO, install_video
 from .vllm_media import install_load_bytes
 
-# PIXELS_ENV, STATS, SUPPORTED and install live in hf_image_processor (shared with SGLang's)
-__all__ = ["DEFER_DECODE", "ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "SUPPORTED_VIDEO", "STATS",
+# DEVICE_ENV, PIXELS_ENV, STATS, SUPPORTED and install live in hf_image_processor (shared with SGLang's)
+__all__ = ["DEFER_DECODE", "DEVICE_ENV", "ENV", "PIXELS_ENV", "PROCESSORS", "SUPPORTED", "SUPPORTED_VIDEO", "STATS",
            "enabled", "register", "install"]
 
 ENV = "VLMPREP_VLLM"
@@ -70,6 +72,7 @@ def register() -> None:
     its image processor (``install``). Idempotent; imports no model module."""
     if not enabled():
         return
+    device()  # a VLMPREP_VLLM_DEVICE that names no device fails the server's start, not each request
     from vllm.multimodal import MULTIMODAL_REGISTRY as registry  # deferred: vLLM is optional
     if getattr(registry.create_processor, "_vlmprep", False):
         return
@@ -107,7 +110,7 @@ def _wrap_info(info: Any) -> None:
             install(ip, enabled)
             vp = getattr(hf, "video_processor", None)
             if vp is not None:
-                install_video(vp, ip, enabled)  # Qwen2-VL / Qwen2.5-VL videos (SUPPORTED_VIDEO)
+                install_video(vp, ip, enabled)  # the Qwen families' videos (SUPPORTED_VIDEO)
         return hf
 
     get_hf_processor._vlmprep = True  # type: ignore[attr-defined]
