@@ -20,6 +20,12 @@ or a hang costs that step, never the others or the JSON), inside one overall bud
             the Processor on the bytes, and torchvision.io.decode_jpeg on the device (nvJPEG) then
             the Processor on the decoded tensors; the decode floor; transformers' torchvision
             processor on the device on the same images
+  engine    vlmprep inside an engine's process on the device (VLMPREP_VLLM_DEVICE, issue 32): the
+            plugins' hook on transformers' Qwen2-VL image processor as vLLM calls it, per request:
+            its tensors against transformers' PIL processor (float32 and uint8), the JPEG bytes
+            vLLM's loader leaves undecoded (decoded on the device, within the parity bound), and
+            ms per 1080p request: hook on the device, hook on the CPU, Pillow decode +
+            transformers' torchvision processor
   dali      the dali backend on the device against the reference, when DALI is importable
             ("skipped: DALI absent" otherwise), path by path with the bounds of
             vlmprep.backends.dali.parity.BOUNDS: decode (nvJPEG vs libjpeg-turbo/Pillow on the
@@ -61,8 +67,8 @@ INPUTS = HERE / ".gpu_inputs"  # ignored; made here (needs scikit-image), carrie
 
 #: (step, time box in seconds on the GPU machine). The boxes sum to 540 s: one 10-minute call
 #: with a minute to spare; ``--budget`` scales them for slower dry runs.
-STEPS: list[tuple[str, int]] = [("env", 20), ("build", 150), ("kernels", 50), ("memcheck", 90),
-                                ("parity", 90), ("timing", 90), ("dali", 50)]
+STEPS: list[tuple[str, int]] = [("env", 20), ("build", 140), ("kernels", 50), ("memcheck", 75),
+                                ("parity", 85), ("timing", 85), ("engine", 35), ("dali", 50)]
 GOALS = {"images_per_s_1080p": 2000.0, "speedup_vs_hf_torchvision": 10.0,
          "kernel_fraction_of_copy": 0.70, "max_levels": 1.0}
 #: Parity bound (uint8 levels) a step fails beyond; the goal above is tighter. The torch backend's
@@ -463,6 +469,112 @@ def step_timing(a: argparse.Namespace) -> dict:
                             "speedup_vs_hf_torchvision": r1080.get("speedup_vs_hf_torchvision")})
 
 
+def _engine_pair(device: str) -> tuple[Any, Any, Any]:
+    """(transformers' Qwen2-VL torchvision image processor as vLLM builds it, with the engines'
+    hook on ``device``; the same without it; the hook's oracle: the PIL processor on a GPU, where
+    the hook gives Pillow-exact pixels, the torchvision one itself on the CPU, a dry run)."""
+    import copy
+
+    from vlmprep import presets
+    from vlmprep.bench import hf as bench_hf
+    from vlmprep.integrations import hf_image_processor as hook
+    pipe = presets.get("qwen2-vl")
+    cfg = bench_hf.config_for("qwen2-vl", pipe)
+    tv, pil = bench_hf.build(cfg, pipe, "torchvision"), bench_hf.build(cfg, pipe, "pil")
+    hooked = copy.deepcopy(tv)
+    os.environ[hook.DEVICE_ENV] = device
+    if not hook.install(hooked, lambda: True):
+        raise RuntimeError(f"the hook does not take {type(tv).__name__}")
+    return hooked, tv, (tv if device == "cpu" else pil)
+
+
+def step_engine(a: argparse.Namespace) -> dict:
+    """vlmprep inside an engine's process on the device (issue 32, ``VLMPREP_VLLM_DEVICE``): the
+    plugins' hook on transformers' Qwen2-VL image processor, as vLLM calls it per request."""
+    import io
+
+    import torch
+    from PIL import Image
+
+    from vlmprep.integrations import hf_image_processor as hook
+    images = _inputs(a.quick)
+    repeats = 3 if a.quick else 7
+    try:
+        hooked, tv, oracle = _engine_pair(a.device)
+    except (ImportError, ValueError) as e:  # transformers absent, or without the Qwen2-VL classes
+        return _result("SKIP", f"no transformers Qwen2-VL image processors here: {str(e)[:300]}")
+    rows, ok = [], True
+    for mode, raw in (("float32", {}), ("uint8", {"do_rescale": False, "do_normalize": False})):
+        for size in ("720p", "1080p", "odd_333x777"):
+            data = images[size]
+            im = Image.open(io.BytesIO(data)).convert("RGB")
+            before = dict(hook.STATS)
+            got = hooked([im], return_tensors="pt", **raw)
+            want = dict(oracle([im], return_tensors="pt", **raw))
+            took = hook.STATS["vlmprep"] - before["vlmprep"]
+            g, w = corrupt("engine", got["pixel_values"]), want["pixel_values"]
+            # the PIL processor gives uint8 levels as float32; the hook the torchvision one's uint8
+            d = (g.double() - w.double()).abs().max().item() if g.shape == w.shape else float("inf")
+            exact = g.device.type == "cpu" and torch.equal(got["image_grid_thw"], want["image_grid_thw"]) \
+                and (d == 0 if raw else d <= 1e-6) and took == 1
+            # the JPEG bytes vLLM's loader leaves undecoded with the plugin on: the device decodes
+            by = hooked([_lazy(data)], return_tensors="pt", **raw)["pixel_values"]
+            scale = 1.0 if raw else 255 * 0.26862954  # qwen2-vl's largest std: levels per unit
+            mx = _levels(by.float(), w.float(), scale)[0] if by.shape == w.shape else float("inf")
+            row = {"mode": mode, "size": size, "images_exact": exact, "max_abs_diff": d,
+                   "jpeg_bytes_max_levels": round(mx, 3), "jpeg_bytes_ok": mx <= MAX_LEVELS}
+            if size == "1080p":  # per request, one image, as vLLM's renderer calls it
+                row.update(_engine_times(hooked, tv, data, raw, a.device, repeats))
+            ok &= exact and row["jpeg_bytes_ok"]
+            rows.append(row)
+            print(json.dumps(row))
+    r = next(r for r in rows if r["mode"] == "uint8" and r["size"] == "1080p")
+    speed = (r["ms_pillow_decode"] + r["ms_transformers_torchvision_cpu"]) / r["ms_hook_device_from_bytes"]
+    oracle_name = "torchvision" if a.device == "cpu" else "PIL"
+    text = (f"{sum(x['images_exact'] for x in rows)}/{len(rows)} exact vs the {oracle_name} processor, JPEG bytes "
+            f"<= {max(x['jpeg_bytes_max_levels'] for x in rows)} levels; 1080p uint8 per request: hook on "
+            f"{a.device} {r['ms_hook_device_from_bytes']} ms from bytes, {r['ms_hook_device']} ms from the "
+            f"decoded image, hook on cpu {r['ms_hook_cpu']} ms, Pillow decode + transformers "
+            f"torchvision {r['ms_pillow_decode']} + {r['ms_transformers_torchvision_cpu']} ms ({speed:.2f}x)")
+    return _result("PASS" if ok else "FAIL", text, rows=rows,
+                   figures={"engine_speedup_per_request_1080p": round(speed, 2)})
+
+
+def _engine_times(hooked: Any, tv: Any, data: bytes, raw: dict, device: str, repeats: int) -> dict:
+    """ms per request (one image) of the hook on ``device`` from the JPEG bytes and from the
+    decoded image, the hook on the CPU, transformers' torchvision processor and Pillow's decode."""
+    import io
+
+    from PIL import Image
+
+    from vlmprep.integrations import hf_image_processor as hook
+    im = Image.open(io.BytesIO(data)).convert("RGB")
+    out = {"ms_hook_device": _best_time(lambda: hooked([im], return_tensors="pt", **raw), device, repeats),
+           "ms_hook_device_from_bytes": _best_time(
+               lambda: hooked([_lazy(data)], return_tensors="pt", **raw), device, repeats)}
+    os.environ[hook.DEVICE_ENV] = "cpu"
+    try:
+        out["ms_hook_cpu"] = _best_time(lambda: hooked([im], return_tensors="pt", **raw), "cpu", repeats)
+    finally:
+        os.environ[hook.DEVICE_ENV] = device
+    out["ms_transformers_torchvision_cpu"] = _best_time(
+        lambda: tv([im], return_tensors="pt", **raw), "cpu", max(1, repeats // 2))
+    out["ms_pillow_decode"] = _best_time(lambda: Image.open(io.BytesIO(data)).convert("RGB"), "cpu", repeats)
+    return {k: round(1e3 * v, 2) for k, v in out.items()}
+
+
+def _lazy(data: bytes) -> Any:
+    """A JPEG as vLLM's loader leaves it with the plugin on (vllm_media): opened, undecoded."""
+    import io
+
+    from PIL import Image
+
+    from vlmprep.integrations.vllm_media import _ATTR
+    im = Image.open(io.BytesIO(data))
+    setattr(im, _ATTR, data)
+    return im
+
+
 def step_dali(a: argparse.Namespace) -> dict:
     if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
         return _result("SKIP", "skipped: DALI absent (bench/dali_transfer.sh sends it to the GPU machine)")
@@ -631,7 +743,7 @@ def _plugin_vs_reference(device: str, order: str, P: int, m: int, T: int) -> boo
 
 STEP_FUNCS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "env": step_env, "build": step_build, "kernels": step_kernels, "memcheck": step_memcheck,
-    "parity": step_parity, "timing": step_timing, "dali": step_dali}
+    "parity": step_parity, "timing": step_timing, "engine": step_engine, "dali": step_dali}
 
 
 # ---------------------------------------------------------------------------------- driver

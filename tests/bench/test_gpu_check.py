@@ -35,9 +35,9 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     p, rep = _run(tmp_path, OUT=str(out))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     st = {k: v["status"] for k, v in rep["steps"].items()}
-    assert list(st) == ["env", "build", "kernels", "memcheck", "parity", "timing", "dali"]
+    assert list(st) == ["env", "build", "kernels", "memcheck", "parity", "timing", "engine", "dali"]
     assert st["build"] == "SKIP" and st["memcheck"] == "SKIP"  # --skip-build; memcheck is CUDA-only
-    assert all(st[k] == "PASS" for k in ("env", "kernels", "parity", "timing")), st
+    assert all(st[k] == "PASS" for k in ("env", "kernels", "parity", "timing", "engine")), st
     assert st["dali"] in ("PASS", "SKIP")
     checks = [r["check"] for r in rep["steps"]["kernels"]["rows"]]
     assert sum(c.startswith("strided_crop_vs_twin") for c in checks) == 5  # every order
@@ -65,6 +65,14 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     assert len(resize) == 6 and all(r["ok"] and r["max_levels"] == 0 for r in resize)
     timing = rep["steps"]["timing"]["rows"]
     assert [r["size"] for r in timing] == ["720p", "1080p"] and all(r["output_ok"] for r in timing)
+    # the engines' hook (issue 32): on the CPU its oracle is the torchvision processor, bit-exact,
+    # from decoded images and from the JPEG bytes vLLM's loader leaves undecoded
+    engine = rep["steps"]["engine"]["rows"]
+    assert [(r["mode"], r["size"]) for r in engine] == [(m, s) for m in ("float32", "uint8")
+                                                        for s in ("720p", "1080p", "odd_333x777")]
+    assert all(r["images_exact"] and r["max_abs_diff"] == 0 and r["jpeg_bytes_max_levels"] == 0 for r in engine)
+    assert all(r["ms_hook_device"] > 0 and r["ms_transformers_torchvision_cpu"] > 0 for r in engine
+               if r["size"] == "1080p")
     assert set(rep["goals"]) == {"images_per_s_1080p", "speedup_vs_hf_torchvision",
                                  "kernel_fraction_of_copy", "max_levels"}
     assert rep["goals"]["max_levels"]["got"] is not None
@@ -74,7 +82,7 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     assert "| parity | PASS |" in (out / "gpu_check_t.md").read_text()
 
 
-@pytest.mark.parametrize("step", ["kernels", "parity", "timing", "dali"])
+@pytest.mark.parametrize("step", ["kernels", "parity", "timing", "engine", "dali"])
 def test_an_injected_wrong_result_fails_the_run(tmp_path, step):
     if step == "dali":
         pytest.importorskip("nvidia.dali", reason="the dali step needs DALI")
