@@ -159,12 +159,13 @@ OLD_NOT_PASSED["llama4"] = _LLAMA4_NOT_CHECKED
 OLD_PROMPT_IMAGE_TOKENS["llama4"] = "<|image|>"
 
 # added with Phi-4-multimodal (issue 30): its own form (image_pixel_values, image_sizes,
-# image_attention_mask, num_img_tokens), engines not declared (no engines venv); phi4_hd is
-# not torchvision_exact (the global view), so not in OLD_SIZING_OPS
+# image_attention_mask, num_img_tokens), engines not declared (no engines venv); phi4_hd
+# torchvision_exact once its global view became a plan.Canvas.normalized canvas (issue 30)
 _PHI4_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
                      "SGLang's Phi-4-multimodal support and image-embedding input were not "
                      "checked); give the engines the images")
 OLD_HF_OUTPUTS += ("phi4_multimodal",)
+OLD_SIZING_OPS += ("phi4_hd",)
 OLD_NO_EMBEDDINGS["phi4_multimodal"] = _PHI4_NOT_CHECKED
 OLD_NOT_PASSED["phi4_multimodal"] = _PHI4_NOT_CHECKED
 

@@ -275,13 +275,18 @@ def held_chunks(items: Sequence[T], step: int, cost: Callable[[T], int],
 def image_bytes(source: "Source", plan: "ImagePlan") -> int:
     """Planned peak bytes of one image: its decode (``io.decode.decode_cost`` of the header: the
     decoder's image and the RGB output) or, for an image already in memory, an RGB copy; plus
-    the plan's resized canvases (RGB)."""
+    the plan's resized canvases (RGB), a ``Canvas.normalized`` one in float32 with its parent's
+    float32 copy (normalized before the resize)."""
     h, w = source.hw
     if source.header is not None:
         cost = decode_cost(source.header)
     else:
         cost = h * w * 3
-    return cost + sum(c.resize_hw[0] * c.resize_hw[1] * 3 for c in plan.canvases)
+    cost += sum(c.resize_hw[0] * c.resize_hw[1] * (12 if c.normalized else 3) for c in plan.canvases)
+    for k in {c.parent for c in plan.canvases if c.normalized}:
+        ph, pw = (h, w) if k < 0 else plan.canvases[k].hw
+        cost += ph * pw * 12
+    return cost
 
 
 def video_bytes(plan: "VideoPlan") -> int:

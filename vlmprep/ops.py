@@ -734,12 +734,15 @@ class phi4_hd(SizingOp):
     """Phi-4-multimodal's dynamic HD (``Phi4MultimodalImageProcessor``, a sizing op): a grid of
     ``ceil(W / tile) x ceil(H / tile)`` crops, or, above ``dynamic_hd`` crops, the closest aspect
     ratio among grids of at most ``dynamic_hd`` (InternVL's rule); aspect-fit resize into it
-    (``interpolation``), pad right/bottom with white, crops row-major after a global view (the
-    padded canvas resized to one tile, ``global_interpolation``). ``patch_size``: the attention
-    mask's cell (a padding of at least one patch is masked). See ``vlmprep.plan.phi4_multimodal``."""
+    (``interpolation``), pad right/bottom with white, crops row-major after a global view: the
+    padded canvas's *normalized* values resized to one tile with ``global_interpolation`` and no
+    antialias (``plan.Canvas.normalized``; transformers resizes ``rescale_and_normalize``'s
+    float32 output). ``patch_size``: the attention mask's cell (a padding of at least one patch
+    is masked). See ``vlmprep.plan.phi4_multimodal``."""
 
     name: ClassVar[str] = "phi4_hd"
     sizing: ClassVar[bool] = True
+    torchvision_exact: ClassVar[bool] = True
     tile_size: int = 448
     dynamic_hd: int = 36
     patch_size: int = 14
@@ -751,6 +754,11 @@ class phi4_hd(SizingOp):
             check_int(self.name, k, getattr(self, k))
         check_interpolation(self.name, self.interpolation)
         check_interpolation(self.name, self.global_interpolation)
+        if self.global_interpolation == "lanczos":  # torchvision: "LANCZOS requires antialias"
+            fail(self.name, "global_interpolation", "'nearest', 'bilinear' or 'bicubic' (the "
+                 "global view is resized without antialias, which torchvision's lanczos refuses, "
+                 "so transformers raises)", self.global_interpolation,
+                 "use 'bicubic' (resample=3, the class default)")
 
     @property
     def tile_hw(self) -> tuple[int, int]:

@@ -136,11 +136,13 @@ def test_rules_per_pipeline():
     torch_be, ref_be = vlmprep.backends.get("torch"), vlmprep.backends.get("reference")
     qwen = vlmprep.presets.get("qwen2-vl")
     raw = vlmprep.Pipeline([op for op in qwen.ops if op.name != "normalize"], name="raw")
-    assert torch_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, True, "bicubic", True)
-    assert torch_be(qwen, "cuda", "float32").fusion == fusion.Rules(True, False, "bicubic", False)
-    assert ref_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, False, "bicubic", False)
+    # the last field: the output is normalized after the sizing op (NORMALIZED_CANVAS's half)
+    assert torch_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, True, "bicubic", True, True)
+    assert torch_be(qwen, "cuda", "float32").fusion == fusion.Rules(True, False, "bicubic", False,
+                                                                    True)
+    assert ref_be(qwen, "cpu", "float32").fusion == fusion.Rules(True, False, "bicubic", False, True)
     ivl = torch_be(vlmprep.presets.get("internvl"), "cpu", "uint8").fusion
-    assert ivl.resize_rows is False and ivl.decode_rows is True
+    assert ivl.resize_rows is False and ivl.decode_rows is True and ivl.normalizes is False
     assert torch_be(raw, "cpu", "float32").fusion == fusion.Rules(False, False, "bicubic", False)
     assert torch_be(raw, "cpu", "uint8").fusion == fusion.Rules(True, True, "bicubic", True)
 

@@ -26,13 +26,13 @@ import vlmprep
 from vlmprep.backends import fusion
 from vlmprep.backends.torch import tv_match
 from vlmprep.bench import hf as bench_hf
+from vlmprep.plan import plan_images
 
 pytestmark = pytest.mark.hf
 
-#: Presets match='torchvision' refuses (their sizing op is not ``torchvision_exact``):
-#: Phi-4-multimodal's global view is resized from the normalized float canvas (bicubic, no
-#: antialias); its crops are bit-exact (tests/families/test_phi4_multimodal.py).
-NOT_EXACT = ("phi4-multimodal",)
+#: Presets match='torchvision' refuses (their sizing op is not ``torchvision_exact``): none
+#: since Phi-4-multimodal's global view is a ``plan.Canvas.normalized`` canvas (issue 30).
+NOT_EXACT: tuple[str, ...] = ()
 PRESETS = [n for n in vlmprep.presets.names() if n not in NOT_EXACT]
 #: Presets whose transformers processor has no PIL class (LFM2-VL): their levels figure is
 #: vlmprep's reference backend (Pillow's resize) vs the torchvision processor.
@@ -48,6 +48,15 @@ SWEEP = [crop("astronaut", 301, 453), crop("hopper", 477, 389), crop("chelsea", 
          tiled("rocket", 1010, 1390), tiled("coffee", 1500, 2100), tiled("astronaut", 720, 1280),
          tiled("chelsea", 1080, 1920), tiled("camera", 2000, 1500), tiled("coffee", 333, 777),
          tiled("rocket", 640, 427)]
+
+
+#: The pixels' key in the processors' outputs (Phi-4-multimodal: image_pixel_values).
+PIXEL_KEYS = ("pixel_values", "image_pixel_values")
+
+
+def _pv(out) -> torch.Tensor:
+    """The pixels of a processor's or to_hf's output."""
+    return next(out[k] for k in PIXEL_KEYS if k in out)
 
 
 def _pil(arrs):
@@ -70,26 +79,38 @@ def _assert_same(got: dict, want: dict, cast=None) -> None:
             assert g == w, k
             continue
         g = torch.as_tensor(g)
-        if k == "pixel_values":
+        if k in PIXEL_KEYS:
             w = w.to(cast) if cast is not None else w
             g = g.to(w.dtype)
         assert g.shape == w.shape, (k, g.shape, w.shape)
         assert torch.equal(g, w), (k, float((g.double() - w.double()).abs().max()))
 
 
-@pytest.mark.parametrize("preset", NOT_EXACT)
-def test_not_exact_presets_are_refused(preset):
-    assert vlmprep.presets.get(preset).sizing.name not in tv_match.SIZING_OPS
-    with pytest.raises(ValueError, match="match='pil'"):
-        _proc(preset)
+def test_exactness_follows_the_op_declarations():
+    """A preset is refused exactly when it is in NOT_EXACT (its sizing op not
+    ``torchvision_exact``)."""
+    for preset in vlmprep.presets.names():
+        exact = vlmprep.presets.get(preset).sizing.name in tv_match.SIZING_OPS
+        assert exact == (preset not in NOT_EXACT), preset
+        if not exact:
+            with pytest.raises(ValueError, match="match='pil'"):
+                _proc(preset)
+
+
+def _photos(preset: str) -> list:
+    """PHOTOS the preset's processor takes: the plan's refusals left out (Phi-4-multimodal
+    refuses, as transformers raises on, the 1 x 150 and 150 x 1 strips)."""
+    plans = plan_images(vlmprep.presets.get(preset), [a.shape[:2] for a in PHOTOS])
+    return [a for a, p in zip(PHOTOS, plans) if p.ok]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "uint8"])
 @pytest.mark.parametrize("preset", PRESETS)
 def test_equals_torchvision_processor(preset, dtype):
     raw = dtype == "uint8"
-    want = hf_outputs(preset, "torchvision", _pil(PHOTOS), raw=raw)
-    got = dict(_proc(preset, dtype=dtype)(PHOTOS).to_hf())
+    photos = _photos(preset)
+    want = hf_outputs(preset, "torchvision", _pil(photos), raw=raw)
+    got = dict(_proc(preset, dtype=dtype)(photos).to_hf())
     _assert_same(got, want, torch.bfloat16 if dtype == "bfloat16" else None)
 
 
@@ -102,14 +123,14 @@ def test_levels_table(preset):
     n = diff = 0
     total, worst = 0.0, []
     for a in SWEEP:
-        want = hf_outputs(preset, "torchvision", _pil([a]), raw=True)["pixel_values"]
-        got = _proc(preset, dtype="uint8")([a]).to_hf()["pixel_values"]
+        want = _pv(hf_outputs(preset, "torchvision", _pil([a]), raw=True))
+        got = _pv(_proc(preset, dtype="uint8")([a]).to_hf())
         assert torch.equal(torch.as_tensor(got).to(want.dtype), want), a.shape
         if preset in NO_PIL:  # nothing to compare with: the figure is vs vlmprep's reference
-            pil = vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"), dtype="uint8",
-                                                    backend="reference")([a]).to_hf()["pixel_values"]
+            pil = _pv(vlmprep.Processor.from_pretrained(str(CONFIGS / f"{preset}.json"),
+                                                        dtype="uint8", backend="reference")([a]).to_hf())
         else:
-            pil = hf_outputs(preset, "pil", _pil([a]), raw=True)["pixel_values"]
+            pil = _pv(hf_outputs(preset, "pil", _pil([a]), raw=True))
         d = (torch.as_tensor(pil).double() - want.double()).abs()
         worst.append(int(d.max()))
         n, diff, total = n + d.numel(), diff + int((d > 0).sum()), total + float(d.sum())

@@ -7,6 +7,8 @@ whose ``plan_batch`` decides each image's decoder and executor there)."""
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vlmprep.backends")
 
-__all__ = ["Backend", "build_canvases", "cut_tiles", "register_geometry_lowerings",
+__all__ = ["Backend", "build_canvases", "cut_tiles", "normalized_first", "register_geometry_lowerings",
            "register_sizing", "image_pool"]
 
 T = TypeVar("T")
@@ -66,6 +68,9 @@ class Backend:
         # ops[:tail]: decode and sizing (the tiles); ops[tail:]: normalize, patchify (the rows).
         self.tail = next((i for i, op in enumerate(self.ops)
                           if op.name in ("normalize", "patchify")), len(self.ops))
+        # fusion.NORMALIZED_CANVAS runs ops[tail] (the normalize) inside the sizing lowering
+        self.normalize_at = self.tail if (self.tail < len(self.ops)
+                                          and self.ops[self.tail].name == "normalize") else None
         self.fusion = fusion.rules(self.ops, dtype, device, self.resize_in_kernel)
 
     @staticmethod
@@ -194,27 +199,43 @@ class Backend:
             fused.decode_rows(ctx.source, self.decode_op, self.fusion.interpolation,
                               self.lut(ctx), ctx, self.pipeline.patchify)
             return
-        self.write(self.size(self.decode(ctx), ctx), ctx, how)
+        self.write(self.size(self.decode(ctx), ctx, how), ctx, how)
 
     # -- the stages of one image (also timed one by one by vlmprep.bench) -----------------------
     def decode(self, ctx: Context) -> Any:
         """The decode lowering: ``ctx.source`` -> the image."""
         return self.lowerings[0](self.ops[0], ctx.source, ctx)
 
-    def size(self, image: Any, ctx: Context) -> Any:
-        """The lowerings after decode and before normalize / patchify: image -> the plan's tiles."""
+    def size(self, image: Any, ctx: Context, how: str | None = None) -> Any:
+        """The lowerings after decode and before normalize / patchify: image -> the plan's tiles.
+        ``how``: the image's executor (None: `NORMALIZED_CANVAS` where ``fusion.normalized_canvas``
+        says so, as ``choose`` would); `NORMALIZED_CANVAS` runs them with ``ctx.normalize`` set,
+        so the tiles leave them normalized (float32)."""
+        if how is None and fusion.normalized_canvas(self.fusion, ctx):
+            how = fusion.NORMALIZED_CANVAS
+        if how == fusion.NORMALIZED_CANVAS:
+            ctx = dataclasses.replace(ctx, normalize=functools.partial(self.normalize_one, ctx))
         for op, fn in zip(self.ops[1:self.tail], self.lowerings[1:self.tail]):
             image = fn(op, image, ctx)
         return image
 
+    def normalize_one(self, ctx: Context, image: Any) -> Any:
+        """The normalize lowering on one uint8 image or canvas -> float32 (``Context.normalize``
+        under `NORMALIZED_CANVAS`: the same op and arithmetic as on the tiles)."""
+        k = self.normalize_at
+        assert k is not None  # fusion.rules: NORMALIZED_CANVAS only where the pipeline normalizes
+        return self.lowerings[k](self.ops[k], [image], ctx)[0]
+
     def write(self, tiles: Any, ctx: Context, how: str) -> None:
-        """The tiles -> ``ctx.dest``: the rest of the lowerings (`OP_BY_OP`), or one kernel call
-        with the normalize as a lut (`ROWS`)."""
+        """The tiles -> ``ctx.dest``: the rest of the lowerings (`OP_BY_OP`; `NORMALIZED_CANVAS`:
+        the ones after the normalize, which ``size`` ran), or one kernel call with the normalize
+        as a lut (`ROWS`)."""
         if how == fusion.ROWS:
             fused.write_rows([self.hwc(t) for t in tiles], self.lut(ctx), ctx,
                              self.pipeline.patchify)
             return
-        for op, fn in zip(self.ops[self.tail:], self.lowerings[self.tail:]):
+        start = self.tail + 1 if how == fusion.NORMALIZED_CANVAS else self.tail
+        for op, fn in zip(self.ops[start:], self.lowerings[start:]):
             tiles = fn(op, tiles, ctx)
 
     def lut(self, ctx: Context) -> "torch.Tensor | None":
@@ -246,15 +267,47 @@ def image_pool(n: int):
         return _POOLS[n]
 
 
-def build_canvases(img: Any, plan: "ImagePlan", interpolation: str,
-                   resize: Callable[[Any, tuple[int, int], str], Any],
-                   cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any]
-                   ) -> list:
-    """Execute the plan's canvases with a backend's two primitives (shared by every backend):
+Resize = Callable[[Any, tuple[int, int], str], Any]
+
+
+def build_canvases(img: Any, plan: "ImagePlan", interpolation: str, resize: Resize,
+                   cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any],
+                   resize_normalized: Resize | None = None,
+                   normalize: Callable[[Any], Any] | None = None) -> list:
+    """Execute the plan's canvases with a backend's primitives (shared by every backend):
     ``resize(img, (h, w), interpolation)`` and ``cut(img, (top, left, h, w), fill)``, where a
-    box reaching outside the image is filled with ``fill`` (so padding is a cut too)."""
+    box reaching outside the image is filled with ``fill`` (so padding is a cut too), and for a
+    ``Canvas.normalized`` canvas ``resize_normalized(parent, (h, w), interpolation)``.
+
+    ``normalize`` (`fusion.NORMALIZED_CANVAS`: the output is normalized): a normalized canvas
+    is resized from its parent normalized (each parent normalized once), and the canvases of
+    ``normalized_first(plan)`` come back normalized (float32), so their tiles are cut
+    normalized; ``cut_tiles`` normalizes the others' tiles. Without it (uint8 output) a
+    normalized canvas is resized from its parent's levels, and every canvas is uint8.
+
+    Given Phi-4 on 1080x1920 with ``normalize``: canvas 0 uint8 (1344, 2240), normalized (its
+    15 crops lie inside it); canvas 1 = ``resize_normalized(normalize(canvas 0), (448, 448),
+    "bicubic")``.
+    """
     built: list = []
-    for c in plan.canvases:
+    normed: dict[int, Any] = {}  # canvas k -> normalize(canvas k), made once
+
+    def normalized(k: int) -> Any:
+        if k not in normed:
+            normed[k] = normalize(built[k]) if normalize is not None else built[k]
+        return normed[k]
+    for k, c in enumerate(plan.canvases):
+        if c.normalized:
+            if resize_normalized is None:
+                raise NotImplementedError(
+                    f"build_canvases: canvas {k} is normalized (plan.Canvas.normalized): expected "
+                    f"a backend with a resize_normalized primitive, got none; register one with "
+                    f"register_geometry_lowerings(..., resize_normalized=...)")
+            x = (normalize(img) if normalize is not None else img) if c.parent < 0 else \
+                normalized(c.parent)
+            normed[k] = resize_normalized(x, c.resize_hw, c.interpolation or interpolation)
+            built.append(normed[k])
+            continue
         x = img if c.parent < 0 else built[c.parent]
         if c.box is not None:
             x = cut(x, c.box, (0, 0, 0))
@@ -262,13 +315,39 @@ def build_canvases(img: Any, plan: "ImagePlan", interpolation: str,
         if c.size is not None:
             x = cut(x, (-c.offset[0], -c.offset[1], c.size[0], c.size[1]), c.fill)
         built.append(x)
-    return built
+    if normalize is None:
+        return built
+    first = normalized_first(plan)
+    return [normalized(k) if k in first else x for k, x in enumerate(built)]
+
+
+def normalized_first(plan: "ImagePlan") -> set[int]:
+    """Under `fusion.NORMALIZED_CANVAS`, the canvases normalized before their tiles are cut: the
+    normalized ones, and those with tiles that all lie inside them (normalizing the canvas then
+    cutting is normalizing the tiles, one pass; a tile reaching outside is cut from the levels,
+    its fill a level, then normalized)."""
+    out = set()
+    for k, c in enumerate(plan.canvases):
+        boxes = [b for b, j in zip(plan.tiles, plan.tile_canvas) if j == k]
+        h, w = c.hw
+        if c.normalized or (boxes and all(t >= 0 and x >= 0 and t + bh <= h and x + bw <= w
+                                          for t, x, bh, bw in boxes)):
+            out.add(k)
+    return out
 
 
 def cut_tiles(canvases: list, plan: "ImagePlan",
-              cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any]) -> list:
-    """The plan's tiles, each cut from its canvas, in output order."""
-    return [cut(canvases[k], box, (0, 0, 0)) for box, k in zip(plan.tiles, plan.tile_canvas)]
+              cut: Callable[[Any, tuple[int, int, int, int], tuple[int, int, int]], Any],
+              normalize: Callable[[Any], Any] | None = None) -> list:
+    """The plan's tiles, each cut from its canvas, in output order. ``normalize``
+    (`fusion.NORMALIZED_CANVAS`, with ``build_canvases``' canvases): the tiles of a canvas not in
+    ``normalized_first`` are normalized once cut."""
+    first = normalized_first(plan) if normalize is not None else set()
+    tiles = []
+    for box, k in zip(plan.tiles, plan.tile_canvas):
+        t = cut(canvases[k], box, (0, 0, 0))
+        tiles.append(normalize(t) if normalize is not None and k not in first else t)
+    return tiles
 
 
 @dataclass(frozen=True)
@@ -277,11 +356,14 @@ class _Sizing:
 
     resize: Callable
     cut: Callable
+    resize_normalized: Callable | None = None
 
     def __call__(self, op: Any, img: Any, ctx: Context) -> list:
-        """decoded image -> the plan's tiles, each cut from its canvas, in output order."""
-        canvases = build_canvases(img, ctx.plan, op.interpolation, self.resize, self.cut)
-        return cut_tiles(canvases, ctx.plan, self.cut)
+        """decoded image -> the plan's tiles, each cut from its canvas, in output order (float32
+        under `NORMALIZED_CANVAS`, where ``ctx.normalize`` is set: see ``build_canvases``)."""
+        canvases = build_canvases(img, ctx.plan, op.interpolation, self.resize, self.cut,
+                                  self.resize_normalized, ctx.normalize)
+        return cut_tiles(canvases, ctx.plan, self.cut, ctx.normalize)
 
 
 def _already_cut(op: Any, tiles: list, ctx: Context) -> list:
@@ -298,7 +380,9 @@ def register_sizing(backend: str, fn: Callable) -> None:
     lowering(backend, "center_crop")(_already_cut)
 
 
-def register_geometry_lowerings(backend: str, resize: Callable, cut: Callable) -> None:
+def register_geometry_lowerings(backend: str, resize: Callable, cut: Callable,
+                                resize_normalized: Callable | None = None) -> None:
     """``register_sizing`` with the shared executor: build the canvases, cut the tiles, from a
-    backend's two primitives (see ``build_canvases``)."""
-    register_sizing(backend, _Sizing(resize, cut))
+    backend's primitives (see ``build_canvases``; ``resize_normalized``: for
+    ``plan.Canvas.normalized`` canvases, None where the backend has none)."""
+    register_sizing(backend, _Sizing(resize, cut, resize_normalized))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import torch
@@ -24,6 +24,9 @@ class Context:
             ``(num_patches, patch_dim)`` rows or ``(num_tiles, C, H, W)`` tiles.
         dtype: ``"float32"`` | ``"bfloat16"`` | ``"uint8"``.
         device: torch device string.
+        normalize: the backend's normalize of one uint8 image or canvas -> float32, set only
+            where the normalize runs inside the sizing lowering (``fusion.NORMALIZED_CANVAS``:
+            a ``plan.Canvas.normalized`` canvas in a normalized output); else None.
     """
 
     source: "Source"
@@ -31,3 +34,4 @@ class Context:
     dest: "torch.Tensor"
     dtype: str
     device: str
+    normalize: Callable[[Any], Any] | None = None

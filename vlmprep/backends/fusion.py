@@ -1,7 +1,7 @@
 """Which executor runs an image: decided here, once per pipeline (``rules``) and once per image
 (``choose``), and nowhere else.
 
-The eager backends (reference, torch) run an image by one of four executors; ``base.Backend``
+The eager backends (reference, torch) run an image by one of six executors; ``base.Backend``
 asks ``choose`` and runs the answer (``Backend.run_image``). Each executor gets plain inputs:
 a lowering's input is an image or a list of tiles, never a wrapper.
 
@@ -46,6 +46,18 @@ a lowering's input is an image or a list of tiles, never a wrapper.
 |                      |                                              | normalize and patchify         |
 |                      |                                              | (``kernel_tail``)              |
 | `OP_BY_OP`           | every lowering in turn                       | otherwise                      |
+| `NORMALIZED_CANVAS`  | the lowerings, the normalize moved into the  | the plan has a ``plan.Canvas.  |
+|                      | sizing lowering (``Context.normalize``): the | normalized`` canvas and the    |
+|                      | canvases built (a normalized one resized by  | pipeline normalizes after its  |
+|                      | ``resize_normalized`` from its normalized    | sizing op (not uint8); checked |
+|                      | parent), each canvas that tiles come from    | first: the only executor of    |
+|                      | normalized once, the tiles cut (float32),    | such an image, ``at_most`` and |
+|                      | then the lowerings after the normalize       | the kernels notwithstanding    |
+
+`NORMALIZED_CANVAS` is not a fusion level: the rows kernel takes uint8 tiles, and such a tile is
+float32 before the normalize would run (Phi-4-multimodal's global view, resized from the
+normalized canvas as transformers does). With a uint8 output the same plan runs as any other
+(its normalized canvas is resized from the parent's levels inside the sizing lowering).
 
 The dali backend compiles its graphs instead: its tiles graph is `ROWS` (the csrc plugin op
 ``vlmprep_normalize_patchify`` in place of the normalize and patchify lowerings) when the plugin
@@ -69,8 +81,9 @@ if TYPE_CHECKING:
     from .context import Context
 
 __all__ = ["OP_BY_OP", "ROWS", "DECODE_ROWS", "RESIZE_ROWS", "DECODE_RESIZE_ROWS", "EXECUTORS",
-           "RESIZE_ORDERS",
-           "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write", "kernel_tail"]
+           "NORMALIZED_CANVAS", "RESIZE_ORDERS",
+           "Rules", "rules", "choose", "choose_graph", "at_most", "kernels_write", "kernel_tail",
+           "normalized_canvas"]
 
 OP_BY_OP = "op_by_op"
 ROWS = "rows"
@@ -81,6 +94,8 @@ DECODE_RESIZE_ROWS = "decode_resize_rows"
 #: `ROWS`'s; `DECODE_RESIZE_ROWS`'s include `RESIZE_ROWS`'s; `DECODE_ROWS` is the JPEG decode
 #: overlap for plans `RESIZE_ROWS` does not take (crops, several canvases: InternVL).
 EXECUTORS = (OP_BY_OP, ROWS, DECODE_ROWS, RESIZE_ROWS, DECODE_RESIZE_ROWS)
+#: Op by op with the normalize inside the sizing lowering: not a fusion level (see the table).
+NORMALIZED_CANVAS = "normalized_canvas"
 
 #: Patchify orders whose rows the kernel can write while it resizes (a band of patch rows at a
 #: time).
@@ -100,12 +115,15 @@ class Rules:
         resize_rows: `RESIZE_ROWS` and `DECODE_RESIZE_ROWS` are allowed.
         interpolation: the sizing op's (a canvas without its own uses it).
         decode_rows: `DECODE_ROWS` is allowed.
+        normalizes: the pipeline normalizes after its sizing op in this dtype (so a
+            ``plan.Canvas.normalized`` canvas takes `NORMALIZED_CANVAS`).
     """
 
     rows: bool
     resize_rows: bool
     interpolation: str
     decode_rows: bool = False
+    normalizes: bool = False
 
 
 def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) -> Rules:
@@ -124,7 +142,7 @@ def rules(ops: Sequence["Op"], dtype: str, device: str, resize_in_kernel: bool) 
                    and names[2:] in (["normalize", "patchify"], ["patchify"]))
     resize_rows = decode_rows and patchify.order in RESIZE_ORDERS
     return Rules(rows=rows, resize_rows=resize_rows, interpolation=sizing.interpolation,
-                 decode_rows=decode_rows)
+                 decode_rows=decode_rows, normalizes=normalizes)
 
 
 def kernels_write(ctx: "Context") -> bool:
@@ -182,9 +200,18 @@ def _jpeg_in_kernel(ctx: "Context") -> bool:
             and kernels.get_num_threads() >= 2 and kernels.jpeg_available())
 
 
+def normalized_canvas(r: Rules, ctx: "Context") -> bool:
+    """`NORMALIZED_CANVAS`'s condition: the output is normalized after the sizing op and a canvas
+    of the plan is built from normalized values (``plan.Canvas.normalized``)."""
+    return r.normalizes and any(c.normalized for c in ctx.plan.canvases)
+
+
 def choose(r: Rules, ctx: "Context", most: str = DECODE_RESIZE_ROWS) -> str:
     """The executor of this image (see the module's table), at most ``most`` (and ``at_most``'s
-    cap). Called in the thread that runs the image (its thread count counts)."""
+    cap) among the fusion levels; `NORMALIZED_CANVAS` whatever the cap. Called in the thread that
+    runs the image (its thread count counts)."""
+    if normalized_canvas(r, ctx):
+        return NORMALIZED_CANVAS
     cap = min(EXECUTORS.index(most), EXECUTORS.index(_CAP.get()))
     if cap < 1 or not r.rows or not kernels_write(ctx):
         return OP_BY_OP

@@ -1,6 +1,7 @@
 """transformers' torchvision resize and normalize, bit for bit: what the torch backend's
 ``match="torchvision"`` images and every backend's video frames use (backends/torch/tv_match.py,
-backends/video.py). Its own module so that the shared video lowering imports no backend.
+backends/video.py), and every backend's ``resize_normalized`` (``plan.Canvas.normalized``). Its
+own module so that the shared video lowering imports no backend.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from torchvision.transforms.v2 import functional as F
 
 from .. import ops
 
-__all__ = ["MODES", "resize", "normalize_tensor", "normalize_levels"]
+__all__ = ["MODES", "resize", "resize_normalized", "normalize_tensor", "normalize_levels"]
 
 #: Our interpolation names -> transformers' torchvision modes (``pil_torch_interpolation_mapping``).
 MODES = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
@@ -55,6 +56,25 @@ def resize(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.
         img = img.contiguous()
     return F.resize(img, [int(hw[0]), int(hw[1])], interpolation=MODES[interpolation],
                     antialias=True)
+
+
+def resize_normalized(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
+    """float32 (or uint8) ``(C, H, W)`` -> the same dtype ``(C, h, w)``: a ``plan.Canvas`` with
+    ``normalized=True``, as transformers' Phi-4-multimodal global view:
+    ``TorchvisionBackend.resize(image, size, resample, antialias=False)``, i.e. ``tvF.resize(...,
+    antialias=False)`` (``interpolate(mode, align_corners=False, antialias=False)``; an equal
+    size returned as it is; uint8 on the CPU: torch's native uint8 kernel, as transformers' raw
+    output). Every backend's ``resize_normalized`` (the same torch op, so the resize adds no
+    difference of its own; on CUDA torch's device kernel, not checked against the CPU's).
+
+    Made C-contiguous, as transformers' canvas is (torch's CPU kernels compute these either
+    way; the copy keeps the claim independent of that).
+    """
+    if interpolation == "lanczos":
+        raise ValueError(f"resize_normalized: expected 'nearest', 'bilinear' or 'bicubic', got "
+                         f"{interpolation!r} (torchvision's lanczos needs antialias); use 'bicubic'")
+    return F.resize(img.contiguous(), [int(hw[0]), int(hw[1])],
+                    interpolation=MODES[interpolation], antialias=False)
 
 
 def _compiled(img: torch.Tensor, interpolation: str) -> bool:

@@ -10,6 +10,8 @@ and ``m = t // patch_size`` (32) the mask cells per tile side:
    than half of it).
 2. Aspect-fit into ``(rows * t, cols * t)``: the limiting side exactly, the other
    ``int(side * ratio)``; padded right/bottom with white. A side under 10 pixels is refused.
+   The global view: the padded canvas *after* the normalize (float32), resized to ``(t, t)``
+   with ``global_interpolation`` and no antialias (``plan.Canvas.normalized``), first.
 3. Attention mask ``(rows * m, cols * m)``: ones, the last ``floor(pad / patch)`` columns / rows
    zero when the padding is at least one patch; per crop ``(m, m)`` row-major after the global
    view's all-ones mask.
@@ -110,13 +112,14 @@ def phi4_num_img_tokens(valid: tuple[int, int]) -> int:
 
 @sizing_rule("phi4_hd")
 def _phi4_hd(op: phi4_hd, hw: tuple[int, int], pipeline: Pipeline) -> Sizing:
-    """The HD canvas (resized, white right/bottom) cut row-major after the global view (the
-    canvas resized to one tile, its own canvas)."""
+    """The HD canvas (resized, white right/bottom) cut row-major after the global view: the HD
+    canvas's normalized values resized to one tile without antialias (``Canvas.normalized``),
+    as ``_preprocess`` resizes ``rescale_and_normalize``'s output."""
     resized, padded = phi4_hd_size(hw[0], hw[1], op)
     t = op.tile_size
     rows, cols = padded[0] // t, padded[1] // t
     hd = Canvas(resized, size=padded, fill=WHITE)
-    glob = Canvas((t, t), parent=0, interpolation=op.global_interpolation)
+    glob = Canvas((t, t), parent=0, interpolation=op.global_interpolation, normalized=True)
     tiles = [(0, 0, t, t)] + grid_boxes(rows, cols, t)
     tokens = phi4_num_img_tokens(phi4_mask_valid(resized, padded, op))
     return Sizing([hd, glob], tiles, [1] + [0] * (rows * cols), image_tokens=tokens)

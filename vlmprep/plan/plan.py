@@ -40,8 +40,18 @@ class Canvas:
     -> resize to ``resize_hw`` (``interpolation``, None: the sizing op's) -> place at ``offset``
     in a ``size`` canvas filled with ``fill`` (uint8 RGB; None ``size``: no padding).
 
+    ``normalized=True``: the canvas is resized from its parent's *normalized* values, float32,
+    without antialias (``torch.nn.functional.interpolate(antialias=False)`` through
+    ``tvF.resize``), so the pipeline's normalize runs before it; with a uint8 output (no
+    normalize) from the parent's levels, still without antialias. Its tiles leave the resize
+    normalized. Transformers' Phi-4-multimodal global view is one (``phi4_hd``); such a canvas is
+    a leaf with no box and no padding, its tiles inside it, in the ``tiles`` order
+    (``check_sizing``).
+
     Given InternVL on 1080x1920: Canvas((896, 1792)) for the 8 tiles and Canvas((448, 448)) for
-    the thumbnail, both from the source.
+    the thumbnail, both from the source. Phi-4 on 1080x1920: Canvas((1260, 2240), size=(1344,
+    2240), fill=(255, 255, 255)) for the 15 crops and Canvas((448, 448), parent=0,
+    interpolation="bicubic", normalized=True) for the global view.
     """
 
     resize_hw: tuple[int, int]
@@ -51,6 +61,7 @@ class Canvas:
     offset: tuple[int, int] = (0, 0)
     fill: RGB = (0, 0, 0)
     interpolation: str | None = None
+    normalized: bool = False
 
     @property
     def hw(self) -> tuple[int, int]:
@@ -223,6 +234,9 @@ def check_sizing(sz: Any, op: Op, pipeline: Pipeline) -> Sizing:
             raise ValueError(f"{where}: canvas {k}: expected a Canvas with sizes >= 1 built from the "
                              f"source (parent=-1) or an earlier canvas (parent < {k}), got {c!r}; "
                              f"order the canvases so parents come first")
+    for k, c in enumerate(sz.canvases):
+        if c.normalized:
+            _check_normalized(where, k, c, sz, pipeline)
     tile_hw = pipeline.tile_hw if pipeline.patchify.order == "tiles" else None
     for box, k in zip(sz.tiles, sz.tile_canvas):
         if not 0 <= k < n or len(box) != 4 or box[2] < 1 or box[3] < 1 or (
@@ -232,6 +246,23 @@ def check_sizing(sz: Any, op: Op, pipeline: Pipeline) -> Sizing:
                              f"in a canvas 0..{n - 1}, got {box} in canvas {k}; fix the rule or "
                              f"the op's tile_hw")
     return sz
+
+
+def _check_normalized(where: str, k: int, c: Canvas, sz: Sizing, pipeline: Pipeline) -> None:
+    """A ``normalized`` canvas is what every backend builds after the normalize: a leaf (no
+    canvas is built from float values), the whole parent resized (no box; no padding: ``fill``
+    is a uint8 colour), every tile inside it (a tile is not padded after the normalize), and
+    tiles kept as images (``order="tiles"``: the dali backend writes them itself)."""
+    children = [j for j, d in enumerate(sz.canvases) if d.parent == k]
+    outside = [b for b, j in zip(sz.tiles, sz.tile_canvas) if j == k and (
+        b[0] < 0 or b[1] < 0 or b[0] + b[2] > c.resize_hw[0] or b[1] + b[3] > c.resize_hw[1])]
+    order = pipeline.patchify.order
+    if c.box is not None or c.size is not None or children or outside or order != "tiles":
+        raise ValueError(f"{where}: canvas {k} (normalized): expected a leaf canvas with no box "
+                         f"and no padding, tiles inside it, patchify order 'tiles', got box "
+                         f"{c.box}, size {c.size}, canvases {children} built from it, tiles "
+                         f"{outside} outside it, order {order!r}; resize the parent as it is and "
+                         f"cut the tiles inside the result")
 
 
 def one_canvas(rhw: tuple[int, int], pipeline: Pipeline) -> Sizing:

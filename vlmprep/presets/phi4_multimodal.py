@@ -3,8 +3,9 @@
 checkpoint's ``dynamic_hd`` 36 and the class defaults (no transformers-format checkpoint file
 seen): crops of 448 on a grid of ``ceil(W / 448) x ceil(H / 448)`` (or, above 36 crops, the
 closest aspect ratio), the image aspect-fit into it (bilinear, as ``tvF.resize``'s default) and
-padded with white right/bottom, a 448 x 448 global view first (``resample`` bicubic), mean = std
-= 0.5; per-crop attention masks of 32 x 32 (patch 14). Prompt: each image token
+padded with white right/bottom, a 448 x 448 global view first (the normalized canvas resized
+with ``resample``, bicubic, without antialias: ``plan.Canvas.normalized``), mean = std = 0.5;
+per-crop attention masks of 32 x 32 (patch 14). Prompt: each image token
 ``<|endoftext10|>`` repeated ``num_img_tokens`` times (``Phi4MultimodalProcessor``). Values and
 sources: docs/presets/phi4-multimodal.md.
 """
@@ -56,8 +57,9 @@ def matches(cfg: Mapping[str, Any]) -> bool:
 
 def from_config(cfg: Mapping[str, Any]) -> Pipeline:
     """A ``Phi4MultimodalImageProcessor`` config -> Pipeline (class defaults fill what is absent).
-    ``resample`` is the global view's (the HD resize is ``tvF.resize``'s default, bilinear); a
-    non-square ``size`` is refused, as transformers refuses it."""
+    ``resample`` is the global view's (the HD resize is ``tvF.resize``'s default, bilinear;
+    lanczos is refused, as transformers fails on it); a non-square ``size`` is refused, as
+    transformers refuses it."""
     h, w = config_hw(cfg, "size", (448, 448))
     if h != w:
         raise ValueError(f"preprocessor_config: size expected square (Phi4MultimodalImageProcessor "

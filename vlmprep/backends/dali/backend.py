@@ -9,9 +9,12 @@ the process's memory budget holds at once: ``budget.held_chunks``):
    CPU decode, so an image is an error exactly when the reference backend would call it one,
    with the same message.
 2. canvas: every canvas of the chunk in one flattened batch, level by level (a canvas built
-   from another canvas waits for it).
+   from another canvas waits for it). A ``plan.Canvas.normalized`` canvas (Phi-4's global view)
+   is built in torch instead, from its parent: the normalize's lut (the tiles graph's values),
+   then ``tv_exact.resize_normalized``, as the eager backends build it.
 3. tiles: every tile of the chunk in one flattened batch, cut, normalized and patchified; the
-   rows are copied into ``out``.
+   rows are copied into ``out`` (a normalized canvas's tiles, images in the ``tiles`` order,
+   are copied from it directly).
 A failure in 2 or 3 (not expected after validation) is isolated by bisecting the images; one
 that every image of the chunk hits (out of memory, a graph or feed problem) is raised instead.
 """
@@ -30,6 +33,8 @@ from ...budget import held_chunks, image_bytes
 from ...errors import ImageError
 from ...io import decode as _io
 from ..base import Backend as _Base
+from ..normalize_lut import lut_tensor
+from ..tv_exact import resize_normalized
 from . import feeds as F
 from .graph import Stages, compile_stages
 from .lowerings import INTERP_IDS
@@ -265,8 +270,9 @@ class Backend(_Base):
         depth: dict[tuple[int, int], int] = {}
         for n, it in enumerate(items):
             for k, c in enumerate(it.plan.canvases):
-                depth[(n, k)] = 0 if c.parent < 0 else depth[(n, c.parent)] + 1
-        for level in range(max(depth.values()) + 1):
+                if not c.normalized:  # a leaf, built in torch below
+                    depth[(n, k)] = 0 if c.parent < 0 else depth[(n, c.parent)] + 1
+        for level in range(max(depth.values(), default=-1) + 1):
             todo = [(n, k) for (n, k), d in depth.items() if d == level]
             step = self.stages.canvas.batch_size
             for lo in range(0, len(todo), step):
@@ -286,6 +292,12 @@ class Backend(_Base):
                 held.append(res)
                 for j, key in enumerate(part):
                     built[key] = res[j]
+        for n, it in enumerate(items):
+            for k, c in enumerate(it.plan.canvases):
+                if c.normalized:
+                    parent = it.image if c.parent < 0 else built[(n, c.parent)]
+                    built[(n, k)] = self._normalized_canvas(parent, c.resize_hw,
+                                                            c.interpolation or interp)
         # Tiles: one flattened batch, in output order; each run's rows go straight into ``out``.
         pf = self.pipeline.patchify
         tiles = []  # (image tensor, args, rows, destination row)
@@ -293,7 +305,11 @@ class Backend(_Base):
             row = it.row
             for box, k in zip(it.plan.tiles, it.plan.tile_canvas):
                 args, rows = F.tile_args(box, pf)
-                tiles.append((built[(n, k)], args, rows, row))
+                if it.plan.canvases[k].normalized:  # a torch (C, h, w) canvas, order "tiles"
+                    top, left, h, w = box
+                    out[row].copy_(built[(n, k)][:, top:top + h, left:left + w])
+                else:
+                    tiles.append((built[(n, k)], args, rows, row))
                 row += rows
         step = self.stages.tiles.batch_size
         for lo in range(0, len(tiles), step):
@@ -304,6 +320,20 @@ class Backend(_Base):
             (res,) = self.stages.tiles.run({"image": [t[0] for t in run], **feeds.data}, stream)
             held.append(res)
             self._copy_out(res, [(t[2], t[3]) for t in run], out)
+
+    def _normalized_canvas(self, parent: Any, hw: tuple[int, int], interpolation: str
+                           ) -> torch.Tensor:
+        """A ``plan.Canvas.normalized`` canvas -> ``(C, h, w)`` on the stage device: the parent
+        (a DALI uint8 ``(H, W, C)``) through the normalize's lut in float32 (the tiles graph's
+        values; a uint8 output keeps the levels), then ``tv_exact.resize_normalized``."""
+        x = _torch_view(parent, self.gpu)
+        op = self.pipeline.normalize_for(self.dtype)
+        if op is None:
+            chw = x.permute(2, 0, 1)
+        else:
+            lut = lut_tensor(op, torch.float32, x.device, self.normalize_levels)
+            chw = torch.stack([lut[c][x[..., c].long()] for c in range(x.shape[2])])
+        return resize_normalized(chw, hw, interpolation)
 
     def _copy_out(self, res, spans: list[tuple[int, int]], out: torch.Tensor) -> None:
         """Copy the tile rows of one run into ``out``. DALI's contiguous output is viewed as one

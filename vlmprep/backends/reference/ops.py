@@ -43,7 +43,20 @@ def cut(img: np.ndarray, box: tuple[int, int, int, int], fill=(0, 0, 0)) -> np.n
     return out
 
 
-register_geometry_lowerings(B, resize, cut)
+def resize_normalized(img: np.ndarray, hw: tuple[int, int], interpolation: str) -> np.ndarray:
+    """float32 (or uint8) ``(H, W, 3)`` -> the same dtype ``(h, w, 3)``: a ``plan.Canvas.normalized``
+    canvas, by the op transformers calls (``tv_exact.resize_normalized``: torch's interpolate
+    without antialias). No PIL processor does this, so Pillow has no filter to stand in; the
+    reference's difference from transformers is its input (Pillow's canvas, the PIL-order
+    normalize), not this step."""
+    import torch  # deferred: the reference backend imports torch only where it writes tensors
+
+    from ..tv_exact import resize_normalized as tv_resize_normalized
+    x = torch.from_numpy(np.require(img, requirements=["C", "W"])).permute(2, 0, 1)  # torch wants writable
+    return tv_resize_normalized(x, hw, interpolation).permute(1, 2, 0).numpy()
+
+
+register_geometry_lowerings(B, resize, cut, resize_normalized)
 
 
 @lowering(B, "normalize")

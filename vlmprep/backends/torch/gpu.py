@@ -20,9 +20,10 @@ its current stream (the Processor's, e.g. a Batcher worker's own stream):
 |        | `ON_DEVICE`: a tensor already on the device, as it is       |                            |
 | size   | the plan's canvases level by level; the resizes of one      | ``resize_groups``: equal   |
 |        | level grouped by (input shape, size, filter): one           | input shape, output size   |
-|        | ``resize_like_pil`` call per group on an ``(N, C, H, W)``   | and filter                 |
-|        | stack; crops are views; padding from a fill tensor made     |                            |
-|        | once per (fill, device) (``ops.fill_tensor``)               |                            |
+|        | ``resize_like_pil`` call per group on an ``(N, C, H, W)``   | and filter; a plan with a  |
+|        | stack; crops are views; padding from a fill tensor made     | ``Canvas.normalized``      |
+|        | once per (fill, device) (``ops.fill_tensor``)               | canvas: per image (the     |
+|        |                                                             | sizing lowering)           |
 | write  | `ROWS`: one ``kernels.normalize_patchify`` call for every   | ``fusion.choose(most=      |
 |        | tile of every such image (tiles not in pixel-stride-3       | ROWS)``, as image by image |
 |        | memory made so in one stacked copy per tile shape; a call   |                            |
@@ -135,11 +136,15 @@ class BatchPlan:
             ``ops.cut``), so canvases are built here with grouped resizes; else per image.
         own_decode: the backend's decode lowering is the torch one (else per image, on this
             thread).
+        sized_alone: per job, its canvases are built by the sizing lowering, per image: not
+            ``grouped_sizing``, or its plan has a ``Canvas.normalized`` canvas (which
+            ``fusion.NORMALIZED_CANVAS`` normalizes inside that lowering).
     """
 
     decoders: tuple[str, ...]
     grouped_sizing: bool
     own_decode: bool
+    sized_alone: tuple[bool, ...] = ()
 
 
 def plan_batch(backend: "Backend", jobs: Sequence["Context"]) -> BatchPlan:
@@ -160,7 +165,8 @@ def plan_batch(backend: "Backend", jobs: Sequence["Context"]) -> BatchPlan:
             decoders.append(DEVICE_JPEG)
         else:
             decoders.append(HOST)
-    return BatchPlan(tuple(decoders), grouped, own_decode)
+    alone = tuple(not grouped or any(c.normalized for c in ctx.plan.canvases) for ctx in jobs)
+    return BatchPlan(tuple(decoders), grouped, own_decode, alone)
 
 
 def _jpeg_candidate(ctx: "Context", device: str) -> bool:
@@ -423,11 +429,13 @@ def _size_batch(backend: "Backend", jobs: list["Context"], plan: BatchPlan,
     """Every job's tiles (the plan's canvases, then its tiles, in output order)."""
     n = len(jobs)
     tiles: list[list[torch.Tensor] | None] = [None] * n
-    if not plan.grouped_sizing:
-        for i, ctx in enumerate(jobs):
-            if errors[i] is None:
-                tiles[i], errors[i] = backend.guarded(
-                    ctx, partial(backend.size, images[i], ctx))
+    alone = plan.sized_alone
+    for i, ctx in enumerate(jobs):
+        if alone[i] and errors[i] is None:
+            how = fusion.choose(backend.fusion, ctx, fusion.ROWS)
+            tiles[i], errors[i] = backend.guarded(
+                ctx, partial(backend.size, images[i], ctx, how))
+    if all(alone):
         return tiles
     interpolation = backend.fusion.interpolation
     built: list[list[torch.Tensor]] = [[] for _ in range(n)]
@@ -436,7 +444,7 @@ def _size_batch(backend: "Backend", jobs: list["Context"], plan: BatchPlan,
         # this level's inputs: each canvas's source (the image or an earlier canvas), cropped
         todo: list[tuple[int, torch.Tensor, tuple[int, int], str]] = []
         for i, ctx in enumerate(jobs):
-            if errors[i] is not None or k >= len(ctx.plan.canvases):
+            if alone[i] or errors[i] is not None or k >= len(ctx.plan.canvases):
                 continue
             c = ctx.plan.canvases[k]
 
@@ -465,7 +473,7 @@ def _size_batch(backend: "Backend", jobs: list["Context"], plan: BatchPlan,
                 if padded is not None:
                     built[i].append(padded)
     for i, ctx in enumerate(jobs):
-        if errors[i] is None:
+        if not alone[i] and errors[i] is None:
             tiles[i], errors[i] = backend.guarded(
                 ctx, partial(cut_tiles, built[i], ctx.plan, _ops.cut))
     return tiles

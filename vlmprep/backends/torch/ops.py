@@ -10,6 +10,7 @@ from ...plan.boxes import box_overlap
 from ..base import register_geometry_lowerings
 from ..context import Context
 from ..registry import lowering
+from ..tv_exact import resize_normalized as _tv_resize_normalized
 from .resize import resize_like_pil
 
 B = "torch"
@@ -72,7 +73,19 @@ def compiled_resize(device: torch.device, interpolation: str) -> bool:
             and kernels.available())
 
 
-register_geometry_lowerings(B, resize, cut)
+def resize_normalized(img: torch.Tensor, hw: tuple[int, int], interpolation: str) -> torch.Tensor:
+    """float32 (or uint8) ``(C, H, W)`` -> ``(C, h, w)``: a ``plan.Canvas.normalized`` canvas,
+    by the op transformers calls (``tv_exact.resize_normalized``; the default and
+    ``match="torchvision"`` torch backends differ only in the normalize before it). On CUDA the
+    canvas makes a round trip to the CPU: torch's uint8 resize without antialias has no CUDA
+    kernel (torchvision resizes in float there, other bytes) and the float one rounds its own
+    way, while this backend gives the CPU's bits on every device."""
+    if img.device.type != "cpu":
+        return _tv_resize_normalized(img.cpu(), hw, interpolation).to(img.device)
+    return _tv_resize_normalized(img, hw, interpolation)
+
+
+register_geometry_lowerings(B, resize, cut, resize_normalized)
 
 
 def normalize_tensor(op: ops.normalize, x: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,10 @@ CPU pixels instead, with the same calls:
   does, ``(x - mean * (1 / rescale)) / (std * (1 / rescale))`` in float32; in bfloat16 where
   the sizing op declares ``hf_normalize_dtype = "bfloat16"`` (Llama 4: ``normalize_bf16``).
 
+* a ``plan.Canvas.normalized`` canvas (Phi-4-multimodal's global view): this normalize on its
+  parent, then ``tvF.resize(..., antialias=False)`` of the float32 canvas, as ``_preprocess``
+  does (``fusion.NORMALIZED_CANVAS``; the torch backend's ``resize_normalized``).
+
 Everything else (the plan's canvases, crops, padding, tiles, the rows) is the torch backend's.
 CPU only: on CUDA transformers resizes in float and swaps LANCZOS for BICUBIC (a different
 path). ``SIZING_OPS`` lists the sizing ops whose families are checked bit-exact against the
@@ -44,7 +48,7 @@ SIZING_OPS = tuple(name for name, cls in ops.OP_TYPES.items()
                    if cls.sizing and cls.torchvision_exact)
 
 
-register_geometry_lowerings(B, resize, _torch_ops.cut)
+register_geometry_lowerings(B, resize, _torch_ops.cut, _torch_ops.resize_normalized)
 lowering(B, "decode")(_torch_ops.decode)
 lowering(B, "patchify")(_torch_ops.patchify)
 register_video(B)  # the torch backend's video lowering (video pixels are torchvision's anyway)
