@@ -9,7 +9,8 @@ each ``BaseMultimodalProcessor`` subclass here replace the built-in one for the 
 Each subclass is SGLang's own processor with vlmprep installed as the transformers image processor
 it calls (``vlmprep.integrations.hf_image_processor``): SGLang still writes the prompt ids, offsets
 and items. Models: those checked against SGLang 0.5.23's own path
-(tests/integration/test_sglang_plugin.py): Qwen2-VL (``qwen.py``) and Gemma 3 (``gemma3.py``).
+(tests/integration/test_sglang_plugin.py): Qwen2-VL, Qwen2.5-VL and Qwen3-VL (``qwen.py``), Gemma 3
+(``gemma3.py``) and Pixtral (``pixtral.py``).
 This ``__init__`` imports nothing from SGLang; the modules do (SGLang imports them).
 """
 
