@@ -235,12 +235,17 @@ def main() -> None:
         "transformers": transformers.__version__,
         "presets": PRESETS,
     }
+    write_table(OUT, doc, rows, t0)
+
+
+def write_table(out: Path, doc: dict, rows: list[dict], t0: float) -> None:
+    """``doc`` with ``rows`` (one JSON line each, for readable diffs) to ``out``; a summary line."""
     text = json.dumps(doc, indent=1)[:-2]
     text += ',\n "rows": [\n' + ",\n".join("  " + json.dumps(r) for r in rows) + "\n ]\n}\n"
     json.loads(text)
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT} ({len(rows)} rows, {sum('error' in r for r in rows)} errors, "
-          f"{len(text)} bytes, transformers {transformers.__version__}) in "
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out} ({len(rows)} rows, {sum('error' in r for r in rows)} errors, "
+          f"{len(text)} bytes, transformers {doc['transformers']}) in "
           f"{time.time() - t0:.0f} s", file=sys.stderr)
 
 

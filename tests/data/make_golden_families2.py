@@ -40,7 +40,6 @@ the file. ``tests/families/test_golden_families2.py`` reads it.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import sys
 import time
@@ -52,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/, for hfref
 
 from hfref import hf_processor, tiny_tokenizer  # noqa: E402
-from make_golden_families import _runs  # noqa: E402
+from make_golden_families import _runs, write_table  # noqa: E402
 
 OUT = HERE / "golden_families2.json"
 PRESETS = ["llama4", "glm4v", "minicpm-v", "phi4-multimodal", "ovis2", "lfm2-vl"]
@@ -264,13 +263,7 @@ def main() -> None:
         "presets": PRESETS,
         "backends": BACKEND,
     }
-    text = json.dumps(doc, indent=1)[:-2]
-    text += ',\n "rows": [\n' + ",\n".join("  " + json.dumps(r) for r in rows) + "\n ]\n}\n"
-    json.loads(text)
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT} ({len(rows)} rows, {sum('error' in r for r in rows)} errors, "
-          f"{len(text)} bytes, transformers {transformers.__version__}) in "
-          f"{time.time() - t0:.0f} s", file=sys.stderr)
+    write_table(OUT, doc, rows, t0)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import vlmprep
+from tests.families.test_golden_families import _runs
 from vlmprep import ImageError
 from vlmprep.plan import plan_image
 from vlmprep.plan.lfm2_vl import lfm2_max_num_patches
@@ -31,17 +32,6 @@ PRESETS = ["llama4", "glm4v", "minicpm-v", "phi4-multimodal", "ovis2", "lfm2-vl"
 def golden() -> dict:
     with open(GOLDEN, encoding="utf-8") as f:
         return json.load(f)
-
-
-def _runs(tiles) -> list[list[int]]:
-    """[[h, w], ...] -> [[h, w, count], ...] over consecutive equal pairs."""
-    out: list[list[int]] = []
-    for t in tiles:
-        if out and out[-1][:2] == list(t):
-            out[-1][2] += 1
-        else:
-            out.append([int(t[0]), int(t[1]), 1])
-    return out
 
 
 def _rle(values) -> list[list[int]]:
