@@ -264,29 +264,30 @@ class Backend(_Base):
 
     def _canvases_and_tiles(self, items: list[_Item], out: torch.Tensor, held: list) -> None:
         stream = self._stream()
+        built = self._canvases(items, held, stream)
+        self._tiles(items, built, out, held, stream)
+
+    def _canvases(self, items: list[_Item], held: list, stream: Any) -> dict[tuple[int, int], Any]:
+        """Every canvas of ``items``, keyed (item, canvas): the DALI ones one run per dependency
+        level (a canvas's parent is built in an earlier one), then the normalized leaves in torch."""
         interp = self.fusion.interpolation  # the sizing op's
-        # Canvases, one run per dependency level (a canvas's parent is built in an earlier one).
         built: dict[tuple[int, int], Any] = {}
         depth: dict[tuple[int, int], int] = {}
         for n, it in enumerate(items):
             for k, c in enumerate(it.plan.canvases):
                 if not c.normalized:  # a leaf, built in torch below
                     depth[(n, k)] = 0 if c.parent < 0 else depth[(n, c.parent)] + 1
+        step = self.stages.canvas.batch_size
         for level in range(max(depth.values(), default=-1) + 1):
             todo = [(n, k) for (n, k), d in depth.items() if d == level]
-            step = self.stages.canvas.batch_size
             for lo in range(0, len(todo), step):
                 part = todo[lo:lo + step]
                 feeds = F.Feeds()
                 images = []
                 for n, k in part:
                     it, c = items[n], items[n].plan.canvases[k]
-                    if c.parent < 0:
-                        images.append(it.image)
-                        in_hw = it.src.hw
-                    else:
-                        images.append(built[(n, c.parent)])
-                        in_hw = it.plan.canvases[c.parent].hw
+                    images.append(it.image if c.parent < 0 else built[(n, c.parent)])
+                    in_hw = it.src.hw if c.parent < 0 else it.plan.canvases[c.parent].hw
                     feeds.add(F.canvas_args(c, in_hw, interp, INTERP_IDS))
                 (res,) = self.stages.canvas.run({"image": images, **feeds.data}, stream)
                 held.append(res)
@@ -296,9 +297,12 @@ class Backend(_Base):
             for k, c in enumerate(it.plan.canvases):
                 if c.normalized:
                     parent = it.image if c.parent < 0 else built[(n, c.parent)]
-                    built[(n, k)] = self._normalized_canvas(parent, c.resize_hw,
-                                                            c.interpolation or interp)
-        # Tiles: one flattened batch, in output order; each run's rows go straight into ``out``.
+                    built[(n, k)] = self._normalized_canvas(parent, c.resize_hw, c.interpolation or interp)
+        return built
+
+    def _tiles(self, items: list[_Item], built: dict, out: torch.Tensor, held: list, stream: Any) -> None:
+        """The tiles: one flattened batch, in output order; each run's rows go straight into
+        ``out`` (a normalized canvas's tiles are copied there from torch)."""
         pf = self.pipeline.patchify
         tiles = []  # (image tensor, args, rows, destination row)
         for n, it in enumerate(items):
