@@ -3,7 +3,10 @@
 A key hashes what the image *is* (its encoded bytes, a file's bytes, an array's raw bytes with
 shape and dtype, a PIL image's pixels with mode and size) together with everything that decides
 the output (the resolved pipeline, backend, device, dtype, match and row_form), so a hit is
-bit-exact to processing the image again. Used by ``vlmprep.loader.DataLoader(cache=...)`` and
+bit-exact to processing the image again. A ``vlmprep.Video`` item's key also holds its sampling
+(``fps``, ``num_frames``, ``start``, ``end``, ``source_fps``) and the Processor's video options
+and decoder: the same file sampled two ways has two entries, each the one-video ``"video"``
+PackedBatch (``batch.videos``) of that sampling. Used by ``vlmprep.loader.DataLoader(cache=...)`` and
 the async Batcher, both through ``key_for`` / ``get`` / ``put`` only::
 
     cache = OutputCache(max_bytes=2 << 30)
@@ -14,9 +17,11 @@ the async Batcher, both through ``key_for`` / ``get`` / ``put`` only::
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import replace
@@ -49,6 +54,31 @@ def _config_fingerprint(proc: "Processor") -> bytes:
     return json.dumps({"pipeline": proc.pipeline.to_dict(), "backend": proc.backend_name,
                        "device": str(proc.device), "dtype": str(proc.dtype),
                        "match": proc.match, "row_form": proc.row_form},
+                      sort_keys=True).encode()
+
+
+def _video_of(item: Any) -> Any:
+    """``item`` when it is a ``vlmprep.Video``, else None (a Video exists only once its module
+    is imported: the check imports nothing)."""
+    mod = sys.modules.get("vlmprep.io.video.types")
+    return item if mod is not None and isinstance(item, mod.Video) else None
+
+
+def _video_fingerprint(video: Any, proc: "Processor") -> bytes | None:
+    """What decides a video's frames besides its content: its own sampling, the Processor's
+    video options and decoder (decoders differ in levels); None for a Processor without
+    video options (the Processor reports that video)."""
+    opts = getattr(proc, "video_options", None)
+    if opts is None:
+        return None
+
+    def num(v: Any) -> Any:
+        return None if v is None else float(v)  # 2 and 2.0 sample the same frames
+
+    return json.dumps({"fps": num(video.fps), "num_frames": video.num_frames,
+                       "start": num(video.start), "end": num(video.end),
+                       "source_fps": num(video.source_fps),
+                       "options": dataclasses.asdict(opts), "decoder": proc.video_decoder},
                       sort_keys=True).encode()
 
 
@@ -151,18 +181,33 @@ class OutputCache:
     def key_for(self, item: Any, proc: "Processor") -> str | None:
         """A hex blake2b digest of ``item``'s content and ``proc``'s resolved configuration.
 
-        ``item`` is one image as ``Processor`` accepts it. Files are read in full (hashing the
+        ``item`` is one image as ``Processor`` accepts it, or one ``vlmprep.Video`` (its
+        source's content, its sampling options and the Processor's video options and decoder;
+        its entry is the video's one-video ``batch.videos``). Files are read in full (hashing the
         content is the price of never serving a stale output), up to the pipeline's
-        ``decode.max_source_bytes``; only regular files are opened. Never raises: returns None
-        for an item it cannot hash (unknown type, a path that is not a readable regular file,
-        an input over the byte limit, a broken buffer): process it uncached.
+        ``decode.max_source_bytes`` (a video: ``proc.video_limits.max_source_bytes``); only
+        regular files are opened. Never raises: returns None for an item it cannot hash
+        (unknown type, a path that is not a readable regular file, an input over the byte
+        limit, a broken buffer, a frame list, a video for a Processor without video options):
+        process it uncached.
         """
         h = hashlib.blake2b(digest_size=20)
         h.update(_config_fingerprint(proc))
         h.update(b"\0item\0")
         dec = cast("ops.decode", proc.pipeline["decode"])
+        max_bytes, max_elems = dec.max_source_bytes, 3 * dec.max_source_pixels
         try:
-            if not _feed_content(h, item, dec.max_source_bytes, 3 * dec.max_source_pixels):
+            video = _video_of(item)
+            if video is not None:  # tagged apart from any image of the same bytes
+                fp = _video_fingerprint(video, proc)
+                if fp is None:
+                    return None
+                h.update(b"video\0")
+                h.update(fp)
+                lim = proc.video_limits
+                item = video.source
+                max_bytes, max_elems = lim.max_source_bytes, 3 * lim.max_source_pixels * lim.max_frames
+            if not _feed_content(h, item, max_bytes, max_elems):
                 return None
         except Exception:  # noqa: BLE001 (a released buffer, a closed PIL file, a meta tensor:
             return None    # the Processor reports the item with a proper ImageError)
@@ -184,7 +229,8 @@ class OutputCache:
                        placeholders=list(b.placeholders))
 
     def put(self, key: str, batch: "PackedBatch") -> bool:
-        """Store ``batch`` (one image, no error) under ``key``; returns whether it was stored.
+        """Store ``batch`` (one image, no error; or the ``"video"`` batch of one video, under a
+        video's key) under ``key``; returns whether it was stored.
 
         Not stored: a batch with an error (skipped image) or one larger than ``max_bytes``.
         Least recently used entries are evicted until ``nbytes <= max_bytes``.

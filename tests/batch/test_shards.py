@@ -218,7 +218,7 @@ def test_parquet_schema(tmp_path, photos):
     assert t.schema.field("grid_thw").type == pa.list_(pa.int32())
     assert t.schema.field("num_tokens").type == pa.int32()
     meta = t.schema.metadata
-    assert meta[b"config_hash"] == b"abc" and meta[b"vlmprep.shard_schema"] == b"1"
+    assert meta[b"config_hash"] == b"abc" and meta[b"vlmprep.shard_schema"] == b"2"
     assert t.column("id").to_pylist() == [r["id"] for r in rows]
     assert t.column("pixel_values").to_pylist() == [r["pixel_values"] for r in rows]
 
@@ -263,7 +263,7 @@ def test_safetensors_layout(tmp_path, photos):
     raw = t["placeholders"].numpy().tobytes()
     assert [raw[off[i]:off[i + 1]].decode() for i in range(len(rows))] == \
         [r["placeholder"] for r in rows]
-    assert meta["config_hash"] == "abc" and meta["vlmprep.shard_schema"] == "1"
+    assert meta["config_hash"] == "abc" and meta["vlmprep.shard_schema"] == "2"
     info = json.loads(meta["vlmprep.rows"])
     assert info["ids"] == [r["id"] for r in rows]
     assert info["errors"] == [r["error"] for r in rows]

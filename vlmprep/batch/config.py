@@ -1,7 +1,8 @@
 """JobConfig: the small picklable description of a batch job (``vlmprep run``, Ray actors).
 
 It names how every image of the job is processed (preset or checkpoint, backend, device, dtype,
-pipeline field overrides) and how the output is cut (shard format, images per shard). Workers
+pipeline field overrides), how its videos are sampled (``fps`` / ``num_frames``) and how the
+output is cut (shard format, samples per shard). Workers
 and Ray actors receive only this and build their own Processor with ``config.processor()``.
 
 The manifest of an output folder stores ``to_json()`` and ``hash()``; ``--resume`` refuses a
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .. import backends, presets
+from ..plan.video import MAX_SAMPLED_FRAMES, MAX_SOURCE_FPS
 from ..processor import DEVICE_RE, DTYPES, Processor
 
 __all__ = ["JobConfig", "FORMATS", "job_config"]
@@ -68,6 +71,9 @@ class JobConfig:
             values) must resolve under (``vlmprep.batch.sources.discover``); None: each
             input's own folder. Kept absolute. Left out of ``to_json()`` when None, so a
             config without it keeps the hash it had before the field existed.
+        fps, num_frames: how each video sample is sampled, as ``vlmprep.Video(src, fps=...,
+            num_frames=...)`` takes them (at most one; None: the checkpoint's video options,
+            ``Processor.video_options``). Left out of ``to_json()`` when None, as input_root.
 
     Invalid values raise ValueError saying expected / got / fix at construction.
     """
@@ -81,6 +87,8 @@ class JobConfig:
     format: str = "parquet"
     shard_size: int = 100
     input_root: str | None = None
+    fps: float | None = None
+    num_frames: int | None = None
 
     def __post_init__(self) -> None:
         if (self.preset is None) == (self.checkpoint is None):
@@ -116,8 +124,28 @@ class JobConfig:
                                  f"or None, got {self.input_root!r}")
             # absolute: workers and Ray actors may run from another folder
             object.__setattr__(self, "input_root", os.path.abspath(self.input_root))
+        self._check_sampling()
         object.__setattr__(self, "overrides", self._normalized_overrides(self.overrides))
         self._check_fields()
+
+    def _check_sampling(self) -> None:
+        """``fps`` / ``num_frames``: as ``vlmprep.Video`` takes them, at most one."""
+        fps, n = self.fps, self.num_frames
+        if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float))
+                                or not math.isfinite(fps) or not 0 < fps <= MAX_SOURCE_FPS):
+            raise ValueError(f"JobConfig: fps: expected a number in (0, {MAX_SOURCE_FPS:g}] "
+                             f"(frames per second sampled from each video) or None, got {fps!r}")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int)
+                              or not 1 <= n <= MAX_SAMPLED_FRAMES):
+            raise ValueError(f"JobConfig: num_frames: expected an int in [1, "
+                             f"{MAX_SAMPLED_FRAMES}] (frames sampled from each video) or None, "
+                             f"got {n!r}")
+        if fps is not None and n is not None:
+            raise ValueError(f"JobConfig: expected at most one of fps and num_frames (as "
+                             f"transformers' video processors take them), got fps={fps!r}, "
+                             f"num_frames={n!r}; pass one (--fps or --num-frames)")
+        if fps is not None:
+            object.__setattr__(self, "fps", float(fps))  # 2 and 2.0: one job, one hash
 
     @staticmethod
     def _normalized_overrides(ov: Any) -> tuple[tuple[str, Any], ...]:
@@ -169,8 +197,9 @@ class JobConfig:
         """JSON-safe dict (overrides as ``{field: value}``, lists for tuples)."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["overrides"] = {k: _thawed(v) for k, v in self.overrides}
-        if out["input_root"] is None:  # the hash of a config without it, as before the field
-            del out["input_root"]
+        for name in ("input_root", "fps", "num_frames"):
+            if out[name] is None:  # the hash of a config without it, as before the field
+                del out[name]
         return out
 
     @classmethod

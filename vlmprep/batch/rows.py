@@ -1,31 +1,16 @@
-"""Rows: one processed image as plain values (the shard schema), and back to a PackedBatch.
+"""Rows: one processed image or video as plain values (the shard schema, ``schema.py``), and
+back to a PackedBatch.
 
 ``process_samples`` is the one processing core of a batch job: the local engine's workers and
-the Ray actors both call it, so both give the same rows (and the same shard bytes). A row is a
-dict with the keys ``ROW_COLUMNS``, holding only Python values and bytes (picklable, Arrow- and
-JSON-friendly):
-
-    id, source         the sample's id and where it came from (for messages)
-    status, error      "ok" and None, or "error" and the reason text (never an exception)
-    dtype, layout      "float32" | "bfloat16" | "uint8"; "patches" | "tiles"
-    grid_thw           flat list of ints, 3 per ViT sequence: [t0, h0, w0, t1, h1, w1, ...]
-    seqlens            patches per sequence (t * h * w)
-    num_patches        sum(seqlens)
-    num_tokens         LLM placeholder tokens (0 for an error row)
-    placeholder        the prompt placeholder string ("" for an error row)
-    row_shape          pixel_values.shape[1:]: [patch_dim] ("patches") or [C, H, W] ("tiles")
-    orig_hw            [H, W] of the source after EXIF orientation ([0, 0] when unknown)
-    pixel_values       raw little-endian C-order bytes of this image's rows (b"" for an error
-                       row); bfloat16 as its raw 2-byte words (Arrow and numpy have no bfloat16)
-
-A tiny example (qwen2-vl, float32, a 56x56 image)::
-
-    grid_thw [1, 4, 4], seqlens [16], num_patches 16, num_tokens 4, row_shape [1176],
-    orig_hw [56, 56], pixel_values: 16 * 1176 * 4 = 75264 bytes
+the Ray actors both call it, so both give the same rows (and the same shard bytes). Images are
+processed here, in a few Processor calls; a video sample (``video_rows.is_video``) goes through
+``video_rows.video_row``, one Processor call per video (a clip decodes for seconds; its output
+can be hundreds of MB).
 
 ``batch_from_rows(rows, pipeline)`` is the exact inverse: the PackedBatch that ``Processor``
 (``errors="skip"``) returns for the same images, bit for bit, ``image_plans`` included (re-planned
-from ``orig_hw``, which is all the geometry needs), so ``to_hf()`` works for every family.
+from ``orig_hw``, which is all the geometry needs), so ``to_hf()`` works for every family; the
+video rows' ``"video"`` PackedBatch in its ``videos`` (as ``proc(images, videos=...)`` gives it).
 """
 from __future__ import annotations
 
@@ -37,7 +22,17 @@ from typing import TYPE_CHECKING, Sequence
 from ..errors import ImageError
 from ..pack import PackedBatch
 from ..plan import ImagePlan, plan_image
-from ..plan.grid import row_length
+from .schema import (
+    MODALITIES,
+    ROW_COLUMNS,
+    WORDS,
+    host_words,
+    make_row,
+    row_layout,
+    row_shape_of,
+    with_defaults,
+)
+from .video_rows import is_video, video_batch, video_row
 
 if TYPE_CHECKING:
     import torch
@@ -46,13 +41,9 @@ if TYPE_CHECKING:
     from ..processor import Processor
     from .sources import Sample
 
-__all__ = ["ROW_COLUMNS", "process_samples", "batch_from_rows", "row_layout", "row_shape_of"]
-
-ROW_COLUMNS = ("id", "source", "status", "error", "dtype", "layout", "grid_thw", "seqlens",
-               "num_patches", "num_tokens", "placeholder", "row_shape", "orig_hw", "pixel_values")
-
-#: dtype -> (little-endian numpy word type, bytes per element). bfloat16 travels as 2-byte words.
-WORDS = {"float32": ("<f4", 4), "bfloat16": ("<i2", 2), "uint8": ("|u1", 1)}
+# ROW_COLUMNS, WORDS, row_layout and row_shape_of live in .schema; importable from here as before
+__all__ = ["ROW_COLUMNS", "WORDS", "process_samples", "batch_from_rows", "row_layout",
+           "row_shape_of"]
 
 # Bounds of one Processor call inside process_samples: the packed output of a call is held once
 # in memory (a 1080p Qwen image is ~50 MB in float32), so a shard of 1000 images is processed in
@@ -61,18 +52,6 @@ _CHUNK_BYTES = 256 << 20
 _CHUNK_IMAGES = 64
 
 _SKIPPING: "weakref.WeakKeyDictionary[Processor, Processor]" = weakref.WeakKeyDictionary()
-
-
-def row_layout(pipeline: "Pipeline") -> str:
-    """``"tiles"`` or ``"patches"``: the PackedBatch layout this pipeline produces."""
-    return "tiles" if pipeline.patchify.order == "tiles" else "patches"
-
-
-def row_shape_of(pipeline: "Pipeline") -> list[int]:
-    """``pixel_values.shape[1:]`` of this pipeline's batches: ``[C, H, W]`` or ``[patch_dim]``."""
-    if row_layout(pipeline) == "tiles":
-        return [3, *pipeline.tile_hw]  # type: ignore[misc]
-    return [row_length(pipeline.patchify)]
 
 
 def _skipping(proc: "Processor") -> "Processor":
@@ -85,42 +64,24 @@ def _skipping(proc: "Processor") -> "Processor":
     return clone
 
 
-def _row(sample: "Sample", dtype: str, layout: str, row_shape: list[int], orig_hw: Sequence[int],
-         *, error: str | None = None, grid: list[int] | None = None,
-         seqlens: list[int] | None = None, num_tokens: int = 0, placeholder: str = "",
-         pixel_values: bytes = b"") -> dict:
-    seqlens = list(seqlens or [])
-    return {"id": sample.id, "source": sample.source, "status": "ok" if error is None else "error",
-            "error": error, "dtype": dtype, "layout": layout, "grid_thw": list(grid or []),
-            "seqlens": seqlens, "num_patches": sum(seqlens), "num_tokens": int(num_tokens),
-            "placeholder": placeholder, "row_shape": list(row_shape),
-            "orig_hw": [int(orig_hw[0]), int(orig_hw[1])], "pixel_values": pixel_values}
-
-
-def _host_words(pv: "torch.Tensor", dtype: str) -> memoryview:
-    """``pv`` (any device) as a flat byte view of little-endian C-order words (one host copy
-    at most)."""
-    import numpy as np  # deferred: numpy and torch are heavy; importing the shard schema needs neither
-    import torch
-    t = pv.detach().cpu().contiguous()
-    if dtype == "bfloat16":
-        t = t.view(torch.int16)  # the raw 2-byte words
-    arr = np.ascontiguousarray(t.numpy().astype(WORDS[dtype][0], copy=False))
-    return memoryview(arr.reshape(-1).view(np.uint8).data)
-
-
-def process_samples(proc: "Processor", samples: Sequence["Sample"]) -> list[dict]:
+def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: float | None = None,
+                    num_frames: int | None = None) -> list[dict]:
     """One row (dict, keys ``ROW_COLUMNS``) per sample, in order.
 
     ``samples``: ``vlmprep.batch.sources.Sample`` (or anything with its fields ``id``,
-    ``source``, ``data``: encoded image bytes or None, ``error``: a reader's reason).
+    ``source``, ``data``: encoded image or video bytes or None, ``error``: a reader's reason;
+    ``video``, optional: the reader's name says video). A video sample (``video_rows.is_video``:
+    that, or bytes that start as an MP4 / MOV / MKV / WebM / AVI container) is one row of
+    ``modality="video"``: what ``proc(videos=[Video(data, fps=fps, num_frames=num_frames)])``
+    gives (``fps`` / ``num_frames`` None: the Processor's video options decide).
     Bad samples (a reader error, an ImageError from the header, the plan or the decode) get
     ``status="error"`` and the reason; this never raises for a per-item cause. ``proc`` is used
-    with ``errors="skip"`` semantics (a clone when it raises). The samples are processed in a
-    few Processor calls (at most ~256 MiB of output or 64 images each); an unexpected
-    exception in a call is narrowed down by processing its images one by one: an image that
-    fails alone becomes an error row ("TypeName: message"), and the exception is re-raised
-    only when every image failed (a cause that is not the images': a broken backend).
+    with ``errors="skip"`` semantics (a clone when it raises). The images are processed in a
+    few Processor calls (at most ~256 MiB of output or 64 images each), each video in its own;
+    an unexpected exception in a call is narrowed down by processing its images one by one: an
+    image or video that fails alone becomes an error row ("TypeName: message"), and the
+    exception is re-raised only when every sample failed (a cause that is not the samples': a
+    broken backend).
 
     Given 3 samples, the second with data b"not an image" -> rows[1]["status"] == "error",
     rows[1]["error"] starts "expected ..." and rows 0 and 2 hold pixels.
@@ -134,26 +95,45 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"]) -> list[dict
     pipe = p.pipeline
     dtype, layout, shape = p.dtype, row_layout(pipe), row_shape_of(pipe)
     out: list[dict | None] = [None] * len(samples)
-    todo = []
+    todo: list[int] = []
+    videos: list[int] = []
     for k, s in enumerate(samples):
+        video = is_video(s)
         if s.data is None or s.error is not None:
-            out[k] = _row(s, dtype, layout, shape, (0, 0),
-                          error=s.error or "expected image bytes, got no data")
+            what = "video" if video else "image"
+            out[k] = make_row(s, dtype, layout, shape, (0, 0), modality=what,
+                              error=s.error or f"expected {what} bytes, got no data")
         else:
-            todo.append(k)
+            (videos if video else todo).append(k)
+    failures: list[BaseException] = []
+    for k in videos:
+        out[k], failed = video_row(p, samples[k], fps, num_frames)
+        if failed is not None:
+            failures.append(failed)
+    good = _image_rows(p, samples, todo, out, failures)
+    if failures and len(failures) == good + len(videos):
+        raise failures[0]
+    return [r for r in out if r is not None]
+
+
+def _image_rows(p: "Processor", samples: Sequence["Sample"], todo: list[int], out: list,
+                failures: list[BaseException]) -> int:
+    """Fill the rows of the image samples ``todo`` (positions) in ``out``; returns how many
+    were planned good (and so processed)."""
+    pipe = p.pipeline
+    dtype, layout, shape = p.dtype, row_layout(pipe), row_shape_of(pipe)
     sources, plans = p.prepare([samples[k].data for k in todo])
     good = []  # (sample position, source, plan)
     for k, src, plan in zip(todo, sources, plans):
         if plan.error is not None:
-            out[k] = _row(samples[k], dtype, layout, shape, plan.source_hw,
-                          error=plan.error.reason)
+            out[k] = make_row(samples[k], dtype, layout, shape, plan.source_hw,
+                              error=plan.error.reason)
         else:
             good.append((k, src, plan))
     row_bytes = math.prod(shape) * WORDS[dtype][1]
     order = pipe.patchify.order
     chunk: list = []
     size = 0
-    failures: list[BaseException] = []
     for item in good:
         n = item[2].rows(order) * row_bytes
         if chunk and (size + n > _CHUNK_BYTES or len(chunk) >= _CHUNK_IMAGES):
@@ -163,9 +143,7 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"]) -> list[dict
         size += n
     if chunk:
         _run_chunk(p, samples, chunk, out, failures)
-    if failures and len(failures) == len(good):
-        raise failures[0]
-    return [r for r in out if r is not None]
+    return len(good)
 
 
 def _run_chunk(p: "Processor", samples: Sequence["Sample"], chunk: list, out: list,
@@ -182,26 +160,26 @@ def _run_chunk(p: "Processor", samples: Sequence["Sample"], chunk: list, out: li
         k, _, plan = chunk[0]
         failures.append(e)
         pipe = p.pipeline
-        out[k] = _row(samples[k], p.dtype, row_layout(pipe), row_shape_of(pipe), plan.source_hw,
+        out[k] = make_row(samples[k], p.dtype, row_layout(pipe), row_shape_of(pipe), plan.source_hw,
                       error=f"{type(e).__name__}: {e}")
         return
     dtype = p.dtype
     shape = list(batch.pixel_values.shape[1:])
-    words = _host_words(batch.pixel_values, dtype)
+    words = host_words(batch.pixel_values, dtype)
     row_bytes = math.prod(shape) * WORDS[dtype][1]
     grids = batch.grid_thw.tolist()
     seq = 0
     byte = 0
     for j, (k, _, plan) in enumerate(chunk):
         if j in batch.errors:
-            out[k] = _row(samples[k], dtype, batch.layout, shape, plan.source_hw,
+            out[k] = make_row(samples[k], dtype, batch.layout, shape, plan.source_hw,
                           error=batch.errors[j].reason)
             continue
         n_seq = len(plan.grid_thw)
         lens = batch.seqlens[seq:seq + n_seq]
         grid = [int(v) for g in grids[seq:seq + n_seq] for v in g]
         n_bytes = (sum(lens) if batch.layout == "patches" else n_seq) * row_bytes
-        out[k] = _row(samples[k], dtype, batch.layout, shape, plan.source_hw, grid=grid,
+        out[k] = make_row(samples[k], dtype, batch.layout, shape, plan.source_hw, grid=grid,
                       seqlens=lens, num_tokens=batch.num_tokens[j],
                       placeholder=batch.placeholders[j],
                       pixel_values=bytes(words[byte:byte + n_bytes]))
@@ -223,20 +201,38 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
     ``image_plans`` are re-planned from ``orig_hw`` with ``pipeline`` (header-only geometry),
     so ``to_hf()`` works for every family; a row whose grid or token count disagrees with that
     plan was made by another pipeline: ValueError (pass the pipeline of the job's manifest).
+    Video rows (``modality="video"``) are the batch's ``videos``, in their order: the
+    ``"video"`` PackedBatch ``Processor(...)(images, videos=...)`` gives, ``video_plans``
+    rebuilt from their ``video`` column; rows of videos only give an empty image batch with
+    them, as ``proc([], videos=...)`` does.
     """
-    import numpy as np  # deferred: numpy and torch are heavy; importing the shard schema needs neither
-    import torch
     if not rows:
         raise _bad("rows:", "at least one row", "pass the rows of one or more samples")
-    missing = [c for c in ROW_COLUMNS if c not in rows[0]]
+    missing = [c for c in ROW_COLUMNS if c not in with_defaults(rows[0])]
     if missing:
         raise _bad("rows[0]:", f"the keys {list(ROW_COLUMNS)}, got none for {missing}",
                    "pass rows made by vlmprep.batch.rows.process_samples (or read from a shard)")
+    rows = [with_defaults(r) for r in rows]  # a schema "1" shard's rows are images
+    modalities = sorted({str(r["modality"]) for r in rows} - set(MODALITIES))
+    if modalities:
+        raise _bad("modality:", f"one of {list(MODALITIES)} for every row, got {modalities}",
+                   "the rows are damaged; rerun the job")
+    dtype, shape = _shared(rows, pipeline)
+    images = [r for r in rows if r["modality"] == "image"]
+    videos = [r for r in rows if r["modality"] == "video"]
+    batch = _image_batch(images, pipeline, dtype, shape)
+    if videos:
+        batch = replace(batch, videos=video_batch(videos, pipeline,
+                                                  _pixels(videos, row_layout(pipeline), dtype, shape)))
+    return batch
+
+
+def _shared(rows: Sequence[dict], pipeline: "Pipeline") -> tuple[str, list[int]]:
+    """(dtype, row_shape) every row shares, checked against ``pipeline``."""
     dtypes = sorted({r["dtype"] for r in rows})
     if len(dtypes) != 1 or dtypes[0] not in WORDS:
         raise _bad("dtype:", f"one of {list(WORDS)} for every row, got {dtypes}",
                    "rebuild one batch per dtype")
-    dtype = dtypes[0]
     layout = row_layout(pipeline)
     shapes = sorted({tuple(r["row_shape"]) for r in rows})
     layouts = sorted({r["layout"] for r in rows})
@@ -250,8 +246,54 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
     if shape != row_shape_of(pipeline):
         raise _bad("row_shape:", f"{row_shape_of(pipeline)} (the pipeline's), got {shape}",
                    "pass the pipeline that made the rows")
-    word, itemsize = WORDS[dtype]
+    return dtypes[0], shape
+
+
+def _checked_rows(r: dict, i: int, layout: str, shape: list[int], itemsize: int
+                  ) -> tuple[list[int], list[int]]:
+    """(seqlens, flat grid) of an ok row whose grid, seqlens and pixel bytes agree."""
+    lens, grid = [int(n) for n in r["seqlens"]], [int(v) for v in r["grid_thw"]]
+    if len(grid) != 3 * len(lens) or any(
+            lens[s] != grid[3 * s] * grid[3 * s + 1] * grid[3 * s + 2] for s in range(len(lens))):
+        raise _bad(f"row {i} ({r['id']!r}):", f"3 grid ints per sequence with t*h*w == its "
+                   f"seqlen, got grid_thw {grid} and seqlens {lens}",
+                   "the row is damaged; rerun the job for this sample")
+    n_rows = sum(lens) if layout == "patches" else len(lens)
     row_bytes = math.prod(shape) * itemsize
+    if len(r["pixel_values"]) != n_rows * row_bytes:
+        raise _bad(f"row {i} ({r['id']!r}) pixel_values:",
+                   f"{n_rows} rows x {shape} x {itemsize} bytes = {n_rows * row_bytes} bytes, "
+                   f"got {len(r['pixel_values'])}", "the row is damaged; rerun the job for this "
+                   "sample")
+    return lens, grid
+
+
+def _pixels(rows: Sequence[dict], layout: str, dtype: str, shape: list[int]) -> "torch.Tensor":
+    """The ok rows' ``pixel_values`` (sizes checked), concatenated: ``(rows, *shape)``."""
+    import numpy as np  # deferred: numpy and torch are heavy; importing the shard schema needs neither
+    import torch
+    word, itemsize = WORDS[dtype]
+    payload = []
+    for i, r in enumerate(rows):
+        if r["status"] == "ok":
+            _checked_rows(r, i, layout, shape, itemsize)
+            payload.append(r["pixel_values"])
+    buf = bytearray(b"".join(payload))  # writable: torch.from_numpy shares it without a warning
+    arr = np.frombuffer(buf, dtype=word)
+    if not arr.dtype.isnative:  # a big-endian host: the stored words are little-endian
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    pv = torch.from_numpy(arr)
+    if dtype == "bfloat16":
+        pv = pv.view(torch.bfloat16)
+    return pv.reshape(len(buf) // (math.prod(shape) * itemsize), *shape)
+
+
+def _image_batch(rows: Sequence[dict], pipeline: "Pipeline", dtype: str, shape: list[int]
+                 ) -> "PackedBatch":
+    """The image rows' PackedBatch (empty for no rows), their plans re-planned and checked."""
+    import torch
+    layout = row_layout(pipeline)
+    pv = _pixels(rows, layout, dtype, shape)
     seqlens: list[int] = []
     grids: list[int] = []
     index: list[int] = []
@@ -259,7 +301,6 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
     placeholders: list[str] = []
     errors: dict[int, ImageError] = {}
     plans: list[ImagePlan] = []
-    payload: list[bytes] = []
     for i, r in enumerate(rows):
         hw = (int(r["orig_hw"][0]), int(r["orig_hw"][1]))
         if r["status"] != "ok":
@@ -269,46 +310,14 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
             placeholders.append("")
             plans.append(ImagePlan(index=i, source_hw=hw, error=err))
             continue
-        lens, grid = [int(n) for n in r["seqlens"]], [int(v) for v in r["grid_thw"]]
-        if len(grid) != 3 * len(lens) or any(
-                lens[s] != grid[3 * s] * grid[3 * s + 1] * grid[3 * s + 2] for s in range(len(lens))):
-            raise _bad(f"row {i} ({r['id']!r}):", f"3 grid ints per sequence with t*h*w == its "
-                       f"seqlen, got grid_thw {grid} and seqlens {lens}",
-                       "the row is damaged; rerun the job for this sample")
-        n_rows = sum(lens) if layout == "patches" else len(lens)
-        data = r["pixel_values"]
-        if len(data) != n_rows * row_bytes:
-            raise _bad(f"row {i} ({r['id']!r}) pixel_values:",
-                       f"{n_rows} rows x {shape} x {itemsize} bytes = {n_rows * row_bytes} bytes, "
-                       f"got {len(data)}", "the row is damaged; rerun the job for this sample")
-        try:
-            plan = plan_image(pipeline, hw, i)
-        except ImageError as e:
-            raise _bad(f"row {i} ({r['id']!r}):", f"an image this pipeline plans, got {hw} "
-                       f"(HxW) refused: {e.reason}", "pass the pipeline of the job's manifest") \
-                from None
-        planned = [v for g in plan.grid_thw for v in g]
-        if planned != grid or plan.num_tokens != int(r["num_tokens"]):
-            raise _bad(f"row {i} ({r['id']!r}):", f"grid_thw {planned} and {plan.num_tokens} "
-                       f"tokens (this pipeline's plan of a {hw[0]}x{hw[1]} image), got "
-                       f"{grid} and {r['num_tokens']} tokens",
-                       "the rows were made by another pipeline: pass the one of the job's "
-                       "manifest")
+        lens, grid = _checked_rows(r, i, layout, shape, WORDS[dtype][1])
+        plan = _replanned(r, i, hw, grid, pipeline)
         seqlens += lens
         grids += grid
         index += [i] * len(lens)
         num_tokens.append(int(r["num_tokens"]))
         placeholders.append(str(r["placeholder"]))
         plans.append(plan)
-        payload.append(data)
-    buf = bytearray(b"".join(payload))  # writable: torch.from_numpy shares it without a warning
-    arr = np.frombuffer(buf, dtype=word)
-    if not arr.dtype.isnative:  # a big-endian host: the stored words are little-endian
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    pv = torch.from_numpy(arr)
-    if dtype == "bfloat16":
-        pv = pv.view(torch.bfloat16)
-    pv = pv.reshape(len(buf) // row_bytes, *shape)
     cu = [0]
     for n in seqlens:
         cu.append(cu[-1] + n)
@@ -319,3 +328,22 @@ def batch_from_rows(rows: Sequence[dict], pipeline: "Pipeline") -> "PackedBatch"
         image_index=torch.tensor(index, dtype=torch.int64), num_tokens=num_tokens,
         errors=errors, layout=layout, pipeline=pipeline, placeholders=placeholders,
         image_plans=plans)
+
+
+def _replanned(r: dict, i: int, hw: tuple[int, int], grid: list[int], pipeline: "Pipeline"
+               ) -> ImagePlan:
+    """The image's plan from its ``orig_hw``, which must give the row's grid and tokens."""
+    try:
+        plan = plan_image(pipeline, hw, i)
+    except ImageError as e:
+        raise _bad(f"row {i} ({r['id']!r}):", f"an image this pipeline plans, got {hw} "
+                   f"(HxW) refused: {e.reason}", "pass the pipeline of the job's manifest") \
+            from None
+    planned = [v for g in plan.grid_thw for v in g]
+    if planned != grid or plan.num_tokens != int(r["num_tokens"]):
+        raise _bad(f"row {i} ({r['id']!r}):", f"grid_thw {planned} and {plan.num_tokens} "
+                   f"tokens (this pipeline's plan of a {hw[0]}x{hw[1]} image), got "
+                   f"{grid} and {r['num_tokens']} tokens",
+                   "the rows were made by another pipeline: pass the one of the job's "
+                   "manifest")
+    return plan

@@ -179,7 +179,8 @@ def _summary(manifest: dict, run_images: int, run_tokens: int, shards_written: i
     return {
         "output": manifest["output"], "complete": manifest["complete"],
         "damaged": sum(damaged.values()), "damaged_inputs": damaged,
-        "images": images, "processed": sum(i["ok"] for i in infos),
+        "images": images, "videos": sum(i.get("videos", 0) for i in infos),
+        "processed": sum(i["ok"] for i in infos),
         "skipped": sum(i["errors"] for i in infos),
         "skipped_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
         "tokens": sum(i["tokens"] for i in infos), "bytes": sum(i["bytes"] for i in infos),
@@ -217,7 +218,8 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
 
     Summary keys: output, complete (every shard written and every input read whole), damaged
     (error rows for parts of inputs that could not be read: a cut or damaged tar, a damaged
-    parquet page) and damaged_inputs ({input path: those rows}), images, processed (ok rows),
+    parquet page) and damaged_inputs ({input path: those rows}), images (samples: images and
+    videos), videos (the video samples among them), processed (ok rows),
     skipped (error rows), skipped_by_reason, tokens, bytes, shards (the whole job, resumed shards
     included); run_images,
     run_tokens, run_shards, wall_s, startup_s (until the first image was done: discovery, the
@@ -236,8 +238,14 @@ def run(inputs: Sequence[str], output: str, config: JobConfig, *, workers: int =
     # the parent's Processor: fails early (backend, checkpoint), records the pipeline, and its
     # read cap bounds every sample the readers return
     proc = config.processor()
+    videos = proc.video_options is not None
+    if not videos and (config.fps is not None or config.num_frames is not None):
+        raise ValueError(f"config: expected a family with a video rule for fps / num_frames, got "
+                         f"{proc.pipeline.name!r}, which processes images only; drop --fps / "
+                         f"--num-frames, or pick a video family (vlmprep.presets.video_families())")
+    # a family without a video rule reads exactly the images it always read (no video files)
     units = discover([os.fspath(i) for i in inputs], glob=glob, column=column,
-                     id_column=id_column, input_root=config.input_root,
+                     id_column=id_column, input_root=config.input_root, videos=videos,
                      max_bytes=cast("decode", proc.pipeline["decode"]).max_source_bytes)
     job = _plan_job(units, inputs, output, config, proc, resume, overwrite)
     tally = _Tally(job.todo(), progress, t_start)

@@ -56,10 +56,11 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
     """Process samples ``[part*shard_size, (part+1)*shard_size)`` of ``unit`` and write their
     shard (``shards.shard_name(unit.name, part, config.format)``, tmp + rename) into ``output``.
 
-    Returns write_shard's info plus ``unit``, ``part``, ``reasons`` ({short reason: count} of the
-    error rows), ``damaged`` (error rows for parts of the input that could not be read:
-    ``Sample.damaged``; a job with any is not complete) and ``timing`` ({"process_s",
-    "write_s"}, not stored in the manifest).
+    Video samples are sampled with ``config.fps`` / ``config.num_frames`` (None: the
+    Processor's video options). Returns write_shard's info plus ``unit``, ``part``,
+    ``reasons`` ({short reason: count} of the error rows), ``damaged`` (error rows for parts
+    of the input that could not be read: ``Sample.damaged``; a job with any is not complete)
+    and ``timing`` ({"process_s", "write_s"}, not stored in the manifest).
     ``on_images(images, tokens)`` is called after each small group of images (progress)."""
     start = part * config.shard_size
     group = max(1, get_num_threads())  # images per Processor call: keeps the threads busy
@@ -69,7 +70,7 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
     damaged = 0
 
     def flush() -> None:
-        new = process_samples(proc, pending)
+        new = process_samples(proc, pending, fps=config.fps, num_frames=config.num_frames)
         rows.extend(new)
         if on_images is not None:
             on_images(len(new), sum(r["num_tokens"] for r in new))

@@ -1,8 +1,10 @@
-"""``vlmprep run``: a batch job, image inputs -> packed shards + manifest.json (vlmprep.batch.run).
+"""``vlmprep run``: a batch job, image and video inputs -> packed shards + manifest.json
+(vlmprep.batch.run).
 
 Examples::
 
     vlmprep run --preset qwen2-vl --input photos/ --output out/ --workers 2
+    vlmprep run --preset qwen2-vl --input clips/ --output out/ --fps 2   # one row per video
     vlmprep run --preset qwen2-vl --input shards/000.tar shards/001.tar --output out/ --resume
     vlmprep run --checkpoint ./Qwen2-VL-7B --input data.parquet --column image --id-column key \\
         --output out/ --format safetensors --json
@@ -32,6 +34,16 @@ def _positive_int(s: str) -> int:
         v = 0
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = 0.0
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}")
     return v
 
 
@@ -65,8 +77,15 @@ def add_parser(sub) -> None:
     p.add_argument("--format", default="parquet", choices=FORMATS,
                    help="shard format (default: parquet)")
     p.add_argument("--shard-size", type=_positive_int, default=default_size, metavar="N",
-                   help=f"images per shard (default: {default_size}); a worker holds one "
-                        f"shard's output in memory until it is written")
+                   help=f"samples (images or videos) per shard (default: {default_size}); a "
+                        f"worker holds one shard's output in memory until it is written")
+    sampling = p.add_mutually_exclusive_group()
+    sampling.add_argument("--fps", type=_positive_float, default=None, metavar="F",
+                          help="video inputs: frames per second sampled from each video, as "
+                               "vlmprep.Video(src, fps=F) (default: the checkpoint's video options)")
+    sampling.add_argument("--num-frames", type=_positive_int, default=None, metavar="N",
+                          help="video inputs: frames sampled from each video, as "
+                               "vlmprep.Video(src, num_frames=N) (default: the checkpoint's)")
     p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="worker processes (--engine local) or Ray actors (--engine ray); each "
                         "gets cores/N threads (default: 1)")
@@ -86,9 +105,10 @@ def add_parser(sub) -> None:
                             "files are kept)")
     p.add_argument("--glob", default=None, metavar="G",
                    help="folder inputs: file pattern, e.g. '*.jpg' or 'train/**/*.png' "
-                        "(default: the image extensions)")
+                        "(default: the image extensions, and the video ones (mp4, mkv, webm, avi, "
+                        "mov) for a family with a video rule)")
     p.add_argument("--column", default=None, metavar="C",
-                   help="parquet inputs: the image column (default: auto-detected)")
+                   help="parquet inputs: the image or video column (default: auto-detected)")
     p.add_argument("--id-column", default=None, metavar="C",
                    help="parquet inputs: the id column (default: row-N ids)")
     p.add_argument("--input-root", default=None, metavar="DIR",
@@ -126,7 +146,7 @@ def job_config(args: argparse.Namespace):
         return JobConfig(preset=preset, checkpoint=checkpoint, backend=args.backend,
                          device=args.device, dtype=args.dtype, overrides=tuple(overrides.items()),
                          format=args.format, shard_size=args.shard_size,
-                         input_root=args.input_root)
+                         input_root=args.input_root, fps=args.fps, num_frames=args.num_frames)
     except ValueError as e:
         raise UsageError(str(e).removeprefix("JobConfig: ")) from None
 
@@ -139,6 +159,7 @@ def _print_summary(s: dict) -> None:
             f" ({s['damaged']} parts of inputs could not be read: "
             f"{', '.join(s['damaged_inputs'])})" if s.get("damaged") else "")),
         ("images", s["images"]),
+        *([("videos (of those)", s["videos"])] if s.get("videos") else []),
         ("processed", s["processed"]),
         ("skipped", s["skipped"]),
         ("visual tokens", f"{s['tokens']:,}"),

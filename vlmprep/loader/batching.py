@@ -26,10 +26,11 @@ class Sample:
         pos: position in the epoch's sample stream (what resume counts).
         index: position in ``sources`` (map-style) or in the iterable (streaming).
         sid: the sample id: the dict's id field, else ``index``.
-        image: the image item handed to the Processor (None when ``error`` is set).
+        image: the image (or video) item handed to the Processor (None when ``error`` is set).
         tokens: LLM tokens from the header-only plan (0 when unknown or bad; -1 when not
             needed: count batching without size grouping).
         error: an ImageError found before processing (a dict without its image field).
+        video: the item is a video (``Processor(videos=[...])``; in ``batch.videos``).
     """
 
     pos: int
@@ -38,6 +39,7 @@ class Sample:
     image: Any
     tokens: int = -1
     error: ImageError | None = None
+    video: bool = False
 
 
 def pack_greedy(samples: Iterable[Sample], batch_size: int | None, max_batch_tokens: int | None,

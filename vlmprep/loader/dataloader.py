@@ -2,8 +2,9 @@
 
 Three stages, each single-purpose:
 
-    feeder thread      sources -> Samples (id, image, header-only token count) -> batches
-    worker threads     batch -> Processor (or OutputCache hits) -> PackedBatch
+    feeder thread      sources -> Samples (id, image or video, header-only token count) -> batches
+    worker threads     batch -> Processor (or OutputCache hits) -> PackedBatch (videos in
+                       ``batch.videos``: ``loader/videos.py``)
     consumer (caller)  takes batches strictly in stream order: ``for ids, batch in loader``
 
 The feeder and workers run ahead by at most ``prefetch`` batches; the consumer always waits for
@@ -19,14 +20,14 @@ import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
 from ..errors import ImageError
-from ..pack import build, concat, execution_pipeline
-from ..plan import ImagePlan
-from ..plan.grid import row_length
+from ..pack import concat
 from ..progress import bar as progress_bar
 from .batching import Sample, group_by_tokens, pack_greedy, stream_from
+from .videos import as_video, by_kind, empty_images, error_part, is_video_item, video_tokens
 
 if TYPE_CHECKING:
     from ..batch.shards import ShardSource
@@ -83,6 +84,26 @@ def _shard_source(sources: Any) -> "ShardSource | None":
     return sources if mod is not None and isinstance(sources, mod.ShardSource) else None
 
 
+def _record_streams(batch: "PackedBatch") -> None:
+    """A batch made on a worker's stream: keep its memory until the consumer's stream is done
+    with it (images' and videos' tensors)."""
+    import torch
+    cur = torch.cuda.current_stream(batch.pixel_values.device)
+    for part in (batch, batch.videos):
+        if part is not None:
+            part.pixel_values.record_stream(cur)
+            part.cu_seqlens.record_stream(cur)
+
+
+def _skipped(samples: list[Sample], batch: "PackedBatch") -> list[tuple[Any, ImageError]]:
+    """(id, error) of the batch's skipped samples, images' and videos', in stream order."""
+    images, videos = by_kind(samples, range(len(samples)))
+    found = [(images[j], e) for j, e in batch.errors.items()]
+    if batch.videos is not None:
+        found += [(videos[j], e) for j, e in batch.videos.errors.items()]
+    return [(samples[k].sid, e) for k, e in sorted(found, key=lambda ke: ke[0])]
+
+
 def _check_int(name: str, v: Any, lo: int, none_ok: bool = False) -> None:
     if v is None and none_ok:
         return
@@ -102,6 +123,11 @@ class DataLoader:
             ``(total_patches, patch_dim)`` on ``proc.device``, ...). With ``proc.errors="skip"``
             ``batch.errors[k]`` names the k-th sample of the batch when it was skipped (its
             ``num_tokens[k]`` is 0 and it has no rows); the message names the sample id.
+            Videos (``vlmprep.Video`` items, paths with a video extension, bytes of a video
+            container, dicts with ``video_key``) are ``batch.videos``' items, as
+            ``proc(images, videos=videos)`` returns them: a batch's images are ``batch``'s
+            items and its videos ``batch.videos``' items, each in stream order (``errors[k]``:
+            the k-th of its kind), so a stream of one kind keeps ``ids[k]`` <-> item ``k``.
 
     Args:
         sources: a sequence (``len`` + index: map-style, shuffled and resumed exactly) or an
@@ -132,7 +158,10 @@ class DataLoader:
         group_window: samples per sorting window (default ``64 * batch_size``, else 1024).
         prefetch: batches processed ahead of the consumer (default ``2 * num_workers``).
         image_key, id_key: the fields of dict samples.
-        cache: an optional ``vlmprep.cache.OutputCache``; a hit skips processing that image.
+        video_key: the field of a dict sample that holds a video (used when ``image_key`` is
+            absent; None: dicts hold images only).
+        cache: an optional ``vlmprep.cache.OutputCache``; a hit skips processing that image
+            (or video: keyed with its sampling options).
         progress: a tqdm bar over the epoch's samples on stderr: None (default) when stderr is
             a terminal and tqdm is installed, False never, True also when not a terminal; the
             environment variable ``VLMPREP_PROGRESS=0`` turns it off (see ``vlmprep.progress``).
@@ -151,7 +180,8 @@ class DataLoader:
                  num_workers: int = 2, drop_last: bool = False, *, group_by_size: bool = False,
                  group_window: int | None = None, prefetch: int | None = None,
                  image_key: str = "image", id_key: str | None = "id",
-                 cache: "OutputCache | None" = None, progress: bool | None = None):
+                 cache: "OutputCache | None" = None, progress: bool | None = None,
+                 video_key: str | None = "video"):
         self._shards = _shard_source(sources)
         if self._shards is not None:
             if proc is not None:
@@ -196,8 +226,7 @@ class DataLoader:
         self.group_by_size = bool(group_by_size)
         self.group_window = group_window or (64 * batch_size if batch_size else 1024)
         self.prefetch = prefetch or max(1, 2 * num_workers)
-        self.image_key = image_key
-        self.id_key = id_key
+        self.image_key, self.id_key, self.video_key = image_key, id_key, video_key
         self.cache = cache
         self.progress = progress
         self.skipped: list[tuple[Any, ImageError]] = []
@@ -302,22 +331,29 @@ class DataLoader:
                     return
             yield from enumerate(it, start)
 
-    def _image_of(self, raw: Any) -> tuple[Any, Any, ImageError | None]:
-        """``raw`` sample -> (id or None, image, error)."""
+    def _image_of(self, raw: Any) -> tuple[Any, Any, ImageError | None, bool]:
+        """``raw`` sample -> (id or None, image or video, error, is it a video)."""
         if not isinstance(raw, Mapping):
-            return None, raw, None
+            return None, raw, None, is_video_item(raw)
         sid = raw.get(self.id_key) if self.id_key is not None else None
-        if self.image_key not in raw:
+        key = self.image_key
+        if key not in raw and self.video_key is not None and self.video_key in raw:
+            key = self.video_key
+        if key not in raw:
             keys = sorted(map(str, raw))[:8]
+            alt = f" or a video under {self.video_key!r}" if self.video_key is not None else ""
             return sid, None, ImageError(f"expected a dict with the image under "
-                                         f"{self.image_key!r}, got keys {keys}; pass "
-                                         f"image_key= to DataLoader", source="dict")
-        image = raw[self.image_key]
+                                         f"{self.image_key!r}{alt}, got keys {keys}; pass "
+                                         f"image_key= (video_key=) to DataLoader",
+                                         source="dict"), False
+        image = raw[key]
         if isinstance(image, Mapping):  # HF datasets Image(decode=False): {"bytes", "path"}
             image = image.get("bytes") or image.get("path")
-        return sid, image, None
+        return sid, image, None, key != self.image_key or is_video_item(image)
 
-    def _tokens_of(self, image: Any) -> int:
+    def _tokens_of(self, image: Any, video: bool) -> int:
+        if video:  # container metadata only, as images read headers only
+            return video_tokens(self.proc, image)
         try:
             return int(self.proc.plan([image]).total_tokens)
         except ImageError:
@@ -325,13 +361,14 @@ class DataLoader:
 
     def _make_sample(self, pos: int, index: int, raw: Any) -> Sample:
         if self._shards is not None:  # image: the item's index in the source
-            return Sample(pos, index, self._shards.ids[index], index, self._tokens[index])
-        sid, image, err = self._image_of(raw)
-        s = Sample(pos, index, index if sid is None else sid, image, -1, err)
+            return Sample(pos, index, self._shards.ids[index], index, self._tokens[index],
+                          video=self._shards.modalities[index] == "video")
+        sid, image, err, video = self._image_of(raw)
+        s = Sample(pos, index, index if sid is None else sid, image, -1, err, video)
         if self._need_tokens:
             t = self._tokens.get(index) if self._map else None
             if t is None:
-                t = 0 if err is not None else self._tokens_of(image)
+                t = 0 if err is not None else self._tokens_of(image, video)
                 if self._map:
                     self._tokens[index] = t
             s.tokens = t
@@ -378,28 +415,31 @@ class DataLoader:
     # -- processing -----------------------------------------------------------------------------
     def _named(self, e: ImageError, s: Sample, k: int) -> ImageError:
         who = f"sample {s.sid!r}" if s.sid is s.index else f"sample {s.sid!r} (index {s.index})"
-        err = ImageError(f"{who}: {e.reason}", index=k, source=e.source)
+        err = ImageError(f"{who}: {e.reason}", index=k, source=e.source, item=e.item)
         err.__cause__ = e.__cause__
         return err
 
     def _call(self, samples: list[Sample], positions: list[int]) -> "PackedBatch":
+        images, videos = by_kind(samples, positions)
         try:
-            return self.proc([samples[k].image for k in positions])
+            if not videos:
+                return self.proc([samples[k].image for k in images])
+            return self.proc([samples[k].image for k in images],
+                             videos=[samples[k].image for k in videos])
         except ImageError as e:
-            j = e.index if e.index is not None and 0 <= e.index < len(positions) else 0
-            k = positions[j]
+            where = videos if e.item == "video" else images
+            j = e.index if e.index is not None and 0 <= e.index < len(where) else 0
+            k = where[j]
             raise self._named(e, samples[k], k) from e
 
-    def _error_part(self, err: ImageError) -> "PackedBatch":
-        import torch
-
-        proc = self.proc
-        # the width of proc's row form, so that concat joins it with the processed parts
-        rows_pipe = execution_pipeline(proc.pipeline, proc.row_form)
-        pv = torch.empty((0, row_length(rows_pipe.patchify)),
-                         dtype=getattr(torch, proc.dtype), device=proc.device)
-        return build(pv, [ImagePlan(index=0, source_hw=(0, 0), error=err)], {0: err},
-                     proc.pipeline, proc.row_form)
+    def _renamed(self, batch: "PackedBatch", samples: list[Sample]) -> "PackedBatch":
+        """``batch``'s errors (images', videos') renamed to name their samples' ids."""
+        images, videos = by_kind(samples, range(len(samples)))
+        for part, where in ((batch, images), (batch.videos, videos)):
+            if part is not None:
+                for j, e in list(part.errors.items()):
+                    part.errors[j] = self._named(e, samples[where[j]], j)
+        return batch
 
     def _run(self, samples: list[Sample]) -> "PackedBatch":
         """One batch of samples -> its PackedBatch (errors renamed to name the sample ids)."""
@@ -413,12 +453,11 @@ class DataLoader:
             batch = self._call(samples, list(range(len(samples))))
         else:
             batch = self._run_parts(samples, pre)
-        for k, e in list(batch.errors.items()):
-            batch.errors[k] = self._named(e, samples[k], k)
-        return batch
+        return self._renamed(batch, samples)
 
     def _run_parts(self, samples: list[Sample], pre: dict[int, ImageError]) -> "PackedBatch":
-        """Image by image: cache hits, one Processor call for the misses, error placeholders."""
+        """Item by item: cache hits, one Processor call for the misses, error placeholders. A
+        video's part is no image and the video in ``videos`` (cached: the video's batch)."""
         parts: list[Any] = [None] * len(samples)
         keys: dict[int, str] = {}
         first: dict[str, int] = {}
@@ -426,10 +465,11 @@ class DataLoader:
         todo: list[int] = []
         for k, s in enumerate(samples):
             if k in pre:
-                parts[k] = self._error_part(pre[k])
+                parts[k] = error_part(self.proc, pre[k], s.video)
                 continue
             cache = self.cache
-            key = cache.key_for(s.image, self.proc) if cache is not None else None
+            key = (cache.key_for(as_video(s.image) if s.video else s.image, self.proc)
+                   if cache is not None else None)
             if key is not None and cache is not None:
                 if key in first:  # the same image twice in one batch: processed once
                     dup[k] = first[key]
@@ -442,27 +482,37 @@ class DataLoader:
                         # this stream still reads it
                         import torch
                         hit.pixel_values.record_stream(torch.cuda.current_stream())
-                    parts[k] = hit
+                    parts[k] = replace(empty_images(self.proc), videos=hit) if s.video else hit
                     continue
                 keys[k] = key
             todo.append(k)
         if todo:
-            out = self._call(samples, todo)
-            for k, part in zip(todo, out.split()):
-                parts[k] = part
-                if k in keys and self.cache is not None:
-                    self.cache.put(keys[k], part)
+            self._fill_parts(samples, todo, parts, keys)
         for k, j in dup.items():
             parts[k] = parts[j]
         return concat(parts)
 
+    def _fill_parts(self, samples: list[Sample], todo: list[int], parts: list[Any],
+                    keys: dict[int, str]) -> None:
+        """Process ``todo`` in one call; each sample's part into ``parts`` (and the cache)."""
+        out = self._call(samples, todo)
+        images, videos = by_kind(samples, todo)
+        for k, part in zip(images, out.split()):
+            parts[k] = part
+            if k in keys and self.cache is not None:
+                self.cache.put(keys[k], part)
+        if not videos or out.videos is None:
+            return
+        empty = empty_images(self.proc)
+        for k, vpart in zip(videos, out.videos.split()):
+            parts[k] = replace(empty, videos=vpart)
+            if k in keys and self.cache is not None:
+                self.cache.put(keys[k], vpart)
+
     def _read_shards(self, samples: list[Sample]) -> "PackedBatch":
         """A ShardSource's batch: its rows read back (no decode), errors named by sample id."""
         assert self._shards is not None
-        batch = self._shards.read([s.image for s in samples])
-        for k, e in list(batch.errors.items()):
-            batch.errors[k] = self._named(e, samples[k], k)
-        return batch
+        return self._renamed(self._shards.read([s.image for s in samples]), samples)
 
     def _process(self, samples: list[Sample]) -> "PackedBatch":
         if self._shards is not None:
@@ -534,6 +584,17 @@ class DataLoader:
             self.skipped, self.oversize = [], []
         return self._iterate(self._epoch, skip, self._gen)
 
+    def _account(self, samples: list[Sample], batch: "PackedBatch") -> None:
+        """A yielded batch into the loader's state: skipped and oversize samples, the count."""
+        self.skipped.extend(_skipped(samples, batch))
+        if self.max_batch_tokens is not None:
+            for s in samples:
+                if s.tokens > self.max_batch_tokens:
+                    self.oversize.append((s.sid, s.tokens))
+                    logger.warning("sample %r has %d tokens, above max_batch_tokens=%d:"
+                                   " batched alone", s.sid, s.tokens, self.max_batch_tokens)
+        self._yielded += len(samples)
+
     def _iterate(self, epoch: int, skip: int, gen: int
                  ) -> Iterator[tuple[list[Any], "PackedBatch"]]:
         batches = self._batches(epoch, skip)
@@ -549,21 +610,9 @@ class DataLoader:
                 bar.update(len(samples))
                 ids = [s.sid for s in samples]
                 if self._cuda:
-                    import torch
-                    cur = torch.cuda.current_stream(batch.pixel_values.device)
-                    # made on a worker's stream: keep the memory until this stream is done with it
-                    batch.pixel_values.record_stream(cur)
-                    batch.cu_seqlens.record_stream(cur)
+                    _record_streams(batch)
                 if gen == self._gen:  # a newer iter() owns the loader's state
-                    self.skipped.extend((ids[k], e) for k, e in sorted(batch.errors.items()))
-                    if self.max_batch_tokens is not None:
-                        for s in samples:
-                            if s.tokens > self.max_batch_tokens:
-                                self.oversize.append((s.sid, s.tokens))
-                                logger.warning("sample %r has %d tokens, above max_batch_tokens=%d:"
-                                               " batched alone", s.sid, s.tokens,
-                                               self.max_batch_tokens)
-                    self._yielded += len(samples)
+                    self._account(samples, batch)
                 yield ids, batch
         finally:
             bar.close()

@@ -6,7 +6,8 @@ shards named ``shard_name(unit, part, fmt)`` = ``"{unit}-{part:05d}.{ext}"``.
 A shard holds the rows of ``vlmprep.batch.rows`` (one per sample, error rows included):
 
 - **parquet** (needs pyarrow): one Arrow row per sample with the columns ``ROW_COLUMNS``:
-  strings (``placeholder`` large_string), ``grid_thw`` / ``seqlens`` / ``row_shape`` /
+  strings (``placeholder`` and ``video``, a video row's plan as JSON, large_string; ``modality``
+  "image" / "video"), ``grid_thw`` / ``seqlens`` / ``row_shape`` /
   ``orig_hw`` ``list<int32>``, ``num_patches`` int64, ``num_tokens`` int32, ``pixel_values``
   large_binary (raw little-endian bytes; bfloat16 as 2-byte words, ``dtype`` names it). Row
   groups of at most ~64 MiB of pixels, so one sample is read without reading the whole file.
@@ -18,7 +19,9 @@ A shard holds the rows of ``vlmprep.batch.rows`` (one per sample, error rows inc
   uint8 (UTF-8, concatenated) with ``placeholder_offsets`` (rows + 1,) int64 (placeholders
   can be ~200 kB each: the safetensors header is capped at 100 MB). The str->str metadata is
   ``meta`` plus ``vlmprep.rows``: JSON of ``ids``, ``sources``, ``status``, ``errors``,
-  ``dtype``, ``layout``, ``row_shape``. vlmprep writes this file itself (the format is a
+  ``modality``, ``video``, ``dtype``, ``layout``, ``row_shape``. Both formats say
+  ``vlmprep.shard_schema`` "2"; "1" shards (before videos: no ``modality`` / ``video``) read as
+  images. vlmprep writes this file itself (the format is a
   length, a JSON header and the data): the package's writer orders the metadata by a hash
   map, so its bytes change from one process to the next (safetensors 0.8).
 

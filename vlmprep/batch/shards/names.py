@@ -7,10 +7,13 @@ import re
 from ..config import FORMATS
 
 __all__ = ["FORMATS", "shard_name", "shard_parts", "NAME_RE", "SCHEMA_KEY", "SCHEMA_VERSION",
-           "ROWS_KEY"]
+           "SCHEMA_VERSIONS_READ", "ROWS_KEY"]
 
 SCHEMA_KEY = "vlmprep.shard_schema"
-SCHEMA_VERSION = "1"
+#: "2": rows have ``modality`` and ``video`` (videos, issue 29); "1" shards (images only, without
+#: those columns) are still read.
+SCHEMA_VERSION = "2"
+SCHEMA_VERSIONS_READ = ("1", "2")
 ROWS_KEY = "vlmprep.rows"
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SHARD_RE = re.compile(r"^([A-Za-z0-9._-]+)-(\d{5,})\.(parquet|safetensors)$")  # shard_name's

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..rows import ROW_COLUMNS
+from ..schema import ROW_COLUMNS
 from .files import Hashing, need
 from .names import SCHEMA_KEY, SCHEMA_VERSION
 
@@ -25,7 +25,8 @@ def arrow_schema() -> Any:
         ("error", pa.string()), ("dtype", pa.string()), ("layout", pa.string()),
         ("grid_thw", ints), ("seqlens", ints), ("num_patches", pa.int64()),
         ("num_tokens", pa.int32()), ("placeholder", pa.large_string()), ("row_shape", ints),
-        ("orig_hw", ints), ("pixel_values", pa.large_binary())])
+        ("orig_hw", ints), ("pixel_values", pa.large_binary()), ("modality", pa.string()),
+        ("video", pa.large_string())])
 
 
 def rows_table(rows: Sequence[Mapping[str, Any]]) -> Any:
@@ -59,7 +60,7 @@ def write_parquet(f: Hashing, rows: Sequence[Mapping[str, Any]], meta: dict[str,
     codecs["pixel_values"] = "none"  # float noise does not compress; the time is the writer's
     sink = pa.PythonFile(f, mode="w")
     with pq.ParquetWriter(sink, schema, compression=codecs,
-                          use_dictionary=["status", "dtype", "layout", "source"],
+                          use_dictionary=["status", "dtype", "layout", "source", "modality"],
                           write_statistics=["id", "status", "num_patches", "num_tokens"]) as w:
         for a, b in _groups(rows):
             w.write_table(rows_table(rows[a:b]).replace_schema_metadata(schema.metadata),

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ...pipeline import Pipeline
-from ..rows import ROW_COLUMNS, WORDS, batch_from_rows
+from ..rows import batch_from_rows
+from ..schema import ROW_COLUMNS, WORDS, with_defaults
 from .files import file_sha256, need
 from .manifest import MANIFEST, manifest_pipeline, read_manifest
-from .names import FORMATS, ROWS_KEY, SCHEMA_KEY, SCHEMA_VERSION
+from .names import FORMATS, ROWS_KEY, SCHEMA_KEY, SCHEMA_VERSION, SCHEMA_VERSIONS_READ
 
 if TYPE_CHECKING:
     from ...pack import PackedBatch
@@ -25,15 +26,17 @@ __all__ = ["read_shards", "read_shard_rows", "open_folder", "check_sha256", "par
 
 def shard_rows_parquet(path: Path, groups: Sequence[int] | None = None
                         ) -> Iterator[list[dict]]:
-    """The rows of a parquet shard, one list per row group (only ``groups`` when given)."""
+    """The rows of a parquet shard, one list per row group (only ``groups`` when given); a
+    schema "1" shard's rows get ``modality`` / ``video`` (``schema.with_defaults``)."""
     pf = parquet_file(path)
     names = pf.schema_arrow.names
-    missing = [c for c in ROW_COLUMNS if c not in names]
+    missing = [c for c in ROW_COLUMNS if c not in with_defaults({n: None for n in names})]
     if missing:
         raise ValueError(f"read_shards: {path} expected the columns {list(ROW_COLUMNS)}, got "
                          f"none for {missing}; is it a vlmprep shard?")
+    cols = [c for c in ROW_COLUMNS if c in names]
     for g in range(pf.num_row_groups) if groups is None else groups:
-        yield read_group(path, pf, g, list(ROW_COLUMNS)).to_pylist()
+        yield [with_defaults(r) for r in read_group(path, pf, g, cols).to_pylist()]
 
 
 def read_group(path: Path, pf: Any, g: int, columns: list[str]) -> Any:
@@ -67,9 +70,10 @@ def _check_schema(path: Path, metadata: Mapping[Any, Any]) -> None:
     got = metadata.get(SCHEMA_KEY) or metadata.get(SCHEMA_KEY.encode())
     if isinstance(got, bytes):
         got = got.decode()
-    if got != SCHEMA_VERSION:
-        raise ValueError(f"read_shards: {path} expected {SCHEMA_KEY}={SCHEMA_VERSION!r}, got "
-                         f"{got!r}; it was written by another vlmprep version: rerun the job")
+    if got not in SCHEMA_VERSIONS_READ:
+        raise ValueError(f"read_shards: {path} expected {SCHEMA_KEY} one of "
+                         f"{list(SCHEMA_VERSIONS_READ)} (this vlmprep writes {SCHEMA_VERSION!r}), "
+                         f"got {got!r}; it was written by another vlmprep version: rerun the job")
 
 
 class SafetensorsShard:
@@ -120,6 +124,11 @@ class SafetensorsShard:
     def __len__(self) -> int:
         return len(self.info["ids"])
 
+    def modality(self, i: int) -> str:
+        """Row ``i``'s modality ("image" in a schema "1" shard, which has none)."""
+        mods = self.info.get("modality")
+        return str(mods[i]) if mods else "image"
+
     def rows(self, positions: Sequence[int]) -> list[dict]:
         import torch  # deferred: torch is heavy; only reading pixels back needs it
         st = need("safetensors", "read_shards (safetensors)")
@@ -147,7 +156,8 @@ class SafetensorsShard:
                     "seqlens": lens, "num_patches": int(self.num_patches[i]),
                     "num_tokens": int(self.num_tokens[i]), "placeholder": self.placeholders[i],
                     "row_shape": list(info["row_shape"]), "orig_hw": list(self.orig_hw[i]),
-                    "pixel_values": data})
+                    "pixel_values": data, "modality": self.modality(i),
+                    "video": (info.get("video") or [None] * len(self))[i]})
         return out
 
 
@@ -237,9 +247,12 @@ def read_shards(out_dir: str | os.PathLike, *, batched: bool = False,
     """Iterate a ``vlmprep run`` output folder in job order (input units, then parts).
 
     Yields ``(id, PackedBatch of one image)`` per sample, bit-exact with what ``Processor``
-    returns for that image (pixel_values in the job's dtype, on the CPU; ``to_hf()`` works);
+    returns for that image (pixel_values in the job's dtype, on the CPU; ``to_hf()`` works); a
+    video sample's batch is what ``proc([], videos=[that video])`` returns (no image, the video
+    in ``batch.videos``; ``to_hf()`` gives ``pixel_values_videos``, ``video_grid_thw``, ...).
     ``batched=True``: one ``(ids, PackedBatch)`` per shard (a shard of only error rows, with
-    ``include_errors=False``, yields nothing). Error rows (images the job skipped; the
+    ``include_errors=False``, yields nothing); ``ids`` in row order, the images among them the
+    batch's items and the videos ``batch.videos``' items, each in that order. Error rows (images the job skipped; the
     manifest counts them) are left out unless ``include_errors=True``: then they come as a
     batch whose ``errors[k]`` is an ImageError with the reason, as ``Processor(errors="skip")``
     gives them.

@@ -56,6 +56,8 @@ def write_safetensors(f: Hashing, rows: Sequence[Mapping[str, Any]], meta: dict[
     info = {"ids": [str(r["id"]) for r in rows], "sources": [str(r["source"]) for r in rows],
             "status": [str(r["status"]) for r in rows],
             "errors": [None if r["error"] is None else str(r["error"]) for r in rows],
+            "modality": [str(r["modality"]) for r in rows],
+            "video": [None if r["video"] is None else str(r["video"]) for r in rows],
             "dtype": dtype, "layout": layout, "row_shape": shape}
     header: dict[str, Any] = {"__metadata__": {
         **meta, SCHEMA_KEY: SCHEMA_VERSION,

@@ -24,10 +24,12 @@ class ShardSource:
     decodes an image (no Processor).
 
     ``len(src)``: samples (good ones; error rows too with ``include_errors=True``), in job
-    order. ``src.ids[i]`` / ``src.num_tokens[i]``: from the shards' small columns, read once
-    here (pixels are not read). ``src[i]`` -> ``(id, PackedBatch of one image)``;
+    order. ``src.ids[i]`` / ``src.num_tokens[i]`` / ``src.modalities[i]`` ("image" or
+    "video"): from the shards' small columns, read once here (pixels are not read). ``src[i]``
+    -> ``(id, PackedBatch of one image)`` (a video: no image, the video in ``batch.videos``);
     ``src.read(indices)`` -> one PackedBatch of those samples in that order, bit-exact with
-    ``Processor(errors="skip")`` over the same images (CPU tensors; move with ``.to()``).
+    ``Processor(errors="skip")`` over the same images (CPU tensors; move with ``.to()``), the
+    videos among them in ``batch.videos``, in their order.
     The folder is validated as ``read_shards`` does; with ``verify=True`` a shard's sha256 is
     checked the first time it is read. Safe to share between threads. Parquet reads whole row
     groups (~64 MiB of pixels; the last few are kept), so a shuffled order costs more reads
@@ -47,6 +49,7 @@ class ShardSource:
         self._st: dict[str, SafetensorsShard] = {}
         self.ids: list[str] = []
         self.num_tokens: list[int] = []
+        self.modalities: list[str] = []
         # item -> (shard name, row group or -1, position in the group / shard)
         self._where: list[tuple[str, int, int]] = []
         for name in names:
@@ -72,12 +75,16 @@ class ShardSource:
 
     def _index_parquet(self, name: str, path: Path) -> None:
         pf = parquet_file(path)
+        cols = ["id", "status", "num_tokens"]
+        cols += ["modality"] if "modality" in pf.schema_arrow.names else []  # schema "1": images
         for g in range(pf.num_row_groups):
-            t = read_group(path, pf, g, ["id", "status", "num_tokens"]).to_pydict()
+            t = read_group(path, pf, g, cols).to_pydict()
+            mods = t.get("modality") or ["image"] * len(t["id"])
             for k, (sid, status, tok) in enumerate(zip(t["id"], t["status"], t["num_tokens"])):
                 if self._keep(status):
                     self.ids.append(str(sid))
                     self.num_tokens.append(int(tok) if status == "ok" else 0)
+                    self.modalities.append(str(mods[k]))
                     self._where.append((name, g, k))
 
     def _index_safetensors(self, name: str, path: Path) -> None:
@@ -87,6 +94,7 @@ class ShardSource:
             if self._keep(status):
                 self.ids.append(str(sh.info["ids"][k]))
                 self.num_tokens.append(int(sh.num_tokens[k]) if status == "ok" else 0)
+                self.modalities.append(sh.modality(k))
                 self._where.append((name, -1, k))
 
     def __len__(self) -> int:

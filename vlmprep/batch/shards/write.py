@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..rows import ROW_COLUMNS, WORDS
+from ..schema import ROW_COLUMNS, WORDS, with_defaults
 from .files import Hashing, ids_sha256, replace_atomic
 from .names import FORMATS, NAME_RE, ROWS_KEY, SCHEMA_KEY
 from .parquet import write_parquet
@@ -60,7 +60,8 @@ def write_shard(out_dir: str | os.PathLike, name: str, fmt: str,
 
     Returns ``{"name", "count", "ok", "errors", "tokens", "bytes", "sha256", "ids_sha256"}``:
     rows, good rows, error rows, LLM tokens of the good rows, file size, sha256 of the file,
-    ``ids_sha256(ids)`` (the manifest keeps it to check a shard's samples).
+    ``ids_sha256(ids)`` (the manifest keeps it to check a shard's samples); plus ``"videos"``
+    (the video rows, good or not) when the shard holds any.
     """
     if fmt not in FORMATS:
         raise ValueError(f"write_shard: fmt expected one of {FORMATS}, got {fmt!r}")
@@ -71,6 +72,7 @@ def write_shard(out_dir: str | os.PathLike, name: str, fmt: str,
     if not out.is_dir():
         raise ValueError(f"write_shard: out_dir expected an existing folder, got {str(out)!r}; "
                          f"create it first")
+    rows = [with_defaults(r) for r in rows]  # rows made before videos: images
     dtype, layout, shape = _check_rows(rows)
     h = hashlib.sha256()
     if fmt == "parquet":
@@ -81,7 +83,9 @@ def write_shard(out_dir: str | os.PathLike, name: str, fmt: str,
         replace_atomic(out, name, lambda f: write_safetensors(Hashing(f, h), rows, meta_,
                                                                 dtype, layout, shape))
     ok = [r for r in rows if r["status"] == "ok"]
+    videos = sum(r["modality"] == "video" for r in rows)
     return {"name": name, "count": len(rows), "ok": len(ok), "errors": len(rows) - len(ok),
             "tokens": sum(int(r["num_tokens"]) for r in ok),
             "bytes": (out / name).stat().st_size, "sha256": h.hexdigest(),
-            "ids_sha256": ids_sha256([str(r["id"]) for r in rows])}
+            "ids_sha256": ids_sha256([str(r["id"]) for r in rows]),
+            **({"videos": videos} if videos else {})}

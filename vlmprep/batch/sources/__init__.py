@@ -14,6 +14,15 @@ read at all (missing, not a tar / parquet, an image column of the wrong type) is
 from ``discover()`` naming it. Every read is bounded by ``max_bytes`` (default: the decode op's
 ``max_source_bytes`` default, vlmprep.ops.DEFAULT_MAX_SOURCE_BYTES; pass the Processor's own).
 
+Videos (``discover(videos=True)``, the default; a batch job passes False for a family without
+a video rule, whose units read exactly the images they always read): a video file is one sample
+like an image, its bytes under the same ``max_bytes`` cap. Folders also match
+``VIDEO_EXTENSIONS`` (mp4, mkv, webm, avi, mov; after the image extensions), a tar group with no
+image member takes its video member, a parquet file's column may be one of ``VIDEO_COLUMNS``.
+``Sample.video`` is True when the name the data came under (file, member, list line, parquet
+column or struct path) has a video extension; ``vlmprep.batch.rows`` routes such a sample, or
+one whose first bytes are a video container, to the Processor's video path.
+
 Nothing is lost silently. A part of an input that cannot be read (a damaged or cut tar region,
 a parquet row group whose pages do not read, rows a reader did not give) is an error sample with
 ``damaged=True``, and the readable rest is still read; a batch job that meets one ends with
@@ -117,10 +126,10 @@ from __future__ import annotations
 
 from . import folder, lists, parquet, tar  # noqa: F401  (each registers its reader with Unit)
 from .discover import discover
-from .parquet import IMAGE_COLUMNS
+from .parquet import IMAGE_COLUMNS, VIDEO_COLUMNS
 from .paths import NEVER_READ, read_data_path
-from .sample import IMAGE_EXTENSIONS, Sample
+from .sample import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, Sample
 from .unit import KINDS, Unit
 
 __all__ = ["Sample", "Unit", "discover", "read_data_path", "KINDS", "IMAGE_EXTENSIONS",
-           "IMAGE_COLUMNS", "NEVER_READ"]
+           "VIDEO_EXTENSIONS", "IMAGE_COLUMNS", "VIDEO_COLUMNS", "NEVER_READ"]

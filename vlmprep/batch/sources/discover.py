@@ -35,7 +35,7 @@ _NAME_MAX = 80
 def discover(inputs: Sequence[str] | str | os.PathLike, *, glob: str | None = None,
              column: str | None = None, id_column: str | None = None,
              max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
-             input_root: str | os.PathLike | None = None) -> list[Unit]:
+             input_root: str | os.PathLike | None = None, videos: bool = True) -> list[Unit]:
     """The job's units, one per input, in input order (patterns expanded, sorted).
 
     Each input is opened here (a folder listed, a tar's headers walked and counted again by a
@@ -46,6 +46,8 @@ def discover(inputs: Sequence[str] | str | os.PathLike, *, glob: str | None = No
     ``pipeline["decode"].max_source_bytes``). ``input_root``: the folder that paths inside the
     data (list lines, parquet ``path`` values) must resolve under (None: each input's own
     folder); a folder that is missing, or is under /proc, /dev or /sys, is a ValueError.
+    ``videos``: folders and tars take video files too (``VIDEO_EXTENSIONS``, after the image
+    ones); pass False for a Processor without a video rule (``proc.video_options is None``).
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [os.fspath(inputs)]
@@ -69,7 +71,7 @@ def discover(inputs: Sequence[str] | str | os.PathLike, *, glob: str | None = No
                 raise ValueError(f"discover: expected each input once, got {path!r} twice (also "
                                  f"as {seen[real]!r}); remove the repeat")
             seen[real] = path
-            unit = _open(path, glob, column, id_column, max_bytes)
+            unit = _open(path, glob, column, id_column, max_bytes, bool(videos))
             name = _unique(_stem(unit.path, unit.kind), taken)
             units.append(replace(unit, name=name, input_root=root))
     return units
@@ -93,7 +95,7 @@ def _expand(given: Any) -> list[str]:
 
 
 def _open(path: str, glob: str | None, column: str | None, id_column: str | None,
-          max_bytes: int) -> Unit:
+          max_bytes: int, videos: bool) -> Unit:
     """Classify and check one input -> its Unit (name not yet assigned)."""
     try:
         st = os.stat(path)
@@ -102,7 +104,7 @@ def _open(path: str, glob: str | None, column: str | None, id_column: str | None
                          f"{e.strerror or e}; check the path") from None
     apath = os.path.abspath(path)
     if stat.S_ISDIR(st.st_mode):
-        unit = Unit("", "folder", apath, glob=glob, max_bytes=max_bytes)
+        unit = Unit("", "folder", apath, glob=glob, max_bytes=max_bytes, videos=videos)
         check_folder(unit)
         return unit
     kind = kind_of(path)
@@ -112,16 +114,16 @@ def _open(path: str, glob: str | None, column: str | None, id_column: str | None
                          f"or a .txt / .lst list of paths at {path!r}, got {got}; pass one of those")
     stamp = file_stamp(apath)
     if kind == "tar":
-        unit = Unit("", "tar", apath, max_bytes=max_bytes, stamp=stamp)
-        tar_verify(unit.path)  # its headers walked (cached for count and samples), and counted again
+        unit = Unit("", "tar", apath, max_bytes=max_bytes, stamp=stamp, videos=videos)
+        tar_verify(unit.path, videos)  # its headers walked (cached for count and samples), and counted again
         return unit
     if kind == "list":
-        unit = Unit("", "list", apath, max_bytes=max_bytes, stamp=stamp)
+        unit = Unit("", "list", apath, max_bytes=max_bytes, stamp=stamp, videos=videos)
         list_count(unit)  # read, and its lines counted again
         return unit
-    col = parquet_resolve(apath, column, id_column)
+    col = parquet_resolve(apath, column, id_column, videos)
     return Unit("", "parquet", apath, column=col, id_column=id_column, max_bytes=max_bytes,
-                stamp=stamp)
+                stamp=stamp, videos=videos)
 
 
 def _stem(path: str, kind: str) -> str:

@@ -1,4 +1,5 @@
-"""The ``list`` input kind (``.txt``, ``.lst``): one image path per line.
+"""The ``list`` input kind (``.txt``, ``.lst``): one image (or video) path per line; a path
+with a video extension is a video sample (``Sample.video``).
 
 Paths are relative to the list file's folder, read under the input root (``paths``); blank
 lines and lines starting with "#" are skipped; spaces at both ends are stripped; UTF-8. Id =
@@ -15,7 +16,7 @@ import re
 from collections.abc import Iterator
 
 from .paths import read_unit_path
-from .sample import Sample
+from .sample import Sample, is_video_name
 from .unit import Unit, register_reader
 
 __all__ = ["list_count"]
@@ -83,7 +84,7 @@ def _list_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sample]:
     folder = os.path.dirname(unit.path)
     for sid, lineno, p in _list_entries(unit.path)[start:stop]:
         data, err = read_unit_path(unit, folder, p)
-        yield Sample(sid, f"{base}#{lineno}", data, err)
+        yield Sample(sid, f"{base}#{lineno}", data, err, video=is_video_name(p))
 
 
 register_reader("list", list_count, _list_samples)

@@ -1,13 +1,15 @@
 """The ``parquet`` input kind (``.parquet``, ``.pq``): one sample per row, in file order.
 
-Image column = ``column``, else the first of ``IMAGE_COLUMNS`` whose type holds images, else
-the only such column. Types: binary (large_binary, binary_view) and the Hugging Face datasets
-``struct<bytes: binary, path: string>`` (its bytes; when they are null, the file at ``path``,
-relative to the parquet file's folder, under the input root: ``paths``). Id = str(value of
-``id_column``) else ``row-{n}``. pyarrow reads the rows (imported on first use: it is optional);
-before it reads a row group, the page headers of the columns read are read by us
-(``thrift.chunk_pages``) and a page over ``_page_limit`` is never decompressed. The full rules:
-``vlmprep.batch.sources``.
+Image column = ``column``, else the first of ``IMAGE_COLUMNS`` (then ``VIDEO_COLUMNS``, for a
+unit that takes videos) whose type holds bytes, else the only such column. A row is a video
+sample (``Sample.video``) when its column is named as a video column or its struct ``path`` has
+a video extension; rows.py also routes by the container's first bytes. Types: binary
+(large_binary, binary_view) and the Hugging Face datasets ``struct<bytes: binary, path:
+string>`` (its bytes; when they are null, the file at ``path``, relative to the parquet file's
+folder, under the input root: ``paths``). Id = str(value of ``id_column``) else ``row-{n}``.
+pyarrow reads the rows (imported on first use: it is optional); before it reads a row group, the
+page headers of the columns read are read by us (``thrift.chunk_pages``) and a page over
+``_page_limit`` is never decompressed. The full rules: ``vlmprep.batch.sources``.
 """
 from __future__ import annotations
 
@@ -16,14 +18,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from .paths import read_unit_path
-from .sample import Sample
+from .sample import Sample, is_video_name
 from .thrift import Chunk, chunk_pages, footer_chunks
 from .unit import Unit, register_reader
 
-__all__ = ["IMAGE_COLUMNS", "parquet_resolve"]
+__all__ = ["IMAGE_COLUMNS", "VIDEO_COLUMNS", "parquet_resolve"]
 
 #: Parquet image column names tried in order when no column is given.
 IMAGE_COLUMNS = ("image", "jpg", "jpeg", "png", "webp", "img", "bytes")
+#: Video column names, tried after the image ones (a unit that takes videos); a row of a column
+#: so named is a video sample.
+VIDEO_COLUMNS = ("video", "mp4", "mkv", "webm", "avi", "mov")
 _PARQUET_BATCH = 8  # rows per decoded parquet batch: bounds memory to a few images ...
 _PARQUET_BUFFER = 1 << 20  # ... and pages streamed in 1 MiB reads, not a whole column chunk at once
 
@@ -69,8 +74,9 @@ def _parquet_file(path: str, buffer_size: int = 0) -> Any:
                          f"({type(e).__name__}: {e}); check or rebuild the file") from None
 
 
-def parquet_resolve(path: str, column: str | None, id_column: str | None) -> str:
-    """The image column's name (checked, or auto-detected); checks id_column too."""
+def parquet_resolve(path: str, column: str | None, id_column: str | None,
+                    videos: bool = True) -> str:
+    """The image (or video) column's name (checked, or auto-detected); checks id_column too."""
     pa, _ = _pyarrow()
     schema = _parquet_file(path).schema_arrow
     cols = {f.name: f.type for f in schema}
@@ -86,7 +92,8 @@ def parquet_resolve(path: str, column: str | None, id_column: str | None) -> str
                              f"image-bytes column")
         resolved = column
     else:
-        named = [c for c in IMAGE_COLUMNS if c in cols and _image_type(cols[c])]
+        names = IMAGE_COLUMNS + (VIDEO_COLUMNS if videos else ())
+        named = [c for c in names if c in cols and _image_type(cols[c])]
         typed = [c for c, t in cols.items() if _image_type(t)]
         if named:
             resolved = named[0]
@@ -95,7 +102,7 @@ def parquet_resolve(path: str, column: str | None, id_column: str | None) -> str
         else:
             got = f"{len(typed)} such columns ({', '.join(typed)})" if typed else f"none (columns: {listing})"
             raise ValueError(f"discover: expected one image-bytes column ({want}) in {path!r}, or one "
-                             f"named {', '.join(IMAGE_COLUMNS)}; got {got}; pass column= (--column)")
+                             f"named {', '.join(names)}; got {got}; pass column= (--column)")
     if id_column is not None:
         if id_column not in cols:
             raise ValueError(f"discover: expected an id column {id_column!r} in {path!r}, got the "
@@ -312,37 +319,39 @@ def _parquet_row(unit: Unit, n: int, image: Any, id_value: Any, kind: str, base:
                  folder: str) -> Sample:
     sid = f"row-{n}"
     src = f"{base}#{n}"
+    video = unit.column in VIDEO_COLUMNS
     if id_value is not None:
         v = id_value.as_py()
         if v is None:
             return Sample(sid, src, None, f"expected a value in the id column {unit.id_column!r}, got "
-                                          f"null (row {n}); fill the ids or pass no id_column")
+                                          f"null (row {n}); fill the ids or pass no id_column", video=video)
         sid = str(v)
     if not image.is_valid:
         return Sample(sid, src, None, f"expected image bytes in column {unit.column!r}, got null "
-                                      f"(row {n})")
+                                      f"(row {n})", video=video)
     path = None
     raw = image
     if kind == "struct":
         raw = image["bytes"]
         p = image["path"].as_py() if image.type.get_field_index("path") >= 0 else None
         path = p if isinstance(p, str) and p else None
+        video = video or (path is not None and is_video_name(path))
     if raw.is_valid:
         buf = raw.as_buffer() if hasattr(raw, "as_buffer") else None
         size = buf.size if buf is not None else len(raw.as_py())
         if size > unit.max_bytes:
             return Sample(sid, src, None, f"expected image bytes of at most {unit.max_bytes:,} "
                                           f"(max_source_bytes), got {size:,} (row {n}); raise "
-                                          f"max_source_bytes if the file is trusted")
+                                          f"max_source_bytes if the file is trusted", video=video)
         data = buf.to_pybytes() if buf is not None else bytes(raw.as_py())
-        return Sample(sid, src, data, None)
+        return Sample(sid, src, data, None, video=video)
     if path is None:
         return Sample(sid, src, None, f"expected image bytes or a path in column {unit.column!r}, "
-                                      f"got both null (row {n})")
+                                      f"got both null (row {n})", video=video)
     data, err = read_unit_path(unit, folder, path)
     if err is not None:
         err = f"{err} (row {n}: bytes null, path {path!r}, read relative to the parquet file)"
-    return Sample(sid, src, data, err)
+    return Sample(sid, src, data, err, video=video)
 
 
 register_reader("parquet", _parquet_count, _parquet_samples)

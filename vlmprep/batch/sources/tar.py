@@ -5,8 +5,9 @@ Regular members are grouped by key, as webdataset does: key = the member path up
 "." of its base name ("d/000001" for "d/000001.seg.png"), extension = the rest, lower-cased;
 members without a "." in the base name are ignored. Id = key. Order: the order in which keys
 first appear in the tar. The image is the group's member with the first extension of
-``IMAGE_EXTENSIONS`` present; a group without one is an error sample, and so is one whose image
-member is a symbolic or hard link (never followed). A repeated member (same key and extension)
+``IMAGE_EXTENSIONS`` present, else (for a unit that takes videos) of ``VIDEO_EXTENSIONS``: a
+video sample; a group without one is an error sample, and so is one whose image or video member
+is a symbolic or hard link (never followed). A repeated member (same key and extension)
 keeps the first. The headers are read by our own walker (``tar_walk.walk``, once per file
 version, cached), member data by offset; ``tar_verify`` is discover()'s independent count of the
 tar's headers. The damage rules: ``vlmprep.batch.sources``.
@@ -19,7 +20,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .sample import IMAGE_EXTENSIONS, Sample, safe_text
+from .sample import Sample, is_video_name, media_extensions, safe_text
 from .tar_bytes import BLOCK, TAR_CHUNK, PlainTar, StreamTar, headers_in, open_tar
 from .tar_walk import Entry, Member, walk
 from .unit import Unit, register_reader
@@ -47,7 +48,7 @@ class _TarIndex:
     scanned: tuple[int, ...] | None           # compressed: every valid ustar header in the stream
 
 
-def _tar_groups(entries: list[Entry]) -> tuple[_Group, ...]:
+def _tar_groups(entries: list[Entry], videos: bool) -> tuple[_Group, ...]:
     """WebDataset groups (first-seen key order) and unreadable regions, in file order."""
     order: list[str | Entry] = []
     groups: dict[str, dict[str, Member | str]] = {}
@@ -74,13 +75,16 @@ def _tar_groups(entries: list[Entry]) -> tuple[_Group, ...]:
             out.append(_Group(o, None, *damage[o]))
         else:
             members = groups[o]
-            ext = next((x for x in IMAGE_EXTENSIONS if x in members), None)
+            exts = media_extensions(videos)
+            ext = next((x for x in exts if x in members), None)
+            what = "image or video" if videos else "image"
             if ext is None:
-                out.append(_Group(o, None, f"no image member in group (members: "
+                nor = " (nor a video member)" if videos else ""
+                out.append(_Group(o, None, f"no image member in group{nor} (members: "
                                            f"{', '.join(sorted(members))}); expected one named "
-                                           f"KEY.<{'|'.join(IMAGE_EXTENSIONS)}>"))
+                                           f"KEY.<{'|'.join(exts)}>"))
             elif isinstance(image := members[ext], str):
-                out.append(_Group(o, None, f"expected the image member {o}.{ext} to be a regular "
+                out.append(_Group(o, None, f"expected the {what} member {o}.{ext} to be a regular "
                                            f"file, got {image}; links in a shard are never "
                                            f"followed; fix: store the image itself"))
             else:
@@ -88,17 +92,17 @@ def _tar_groups(entries: list[Entry]) -> tuple[_Group, ...]:
     return tuple(out)
 
 
-def tar_index(path: str) -> _TarIndex:
+def tar_index(path: str, videos: bool = True) -> _TarIndex:
     try:
         st = os.stat(path)
     except OSError as e:
         raise ValueError(f"expected a readable tar file at {path!r}, got {e.strerror or e}; "
                          f"check the path") from None
-    return _tar_index_cached(path, st.st_size, st.st_mtime_ns)
+    return _tar_index_cached(path, st.st_size, st.st_mtime_ns, videos)
 
 
 @functools.lru_cache(maxsize=8)
-def _tar_index_cached(path: str, size: int, mtime_ns: int) -> _TarIndex:
+def _tar_index_cached(path: str, size: int, mtime_ns: int, videos: bool) -> _TarIndex:
     """The tar's groups from one walk of its headers (member data is skipped: read by offset
     later; a compressed tar is decompressed once, in bounded pieces)."""
     try:
@@ -120,15 +124,15 @@ def _tar_index_cached(path: str, size: int, mtime_ns: int) -> _TarIndex:
                          f"rebuild the file")
     spans = tuple((e.member.offset, e.member.size, e.member.name) for e in entries
                   if e.member is not None)
-    return _TarIndex(_tar_groups(entries), frozenset(headers), spans, src.stream, scanned)
+    return _TarIndex(_tar_groups(entries, videos), frozenset(headers), spans, src.stream, scanned)
 
 
-def tar_verify(path: str) -> None:
+def tar_verify(path: str, videos: bool = True) -> None:
     """The independent count: every valid ustar header in the tar's bytes (a plain scan that
     follows no size) must be one the walk read, else a ValueError naming the tar (a false size
     that lands on a later header hides the members between; so does an uncompressed tar stored
     inside the shard, which is refused the same way)."""
-    idx = tar_index(path)
+    idx = tar_index(path, videos)  # the unit's own index: cached for count and samples
     found = idx.scanned if idx.scanned is not None else _tar_block_scan(path)
     extra = sorted(set(found) - idx.headers)
     if not extra:
@@ -159,11 +163,11 @@ def _tar_block_scan(path: str) -> list[int]:
 
 
 def _tar_count(unit: Unit) -> int:
-    return len(tar_index(unit.path).groups)
+    return len(tar_index(unit.path, unit.videos).groups)
 
 
 def _tar_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sample]:
-    idx = tar_index(unit.path)
+    idx = tar_index(unit.path, unit.videos)
     base = os.path.basename(unit.path)
     src: PlainTar | StreamTar | None = None
     try:
@@ -173,11 +177,14 @@ def _tar_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sample]:
             if m is None:
                 yield Sample(g.key, where, None, g.error, damaged=g.damaged)
                 continue
+            video = is_video_name(m.name)
             if m.size > unit.max_bytes:
-                yield Sample(g.key, where, None, f"expected an image member of at most "
+                yield Sample(g.key, where, None, f"expected {'a video' if video else 'an image'} "
+                                                 f"member of at most "
                                                  f"{unit.max_bytes:,} bytes (max_source_bytes), got "
                                                  f"{m.name!r} of {m.size:,} bytes; raise "
-                                                 f"max_source_bytes if the shard is trusted")
+                                                 f"max_source_bytes if the shard is trusted",
+                             video=video)
                 continue
             try:
                 if src is None:
@@ -190,9 +197,10 @@ def _tar_samples(unit: Unit, start: int, stop: int | None) -> Iterator[Sample]:
                 yield Sample(g.key, where, None, f"expected {m.size:,} bytes of member {m.name!r} "
                                                  f"from byte {m.offset:,}, got {len(data):,} "
                                                  f"({why}); the shard changed or is damaged; fix: "
-                                                 f"copy the shard again and rerun", damaged=True)
+                                                 f"copy the shard again and rerun", damaged=True,
+                             video=video)
                 continue
-            yield Sample(g.key, where, data, None)
+            yield Sample(g.key, where, data, None, video=video)
     finally:
         if src is not None:
             src.close()

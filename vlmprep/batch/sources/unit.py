@@ -51,7 +51,7 @@ class Unit:
     name: str
     kind: str
     path: str
-    glob: str | None = None        # folder: the file pattern (None: IMAGE_EXTENSIONS)
+    glob: str | None = None        # folder: the file pattern (None: the media extensions)
     column: str | None = None      # parquet: the image column (resolved by discover)
     id_column: str | None = None   # parquet: the id column (None: "row-{n}")
     max_bytes: int = DEFAULT_MAX_SOURCE_BYTES
@@ -61,6 +61,9 @@ class Unit:
     # tar / parquet / list: (size, fingerprint) of the file when discover() counted it; a reader
     # that finds it changed raises ValueError (its samples would shift), never reads the new one
     stamp: tuple[int, str] | None = None
+    # folder / tar: video files are samples too (VIDEO_EXTENSIONS after the image ones); False
+    # for a job whose family has no video rule, which reads exactly the images it always read
+    videos: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

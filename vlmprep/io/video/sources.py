@@ -15,6 +15,7 @@ from typing import Any
 from ...errors import ImageError
 from ..files import open_image_file
 from ..inputs import encoded_buffer, is_ndarray, is_torch_tensor
+from ..media import sniff_container  # one container sniffer, shared with the routers (io.media)
 
 __all__ = ["DeadlineStream", "sniff_container", "is_encoded", "open_stream", "head_bytes", "timed_out",
            "positions"]
@@ -25,23 +26,6 @@ _ENCODED = (bytes, bytearray, memoryview)
 def is_encoded(source: Any) -> bool:
     """Whether ``source`` is a video file (path or bytes), not decoded frames."""
     return isinstance(source, (*_ENCODED, str, os.PathLike))
-
-
-def sniff_container(head: bytes) -> str:
-    """The container from a file's first bytes: mp4, mov, mkv, webm, avi, gif, webp, or ""."""
-    if head[4:8] == b"ftyp":
-        return "mov" if head[8:12] == b"qt  " else "mp4"
-    if head[4:8] in (b"moov", b"mdat", b"wide", b"free"):
-        return "mov"
-    if head[:4] == b"\x1a\x45\xdf\xa3":
-        return "webm" if b"webm" in head[:64] else "mkv"
-    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
-        return "avi"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    return ""
 
 
 class DeadlineStream(io.BufferedIOBase):
