@@ -275,3 +275,42 @@ def test_resize_refuses_non_cpu_tensors():
     img = torch.empty((3, 100, 20000), dtype=torch.uint8, device="meta")
     with pytest.raises(ValueError, match="expected a CPU tensor"):
         tv_match.resize(img, (224, 224), "bicubic")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("preset,executor", [("qwen2-vl", None), ("internvl", fusion.DECODE_ROWS),
+                                             ("llava-onevision", None), ("idefics3", None)])
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_fused_executors_on_jpeg_bytes(monkeypatch, preset, executor, threads, dtype):
+    """The kernels resize in torchvision's arithmetic while they write the rows (RESIZE_ROWS at
+    one kernel thread, DECODE_RESIZE_ROWS / DECODE_ROWS at two, from the JPEG bytes): the
+    transformers torchvision processor's bits on Pillow's decode, and a fused executor ran."""
+    from PIL import Image
+
+    from vlmprep import kernels
+    if not tv_match.tv_exact_host_compiles("bicubic"):
+        pytest.skip("the kernels' torchvision match does not stand in for tvF.resize on this host")
+    blobs = []
+    for a in PHOTOS[:3]:
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, "JPEG", quality=90)
+        blobs.append(buf.getvalue())
+    chosen = []
+    real = fusion.choose
+    monkeypatch.setattr(fusion, "choose", lambda *a, **k: chosen.append(real(*a, **k)) or chosen[-1])
+    old = kernels.get_num_threads()
+    kernels.set_num_threads(threads)
+    try:  # one image a call: in a batch the images run side by side, one kernel thread each
+        got = [dict(_proc(preset, dtype=dtype)([b]).to_hf()) for b in blobs]
+    finally:
+        kernels.set_num_threads(old)
+    for g, b in zip(got, blobs):
+        _assert_same(g, hf_outputs(preset, "torchvision", [Image.open(io.BytesIO(b)).convert("RGB")],
+                                   raw=dtype == "uint8"))
+    fused_ones = {fusion.RESIZE_ROWS, fusion.DECODE_RESIZE_ROWS, fusion.DECODE_ROWS}
+    if executor is not None and threads >= 2:
+        assert set(chosen) == {executor}, chosen
+    elif preset == "qwen2-vl":
+        assert set(chosen) == {fusion.RESIZE_ROWS if threads == 1 else fusion.DECODE_RESIZE_ROWS}, chosen
+    else:
+        assert chosen and set(chosen) <= fused_ones | {fusion.ROWS}, chosen

@@ -52,9 +52,11 @@ class Backend:
     name = "base"
     #: ``(op, uint8 (256, C) levels) -> float32 values``: see ``normalize_lut.normalize_lut``.
     normalize_levels: Callable[..., Any] = staticmethod(normalize_array)
-    #: Whether `RESIZE_ROWS` / `DECODE_RESIZE_ROWS` may run (the kernel's Pillow-exact resize
-    #: is this backend's resize).
+    #: Whether `RESIZE_ROWS` / `DECODE_RESIZE_ROWS` / `DECODE_ROWS` may run (the kernel's resize,
+    #: in ``resize_match``'s arithmetic, is this backend's resize).
     resize_in_kernel = False
+    #: whose resize arithmetic the kernels use when they resize (``kernels.resize``'s ``match``)
+    resize_match = "pillow"
 
     def __init__(self, pipeline: Pipeline, device: str, dtype: str):
         self.pipeline = pipeline
@@ -190,14 +192,14 @@ class Backend:
             hw, interp = c.resize_hw, c.interpolation or self.fusion.interpolation
             if how == fusion.DECODE_RESIZE_ROWS:
                 fused.decode_resize_rows(ctx.source, self.decode_op, hw, interp, self.lut(ctx), ctx,
-                                         self.pipeline.patchify)
+                                         self.pipeline.patchify, self.resize_match)
             else:
                 fused.resize_rows(self.hwc(self.decode(ctx)), hw, interp, self.lut(ctx), ctx,
-                                  self.pipeline.patchify)
+                                  self.pipeline.patchify, self.resize_match)
             return
         if how == fusion.DECODE_ROWS:
             fused.decode_rows(ctx.source, self.decode_op, self.fusion.interpolation,
-                              self.lut(ctx), ctx, self.pipeline.patchify)
+                              self.lut(ctx), ctx, self.pipeline.patchify, self.resize_match)
             return
         self.write(self.size(self.decode(ctx), ctx, how), ctx, how)
 

@@ -57,25 +57,26 @@ def write_rows(tiles: list, lut: "torch.Tensor | None", ctx: "Context", op: "pat
 
 
 def resize_rows(image: Any, hw: tuple[int, int], interpolation: str, lut: "torch.Tensor | None",
-                ctx: "Context", op: "patchify") -> None:
+                ctx: "Context", op: "patchify", match: str = "pillow") -> None:
     """`RESIZE_ROWS`: uint8 ``(H, W, 3)`` CPU image -> its rows resized to ``hw`` in one
     ``kernels.resize_normalize_patchify`` call (the same bytes as resizing first, without the
-    resized image in memory)."""
+    resized image in memory). ``match``: whose resize arithmetic (the backend's
+    ``resize_match``)."""
     kernels.resize_normalize_patchify(_hwc(image), hw, interpolation, lut, ctx.dest.view(-1), 0,
                                       op.order, op.patch_size, op.merge_size,
-                                      op.temporal_patch_size)
+                                      op.temporal_patch_size, match=match)
 
 
 def decode_resize_rows(src: "Source", decode_op: "decode", hw: tuple[int, int],
                        interpolation: str, lut: "torch.Tensor | None", ctx: "Context",
-                       op: "patchify") -> None:
+                       op: "patchify", match: str = "pillow") -> None:
     """`DECODE_RESIZE_ROWS`: an 8-bit JPEG's bytes -> its rows, decoded, resized and written in
     one ``kernels.decode_resize_normalize_patchify`` call. Damaged data the kernel declines is
     the ImageError; a file it declines for what it is (a colour space, ...) is decoded as the
     decode lowering does (``decode_op``'s limits apply) and goes through ``resize_rows``."""
     why = kernels.decode_resize_normalize_patchify(
         _io.encoded_bytes(src, decode_op), src.hw, hw, interpolation, lut, ctx.dest.view(-1), 0,
-        op.order, op.patch_size, op.merge_size, op.temporal_patch_size)
+        op.order, op.patch_size, op.merge_size, op.temporal_patch_size, match=match)
     if why == "":
         return
     err = _io.jpeg_declined(why, src)
@@ -83,7 +84,7 @@ def decode_resize_rows(src: "Source", decode_op: "decode", hw: tuple[int, int],
         raise err
     image = torch.from_numpy(np.require(_io.decode(src, fast=True, op=decode_op),
                                         requirements="W"))
-    resize_rows(image, hw, interpolation, lut, ctx, op)
+    resize_rows(image, hw, interpolation, lut, ctx, op, match)
 
 
 def source_boxes(plan: "ImagePlan", src_hw: tuple[int, int]
@@ -95,7 +96,7 @@ def source_boxes(plan: "ImagePlan", src_hw: tuple[int, int]
 
 
 def decode_rows(src: "Source", decode_op: "decode", interpolation: str,
-                lut: "torch.Tensor | None", ctx: "Context", op: "patchify") -> None:
+                lut: "torch.Tensor | None", ctx: "Context", op: "patchify", match: str = "pillow") -> None:
     """`DECODE_ROWS`: an 8-bit JPEG's bytes -> its canvases in one ``kernels.decode_resize``
     call (the resizing beside the decode), then its tiles (views of the canvases) -> rows as
     ``write_rows``. Damaged data the kernel declines is the ImageError; a file it declines for
@@ -105,14 +106,14 @@ def decode_rows(src: "Source", decode_op: "decode", interpolation: str,
     interp = plan.canvases[0].interpolation or interpolation  # one for all (fusion checks)
     jobs = source_boxes(plan, src.hw)
     canvases, why = kernels.decode_resize(_io.encoded_bytes(src, decode_op), src.hw,
-                                          [b for b, _ in jobs], [hw for _, hw in jobs], interp)
+                                          [b for b, _ in jobs], [hw for _, hw in jobs], interp, match=match)
     if why:
         err = _io.jpeg_declined(why, src)
         if err is not None:  # libjpeg's error or warning: truncated or corrupt data
             raise err
         image = torch.from_numpy(np.require(_io.decode(src, fast=True, op=decode_op),
                                             requirements="W"))
-        canvases = [kernels.resize(image[t:t + h, x:x + w], hw, interp)
+        canvases = [kernels.resize(image[t:t + h, x:x + w], hw, interp, match=match)
                     for (t, x, h, w), hw in jobs]
     tiles = [canvases[k][t:t + h, x:x + w] for (t, x, h, w), k in zip(plan.tiles, plan.tile_canvas)]
     write_rows(tiles, lut, ctx, op)

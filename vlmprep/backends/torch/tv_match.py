@@ -34,6 +34,7 @@ from ..base import register_geometry_lowerings
 from ..context import Context
 from ..registry import lowering
 from ..tv_exact import MODES, normalize_levels, normalize_tensor, resize
+from ..tv_exact import _host_compiles as tv_exact_host_compiles
 from ..video import register_video
 from . import Backend as _TorchBackend
 from . import ops as _torch_ops
@@ -94,7 +95,7 @@ class Backend(_TorchBackend):
 
     name = B
     normalize_levels: Callable[..., Any] = staticmethod(normalize_levels)
-    resize_in_kernel = False  # the compiled resize is Pillow's
+    resize_match = "torchvision"
 
     def __init__(self, pipeline: Pipeline, device: str, dtype: str):
         sizing = [op.name for op in pipeline.ops if op.sizing]
@@ -109,6 +110,11 @@ class Backend(_TorchBackend):
                 f"match='torchvision': expected device='cpu' (transformers' torchvision processor "
                 f"resizes uint8 natively only on the CPU; on CUDA it resizes in float), got "
                 f"device={device!r}; use device='cpu', or match='pil'")
+        # The kernels resize while they write the rows (the fused executors, as the Pillow
+        # path's) where their torchvision match stands in for tvF.resize on this host
+        # (tv_exact._host_compiles: x86-64, torchvision's native uint8 resize, not nearest).
+        sizing_op: Any = next(op for op in pipeline.ops if op.sizing)
+        self.resize_in_kernel = tv_exact_host_compiles(sizing_op.interpolation)
         super().__init__(pipeline, device, dtype)
         if _bf16_normalize(pipeline):  # Llama 4: transformers normalizes in bfloat16
             self.normalize_levels = normalize_levels_bf16
