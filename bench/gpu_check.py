@@ -26,6 +26,10 @@ or a hang costs that step, never the others or the JSON), inside one overall bud
             vLLM's loader leaves undecoded (decoded on the device, within the parity bound), and
             ms per 1080p request: hook on the device, hook on the CPU, Pillow decode +
             transformers' torchvision processor
+  video     DALI's video decoders (issue 29): NVDEC (video_decoder="dali:cuda") on a GPU, DALI's
+            CPU decoder on a dry run, on an MPEG-4 Part 2 and a Motion JPEG clip through the
+            Processor, against OpenCV's decode of the same clip (levels, geometry) and clips/s of
+            both; a codec the decoder does not take is a SKIP row; DALI absent: SKIP
   dali      the dali backend on the device against the reference, when DALI is importable
             ("skipped: DALI absent" otherwise), path by path with the bounds of
             vlmprep.backends.dali.parity.BOUNDS: decode (nvJPEG vs libjpeg-turbo/Pillow on the
@@ -67,8 +71,9 @@ INPUTS = HERE / ".gpu_inputs"  # ignored; made here (needs scikit-image), carrie
 
 #: (step, time box in seconds on the GPU machine). The boxes sum to 540 s: one 10-minute call
 #: with a minute to spare; ``--budget`` scales them for slower dry runs.
-STEPS: list[tuple[str, int]] = [("env", 20), ("build", 140), ("kernels", 50), ("memcheck", 75),
-                                ("parity", 85), ("timing", 85), ("engine", 35), ("dali", 50)]
+STEPS: list[tuple[str, int]] = [("env", 20), ("build", 125), ("kernels", 50), ("memcheck", 65),
+                                ("parity", 80), ("timing", 85), ("engine", 35), ("video", 30),
+                                ("dali", 50)]
 GOALS = {"images_per_s_1080p": 2000.0, "speedup_vs_hf_torchvision": 10.0,
          "kernel_fraction_of_copy": 0.70, "max_levels": 1.0}
 #: Parity bound (uint8 levels) a step fails beyond; the goal above is tighter. The torch backend's
@@ -155,6 +160,38 @@ def prepare_inputs() -> None:
     INPUTS.mkdir(exist_ok=True)
     for name, data in imgs.items():
         (INPUTS / name).write_bytes(data)
+    _write_clips()
+
+
+#: the video step's clips: name -> (fourcc, frames, fps, (width, height)); MPEG-4 Part 2 (NVDEC
+#: decodes it; DALI's CPU decoder does not) and Motion JPEG (DALI's CPU decoder; not NVDEC)
+CLIPS = {"pan_mp4v_640x360.mp4": ("mp4v", 32, 30.0, (640, 360)),
+         "pan_mjpg_640x360.avi": ("MJPG", 32, 30.0, (640, 360))}
+
+
+def _write_clips() -> None:
+    """The clips: a 640x360 window panning across a photo mosaic, written by OpenCV."""
+    import cv2
+    import numpy as np
+
+    from vlmprep.bench.images import mosaic
+    big = mosaic((480, 1280), seed=11)
+    for name, (fourcc, n, fps, (w, h)) in CLIPS.items():
+        wr = cv2.VideoWriter(str(INPUTS / name), cv2.VideoWriter_fourcc(*fourcc), fps, (w, h))
+        if not wr.isOpened():
+            raise SystemExit(f"gpu_check: expected OpenCV to write {fourcc} into {name}, got a writer "
+                             f"that did not open; fix: an opencv-python-headless with FFmpeg")
+        for i in range(n):
+            y, x = (i * 3) % (480 - h), (i * 19) % (1280 - w)
+            wr.write(np.ascontiguousarray(big[y:y + h, x:x + w, ::-1]))
+        wr.release()
+
+
+def _clips() -> dict[str, Path]:
+    if not all((INPUTS / n).exists() for n in CLIPS):
+        INPUTS.mkdir(exist_ok=True)
+        _write_clips()
+    return {n: INPUTS / n for n in CLIPS}
 
 
 def _result(status: str, summary: str, **extra: Any) -> dict:
@@ -575,6 +612,60 @@ def _lazy(data: bytes) -> Any:
     return im
 
 
+#: the video step's bound (uint8 levels) between a DALI decoder's frames and OpenCV's (FFmpeg's
+#: swscale): DALI converts YUV to RGB its own way (tests/video/test_video_dali.py measured its CPU
+#: decoder at mean 1.4-1.9, max 15-40 on VP8 / VP9 / MJPEG, and bounds it at mean 2.5, max 48)
+VIDEO_MAX_LEVELS, VIDEO_MEAN_LEVELS = 48.0, 2.5
+
+
+def step_video(a: argparse.Namespace) -> dict:
+    """DALI's video decoders (issue 29 item 4): NVDEC (``video_decoder="dali:cuda"``) on a GPU,
+    DALI's CPU decoder on a dry run, each clip through the Processor (qwen2-vl, uint8 rows)
+    against the same clip decoded by OpenCV: levels, and clips/s of both."""
+    import torch
+
+    import vlmprep
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return _result("SKIP", "DALI absent (bench/dali_transfer.sh sends it to the GPU machine)")
+    gpu = a.device.startswith("cuda")
+    dec = "dali:cuda" if gpu else "dali:cpu"
+    ref = vlmprep.Processor("qwen2-vl", dtype="uint8", video_decoder="opencv")
+    proc = vlmprep.Processor("qwen2-vl", dtype="uint8", video_decoder=dec)
+    rows, ok, ran = [], True, 0
+    for name, path in _clips().items():
+        want = ref(videos=[str(path)])
+        row: dict[str, Any] = {"clip": name, "decoder": dec}
+        try:
+            got = proc(videos=[str(path)])
+        except vlmprep.ImageError as e:  # a codec this decoder does not take: named, not failed
+            row.update(status="SKIP", why=str(e)[:200])
+            rows.append(row)
+            print(json.dumps(row))
+            continue
+        g = corrupt("video", got.videos.pixel_values.cpu())
+        w = want.videos.pixel_values
+        same_geometry = g.shape == w.shape and torch.equal(got.videos.grid_thw.cpu(), want.videos.grid_thw)
+        mx, mean, p999 = _levels(g.float(), w.float(), 1.0) if g.shape == w.shape else (float("inf"),) * 3
+        good = same_geometry and mx <= VIDEO_MAX_LEVELS and mean <= VIDEO_MEAN_LEVELS
+        row.update(status="PASS" if good else "FAIL", same_geometry=same_geometry,
+                   max_levels=mx, mean_levels=round(mean, 4), p999_levels=p999,
+                   clips_per_s=round(1 / _best_time(lambda p=str(path): proc(videos=[p]), a.device, 3), 2),
+                   opencv_clips_per_s=round(1 / _best_time(lambda p=str(path): ref(videos=[p]), "cpu", 3), 2))
+        ok &= good
+        ran += 1
+        rows.append(row)
+        print(json.dumps(row))
+    if not ran:
+        return _result("SKIP", f"{dec} took none of the clips: " + "; ".join(r.get("why", "") for r in rows),
+                       rows=rows)
+    text = "; ".join(f"{r['clip']} {r['status']}" + (f" {r['max_levels']:.0f} levels max, {r['clips_per_s']} "
+                     f"clips/s vs OpenCV {r['opencv_clips_per_s']}" if "max_levels" in r else "")
+                     for r in rows)
+    return _result("PASS" if ok else "FAIL", f"{dec} vs OpenCV: {text}", rows=rows)
+
+
 def step_dali(a: argparse.Namespace) -> dict:
     if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.dali") is None:
         return _result("SKIP", "skipped: DALI absent (bench/dali_transfer.sh sends it to the GPU machine)")
@@ -743,7 +834,8 @@ def _plugin_vs_reference(device: str, order: str, P: int, m: int, T: int) -> boo
 
 STEP_FUNCS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "env": step_env, "build": step_build, "kernels": step_kernels, "memcheck": step_memcheck,
-    "parity": step_parity, "timing": step_timing, "engine": step_engine, "dali": step_dali}
+    "parity": step_parity, "timing": step_timing, "engine": step_engine, "video": step_video,
+    "dali": step_dali}
 
 
 # ---------------------------------------------------------------------------------- driver

@@ -35,10 +35,14 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     p, rep = _run(tmp_path, OUT=str(out))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     st = {k: v["status"] for k, v in rep["steps"].items()}
-    assert list(st) == ["env", "build", "kernels", "memcheck", "parity", "timing", "engine", "dali"]
+    assert list(st) == ["env", "build", "kernels", "memcheck", "parity", "timing", "engine", "video", "dali"]
     assert st["build"] == "SKIP" and st["memcheck"] == "SKIP"  # --skip-build; memcheck is CUDA-only
     assert all(st[k] == "PASS" for k in ("env", "kernels", "parity", "timing", "engine")), st
-    assert st["dali"] in ("PASS", "SKIP")
+    assert st["dali"] in ("PASS", "SKIP") and st["video"] in ("PASS", "SKIP")
+    if st["video"] == "PASS":  # DALI's CPU decoder: the MJPEG clip within the bound, MPEG-4 refused
+        vids = {r["clip"]: r for r in rep["steps"]["video"]["rows"]}
+        assert vids["pan_mjpg_640x360.avi"]["status"] == "PASS" and vids["pan_mjpg_640x360.avi"]["same_geometry"]
+        assert vids["pan_mp4v_640x360.mp4"]["status"] == "SKIP" and "MPEG-4" in vids["pan_mp4v_640x360.mp4"]["why"]
     checks = [r["check"] for r in rep["steps"]["kernels"]["rows"]]
     assert sum(c.startswith("strided_crop_vs_twin") for c in checks) == 5  # every order
     assert "bandwidth run output vs twin" in checks  # the timed output is compared, not only timed
@@ -82,9 +86,9 @@ def test_dry_run_passes_and_reports_every_step(tmp_path):
     assert "| parity | PASS |" in (out / "gpu_check_t.md").read_text()
 
 
-@pytest.mark.parametrize("step", ["kernels", "parity", "timing", "engine", "dali"])
+@pytest.mark.parametrize("step", ["kernels", "parity", "timing", "engine", "video", "dali"])
 def test_an_injected_wrong_result_fails_the_run(tmp_path, step):
-    if step == "dali":
+    if step in ("dali", "video"):
         pytest.importorskip("nvidia.dali", reason="the dali step needs DALI")
     only = {"timing": "env,timing", "dali": "env,timing,dali"}.get(step, f"env,{step},timing")
     p, rep = _run(tmp_path, "--only", only, VLMPREP_GPU_CHECK_INJECT=step)
