@@ -24,7 +24,7 @@ PRESETS = {"qwen2-vl": "qwen2-vl", "llava-next": "llava-next", "internvl": "inte
            # Qwen2.5-VL's preprocessor_config.json is Qwen2-VL's; SmolVLM's is a packaged
            # checkpoint config of the idefics3 pipeline (SmolVLMImageProcessor)
            "qwen2.5-vl": "qwen2-vl", "qwen3-vl": "qwen3-vl", "llava-1.5": "llava-1.5",
-           "llava-onevision": "llava-onevision", "smolvlm": "smolvlm"}
+           "llava-onevision": "llava-onevision", "smolvlm": "smolvlm", "glm4v": "glm4v"}
 
 
 @dataclass(frozen=True)
@@ -281,10 +281,32 @@ def _smolvlm():
     return proc, cfg, "<image>", tok.convert_tokens_to_ids("<image>")
 
 
+def _glm4v():
+    import transformers as T
+    from transformers.models.glm4v.video_processing_glm4v import Glm4vVideoProcessor
+    marks = ["<|image|>", "<|video|>", "<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>",
+             "<|end_of_video|>"]
+    tok = _tokenizer(marks, bos_eos=("<|endoftext|>", "<|user|>"))
+    proc = T.Glm4vProcessor(image_processor=_image_processor("glm4v"), tokenizer=tok,
+                            video_processor=Glm4vVideoProcessor())
+    i = tok.convert_tokens_to_ids
+    cfg = T.Glm4vConfig(
+        text_config=_text(tok, "glm4v_text", head_dim=16, partial_rotary_factor=0.5,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                           "mrope_section": [2, 3, 3]}),
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, image_size=336),
+        image_token_id=i("<|image|>"), video_token_id=i("<|video|>"),
+        image_start_token_id=i("<|begin_of_image|>"), image_end_token_id=i("<|end_of_image|>"),
+        video_start_token_id=i("<|begin_of_video|>"), video_end_token_id=i("<|end_of_video|>"))
+    cfg.architectures = ["Glm4vForConditionalGeneration"]
+    return proc, cfg, "<|begin_of_image|><|image|><|end_of_image|>", i("<|image|>")
+
+
 BUILDERS = {"qwen2-vl": _qwen2_vl, "llava-next": _llava_next, "internvl": _internvl,
             "idefics3": _idefics3, "pixtral": _pixtral, "gemma3": _gemma3,
             "qwen2.5-vl": _qwen2_5_vl, "qwen3-vl": _qwen3_vl, "llava-1.5": _llava_1_5,
-            "llava-onevision": _llava_onevision, "smolvlm": _smolvlm}
+            "llava-onevision": _llava_onevision, "smolvlm": _smolvlm, "glm4v": _glm4v}
 
 
 def build(family: str, root: Path) -> Checkpoint:

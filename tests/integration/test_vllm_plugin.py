@@ -26,7 +26,7 @@ from vlmprep.integrations import vllm_plugin as plugin  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 #: the engine suite's families and the ones only the plugin is checked on (SmolVLM: vLLM's
 #: Idefics3 processor, SmolVLMImageProcessor; transformers' SmolVLMProcessor needs num2words)
-PLUGIN_FAMILIES = FAMILIES + ["qwen2.5-vl", "qwen3-vl", "llava-1.5", "llava-onevision", "smolvlm"]
+PLUGIN_FAMILIES = FAMILIES + ["qwen2.5-vl", "qwen3-vl", "llava-1.5", "llava-onevision", "smolvlm", "glm4v"]
 
 
 def _loads(family: str) -> bool:
@@ -231,7 +231,7 @@ def _fetch_apply(eng: Engine, uris: list[str]) -> tuple[dict, list]:
     return eng.processor.apply(ProcessorInputs(eng.ck.ids(eng.prompt(len(uris))), items), TimingContext()), images
 
 
-@pytest.mark.parametrize("family", ["qwen2-vl", "gemma3", "llava-next"])
+@pytest.mark.parametrize("family", ["qwen2-vl", "gemma3", "llava-next", "glm4v"])
 def test_request_jpegs_reach_vlmprep_as_bytes_and_equal_vllms_path(switched_on, tmp_path, family):
     """One request mixing plain JPEGs (left undecoded by vLLM's loader, decoded by vlmprep from
     their bytes), a PNG, a grey JPEG and an EXIF-rotated JPEG (these three decoded by vLLM as

@@ -37,6 +37,7 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "SmolVLMImageProcessor": frozenset({"return_row_col_info"}),
     "PixtralImageProcessor": frozenset(),
     "Gemma3ImageProcessor": frozenset(),
+    "Glm4vImageProcessor": frozenset(),
 }
 
 #: calls answered by vlmprep / passed to the image processor itself, and images vlmprep decoded

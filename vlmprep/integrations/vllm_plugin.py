@@ -44,12 +44,13 @@ ENV = "VLMPREP_VLLM"
 #: vLLM processors (exact class) whose image processor vlmprep answers for: the ones checked
 #: against vLLM 0.33.0's own path (tests/integration/test_vllm_plugin.py: Qwen2-VL, Qwen2.5-VL,
 #: Qwen3-VL, LLaVA-1.5, LLaVA-NeXT, LLaVA-OneVision, InternVL, Idefics3 and SmolVLM (vLLM's
-#: SmolVLM processor is Idefics3's), Pixtral, Gemma 3); others keep transformers' until checked there
+#: SmolVLM processor is Idefics3's), Pixtral, Gemma 3, GLM-4.1V); others keep transformers' until
+#: checked there
 PROCESSORS = frozenset({
     "Qwen2VLMultiModalProcessor", "Qwen2_5_VLMultiModalProcessor", "Qwen3VLMultiModalProcessor",
     "LlavaMultiModalProcessor", "LlavaNextMultiModalProcessor", "LlavaOnevisionMultiModalProcessor",
     "InternS1MultiModalProcessor", "Idefics3MultiModalProcessor", "PixtralHFMultiModalProcessor",
-    "Gemma3MultiModalProcessor",
+    "Gemma3MultiModalProcessor", "Glm4vMultiModalProcessor",
 })
 
 #: of those, the processors that never look at the pixels themselves: for them vLLM's loader leaves
