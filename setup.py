@@ -376,6 +376,8 @@ setup(
         "parquet": ["pyarrow>=15"],
         # vlmprep.integrations.ray and `vlmprep run --engine ray` (Ray Data writes parquet too)
         "ray": ["ray[data]>=2.50", "pyarrow>=15"],
+        # vlmprep.Document: PDF pages as image items (issue 31), rendered by PDFium
+        "pdf": ["pypdfium2>=4.30"],
     },
     entry_points={
         "console_scripts": ["vlmprep=vlmprep.cli.main:main"],

@@ -17,10 +17,12 @@ from .pipeline import Pipeline
 __version__ = "0.1.0"
 
 __all__ = ["Processor", "Pipeline", "PackedBatch", "ImageError", "Plan", "ops", "presets",
-           "probe", "backends", "read_shards", "Video", "__version__"]
+           "probe", "backends", "read_shards", "Video", "Document",
+           "__version__"]
 
 if TYPE_CHECKING:
     from .backends import registry as backends  # noqa: F401
+    from .io.document import Document  # noqa: F401
     from .io.probe import probe  # noqa: F401
     from .io.video import Video  # noqa: F401
     from .pack import PackedBatch  # noqa: F401
@@ -33,6 +35,7 @@ _LAZY = {
     "Plan": ("vlmprep.plan", "Plan"),
     "probe": ("vlmprep.io.probe", "probe"),
     "Video": ("vlmprep.io.video", "Video"),
+    "Document": ("vlmprep.io.document", "Document"),
     "backends": ("vlmprep.backends", None),
     "loader": ("vlmprep.loader", None),
     "cache": ("vlmprep.cache", None),

@@ -15,7 +15,7 @@ from . import backends, hf_forms, kernels, pack, presets
 from .backends import video as vx
 from .backends.registry import MATCHES
 from .errors import ConfigNotFoundError, ImageError, describe_source
-from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, as_image_list, resolve
+from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, Source, as_image_list, resolve
 from .io.warm import warm_decoders
 from .pack import execution_pipeline
 from .pipeline import Pipeline
@@ -223,12 +223,17 @@ class Processor:
                 f"device={self.device!r}, dtype={self.dtype!r}, errors={self.errors!r}{extra})")
 
     # -- planning -------------------------------------------------------------------------------
-    def prepare(self, items: list) -> tuple[list, list[ImagePlan]]:
+    def prepare(self, items: list, documents: Sequence[Any] = ()) -> tuple[list, list[ImagePlan]]:
         """Probe (headers, shapes) and plan every item once -> (sources, plans).
 
+        ``documents``: ``vlmprep.Document`` items; each selected page is one more image item,
+        after ``items``, document by document in its ``pages`` order (its size from the PDF's
+        page tree, nothing rasterized: ``io.document.document_pages``).
+
         Never raises for a per-item cause: a bad item has ``None`` as its source and its
-        ImageError in its plan. ``execute`` runs the result without probing again; the serving
-        batcher calls ``prepare`` when a request arrives and ``execute`` when its batch runs.
+        ImageError in its plan. ``execute`` runs the result without probing again (pages are
+        rendered first: ``render_documents``); the serving batcher calls ``prepare`` when a
+        request arrives and ``execute`` when its batch runs.
         """
         max_bytes = cast("decode", self.pipeline["decode"]).max_source_bytes
         sources: list = []
@@ -242,6 +247,8 @@ class Processor:
                 continue
             sources.append(src)
             sizes.append(src.hw)
+        if documents:
+            _add_pages(_document_list(documents), max_bytes, sources, sizes)
         # The headers let the plan refuse from them what decoding would cost too much
         # (decode.max_decode_bytes), before any batch is allocated.
         plans = plan_images(self.pipeline, sizes,
@@ -294,38 +301,46 @@ class Processor:
                              f"family=...)")
         return self.video_options
 
-    def plan(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None
-             ) -> Plan:
+    def plan(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None,
+             documents: Sequence[Any] | None = None) -> Plan:
         """Geometry of every image from headers only (no pixel is decoded), and of every video
         from its container metadata only (``plan.videos``: one ``VideoPlan`` per video: sampled
         ``frame_indices``, ``resized_hw``, ``grid_thw``, ``num_tokens``, ``placeholder``, ...).
 
-        Returns a Plan equal to what ``self(images, videos=videos)`` produces. With
-        ``errors="raise"`` the first bad image (then the first bad video) raises ImageError;
-        with ``"skip"`` it is recorded in its plan.
+        ``documents``: ``vlmprep.Document`` items; each selected page is one image plan after
+        the images' (``source_hw``: its size at the document's dpi, from the PDF's page tree: no
+        page rasterized).
+
+        Returns a Plan equal to what ``self(images, videos=videos, documents=documents)``
+        produces. With ``errors="raise"`` the first bad image or page (then the first bad video)
+        raises ImageError; with ``"skip"`` it is recorded in its plan.
         """
-        _, plans = self.prepare(as_image_list(images) if images is not None or videos is None
-                                else [])
+        _, plans = self.prepare(_image_items(images, videos, documents), documents or ())
         vplans: list = self.prepare_videos(_video_list(videos))[1] if videos is not None else []
         self._first_error(plans)
         self._first_error(vplans)
         return Plan(list(plans), self.pipeline, videos=vplans)
 
     # -- execution ------------------------------------------------------------------------------
-    def __call__(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None):
-        """Process ``images`` and ``videos`` -> PackedBatch (see API.md for every field): the
-        images' batch, with the videos' in ``batch.videos`` (None without ``videos=``).
+    def __call__(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None,
+                 documents: Sequence[Any] | None = None):
+        """Process ``images``, ``videos`` and ``documents`` -> PackedBatch (see API.md for every
+        field): the images' batch, with the videos' in ``batch.videos`` (None without
+        ``videos=``). Each selected page of each ``vlmprep.Document`` is one image item after
+        the images (its own cu_seqlens segment), rendered page by page before the batch runs.
 
-        With ``errors="raise"`` a bad image or video raises before anything is decoded.
+        With ``errors="raise"`` a bad image, page or video raises before anything is decoded
+        (a page PDFium then fails to render raises at its render).
         """
         if videos is None:
-            return self.execute(*self.prepare(as_image_list(images)))
+            prepared = self.prepare(_image_items(images, videos, documents), documents or ())
+            return self.execute(*self.render_documents(*prepared))
         self._video_lowering()  # a backend that runs no videos refuses before anything runs
-        prepared = self.prepare(as_image_list(images) if images is not None else [])
+        prepared = self.prepare(_image_items(images, videos, documents), documents or ())
         vprepared = self.prepare_videos(_video_list(videos))
         self._first_error(prepared[1])
         self._first_error(vprepared[1])  # no decode before every item is known good
-        batch = self.execute(*prepared)
+        batch = self.execute(*self.render_documents(*prepared))
         from dataclasses import replace
         return replace(batch, videos=self.execute_videos(*vprepared))
 
@@ -365,6 +380,29 @@ class Processor:
                                               self.backend_name, self.device, self.match)
         return self._video_run
 
+    def render_documents(self, sources: list, plans: list[ImagePlan]) -> tuple[list, list[ImagePlan]]:
+        """``prepare``'s output with every document page rendered (``io.document.render_page``)
+        into an ``"array"`` Source, one page at a time, so that ``execute`` runs pages as the
+        images they are; the identity without pages. A page that fails to render is an
+        ImageError: raised with ``errors="raise"``, else recorded in its plan."""
+        if not any(s is not None and s.kind == "page" for s in sources):
+            return sources, plans
+        self._first_error(plans)  # no render before every item is known good
+        from .io.document import render_page  # deferred: numpy and pypdfium2
+        sources, plans = list(sources), list(plans)
+        for k, s in enumerate(sources):
+            if s is None or s.kind != "page" or plans[k].error is not None:
+                continue
+            try:
+                sources[k] = Source("array", render_page(s), s.hw, None, s.desc)
+            except ImageError as e:
+                err = e.at(index=k, source=s.desc)
+                if self.errors == "raise":
+                    raise err from (e.__cause__ or e)
+                sources[k] = None
+                plans[k] = ImagePlan(index=k, source_hw=plans[k].source_hw, error=err)
+        return sources, plans
+
     def execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
         """``prepare``'s output -> PackedBatch, without probing again (the Batcher plans a
         request when it arrives and runs it later through this).
@@ -390,6 +428,38 @@ class Processor:
         errors = {p.index: p.error for p in plans if p.error is not None}
         errors.update(late)
         return pack.build(out, plans, errors, self.pipeline, self.row_form)
+
+
+def _image_items(images: Any, videos: Any, documents: Any) -> list:
+    """``images=`` as a list; None is no images when videos or documents are given."""
+    if images is None and (videos is not None or documents is not None):
+        return []
+    return as_image_list(images)
+
+
+def _document_list(documents: Any) -> list:
+    """``documents=`` as a list of ``vlmprep.Document`` (a bare path or bytes is wrapped with
+    the defaults); one Document alone is refused, as one video is."""
+    from .io.document import Document  # deferred: keeps an image-only call off the PDF module
+    if not isinstance(documents, (list, tuple)):
+        raise TypeError(f"documents: expected a list of vlmprep.Document (or PDF paths / bytes), "
+                        f"got {type(documents).__name__}; wrap one document in a list: "
+                        f"documents=[doc]")
+    return [d if isinstance(d, Document) else Document(d) for d in documents]
+
+
+def _add_pages(documents: list, max_bytes: int, sources: list, sizes: list) -> None:
+    """Append each document's selected pages to ``sources`` / ``sizes`` (``prepare``'s lists):
+    a page Source and its size, or None and the page's (or the document's) ImageError."""
+    from .io.document import document_pages  # deferred: the PDF module
+    for d, doc in enumerate(documents):
+        for page in document_pages(doc, d, max_bytes):
+            if isinstance(page, ImageError):
+                sources.append(None)
+                sizes.append(page.at(index=len(sizes)))
+            else:
+                sources.append(page)
+                sizes.append(page.hw)
 
 
 def _video_list(videos: Any) -> list:

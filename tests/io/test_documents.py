@@ -1,0 +1,244 @@
+"""PDF documents as image items (issue 31): ``vlmprep.Document``, ``proc.plan(documents=)`` from
+the page tree only, ``proc(documents=)`` bit-exact with pypdfium2's own render fed as an array,
+and bad / hostile PDFs as per-item ImageErrors naming the page.
+
+PDFs are made here with pypdfium2's own API (pages with a random image drawn on them), and the
+encrypted one by hand (the Standard security handler, revision 2: pdfium writes no encryption).
+Without pypdfium2 everything skips except the check that a document then names the extra.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import sys
+
+import numpy as np
+import pytest
+
+import vlmprep
+from vlmprep import Document, ImageError
+from vlmprep.io.document import DEFAULT_DPI, page_hw
+
+try:
+    import pypdfium2 as pdfium
+except ImportError:  # the optional extra vlmprep[pdf]
+    pdfium = None
+
+needs_pdfium = pytest.mark.skipif(pdfium is None, reason="needs pypdfium2 (pip install 'vlmprep[pdf]')")
+FAMILIES = ["qwen2-vl", "internvl"]  # one patch family, one tiled family
+
+
+def _pdf(sizes_pt, rotate=None, seed=0) -> bytes:
+    """A PDF with one page per ``(width, height)`` in points, each with a random RGB image drawn
+    over part of it (so that resampling has edges to get wrong); ``rotate``: {page: degrees}."""
+    import PIL.Image
+    rng = np.random.default_rng(seed)
+    doc = pdfium.PdfDocument.new()
+    for k, (w, h) in enumerate(sizes_pt):
+        page = doc.new_page(w, h)
+        img = pdfium.PdfImage.new(doc)
+        arr = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+        img.set_bitmap(pdfium.PdfBitmap.from_pil(PIL.Image.fromarray(arr)))
+        img.set_matrix(pdfium.PdfMatrix().scale(w * 0.6, h * 0.5).translate(w * 0.1, h * 0.2))
+        page.insert_obj(img)
+        page.gen_content()
+        if rotate and k in rotate:
+            page.set_rotation(rotate[k])
+    buf = io.BytesIO()
+    doc.save(buf)
+    return buf.getvalue()
+
+
+def _rc4(key: bytes, data: bytes) -> bytes:
+    s, j = list(range(256)), 0
+    for i in range(256):
+        j = (j + s[i] + key[i % len(key)]) % 256
+        s[i], s[j] = s[j], s[i]
+    out, i, j = bytearray(), 0, 0
+    for byte in data:
+        i = (i + 1) % 256
+        j = (j + s[i]) % 256
+        s[i], s[j] = s[j], s[i]
+        out.append(byte ^ s[(s[i] + s[j]) % 256])
+    return bytes(out)
+
+
+_PAD = bytes.fromhex("28BF4E5E4E758A4164004E56FFFA01082E2E00B6D0683E802F0CA9FE6453697A")
+
+
+def _encrypted_pdf(user: bytes, owner: bytes = b"owner") -> bytes:
+    """A one-page PDF (612 x 792 pt, no content: nothing to encrypt) under the Standard security
+    handler R2 / RC4-40 with user password ``user`` (PDF 1.7 section 7.6.3, algorithms 2-4)."""
+    fid = b"0123456789abcdef"
+    o = _rc4(hashlib.md5((owner + _PAD)[:32]).digest()[:5], (user + _PAD)[:32])
+    p = (-4).to_bytes(4, "little", signed=True)
+    key = hashlib.md5((user + _PAD)[:32] + o + p + fid).digest()[:5]
+    u = _rc4(key, _PAD)
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
+            b"<< /Filter /Standard /V 1 /R 2 /O <" + o.hex().encode() + b"> /U <" + u.hex().encode()
+            + b"> /P -4 >>"]
+    out, offs = bytearray(b"%PDF-1.4\n"), []
+    for n, body in enumerate(objs, 1):
+        offs.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % x for x in offs)
+    out += (b"trailer\n<< /Size %d /Root 1 0 R /Encrypt 4 0 R /ID [<%s> <%s>] >>\nstartxref\n%d\n%%%%EOF\n"
+            % (len(objs) + 1, fid.hex().encode(), fid.hex().encode(), xref))
+    return bytes(out)
+
+
+def _render(data: bytes, page: int, dpi: float = DEFAULT_DPI) -> np.ndarray:
+    """pypdfium2's own pixels of one page, RGB (the oracle)."""
+    doc = pdfium.PdfDocument(data)
+    return np.ascontiguousarray(doc[page].render(scale=dpi / 72, rev_byteorder=True).to_numpy())
+
+
+@pytest.fixture(scope="module")
+def pdf3() -> bytes:
+    return _pdf([(200.3, 150.7), (150, 260), (300, 120)], rotate={2: 90})
+
+
+def _no_render(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a page was rasterized")
+    monkeypatch.setattr(pdfium.PdfPage, "render", boom)
+
+
+# -- plan: header only ------------------------------------------------------------------------
+@needs_pdfium
+@pytest.mark.parametrize("family", FAMILIES)
+def test_plan_reads_page_sizes_without_rendering(family, pdf3, monkeypatch):
+    proc = vlmprep.Processor(family, backend="reference")
+    _no_render(monkeypatch)
+    doc = Document(pdf3, pages=[2, 0], dpi=100)
+    plan = proc.plan(documents=[doc])
+    # page 2 is 300 x 120 pt turned by /Rotate 90: 120 wide, 300 high
+    want = [page_hw(120, 300, 100 / 72), page_hw(200.3, 150.7, 100 / 72)]
+    assert [p.source_hw for p in plan.images] == want == [(417, 167), (210, 279)]
+    same = proc.plan([np.zeros((*hw, 3), np.uint8) for hw in want])
+    for a, b in zip(plan.images, same.images, strict=True):
+        assert (a.resized_hw, a.grid_thw, a.num_tokens, a.tiles) == \
+            (b.resized_hw, b.grid_thw, b.num_tokens, b.tiles)
+    assert plan.num_tokens == same.num_tokens
+
+
+# -- exactness --------------------------------------------------------------------------------
+@needs_pdfium
+def test_render_page_is_pypdfium2_bit_for_bit(pdf3):
+    from vlmprep.io.document import document_pages, render_page
+    for dpi in (None, 97.3):
+        doc = Document(pdf3, dpi=dpi)
+        for p, src in enumerate(document_pages(doc, 0)):
+            got = render_page(src)
+            want = _render(pdf3, p, dpi or DEFAULT_DPI)
+            assert got.dtype == np.uint8 and got.flags.c_contiguous and got.shape == (*src.hw, 3)
+            np.testing.assert_array_equal(got, want)
+
+
+@needs_pdfium
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_equals_images_of_the_rendered_pages(family, pdf3):
+    """Images first, then each document's pages in its pages= order: the batch equals proc() on
+    the same arrays, bit for bit, with one cu_seqlens segment (or tile group) per page."""
+    proc = vlmprep.Processor(family, backend="reference")
+    photo = np.random.default_rng(1).integers(0, 256, (64, 80, 3), dtype=np.uint8)
+    docs = [Document(pdf3, pages=[1, 2]), Document(pdf3, pages=[0], dpi=60)]
+    got = proc(images=[photo], documents=docs)
+    want = proc([photo, _render(pdf3, 1), _render(pdf3, 2), _render(pdf3, 0, 60)])
+    assert got.pixel_values.dtype == want.pixel_values.dtype
+    assert np.array_equal(got.pixel_values.numpy(), want.pixel_values.numpy())
+    assert got.cu_seqlens.tolist() == want.cu_seqlens.tolist()
+    assert got.grid_thw.tolist() == want.grid_thw.tolist()
+    assert got.image_index.tolist() == want.image_index.tolist()
+    assert got.num_tokens == want.num_tokens and len(got.num_tokens) == 4
+    assert proc.plan(images=[photo], documents=docs).num_tokens == got.num_tokens
+
+
+# -- bad and hostile PDFs: per-item errors naming the page ------------------------------------
+def _skip_errors(proc, docs, images=None):
+    batch = proc(images=images, documents=docs)
+    return batch, {k: str(e) for k, e in batch.errors.items()}
+
+
+@needs_pdfium
+def test_bad_documents_are_item_errors(pdf3, tmp_path):
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
+    path = tmp_path / "three.pdf"
+    path.write_bytes(pdf3)
+    docs = [b"GIF89a not a pdf at all",                       # 0: not a PDF
+            pdf3[: len(pdf3) // 3],                           # 1: truncated
+            Document(str(path), pages=[0, 5]),                # 2: page 5 out of range
+            Document(pdf3, max_pages=2),                      # 3: 3 pages, max 2: refused
+            Document(tmp_path / "missing.pdf"),               # 4: no such file
+            Document(pdf3, pages=range(10**12))]              # 5: refused by max_pages, not walked
+    batch, errs = _skip_errors(proc, docs)
+    assert len(batch.num_tokens) == 7 and batch.num_tokens[2] > 0  # document 2 page 0 ran
+    assert "document 0" in errs[0] and "%PDF-" in errs[0]
+    assert "document 1" in errs[1] and "damaged or truncated" in errs[1]
+    assert "document 2 page 5" in errs[3] and "0..2" in errs[3]
+    assert "document 3" in errs[4] and "at most 2 pages" in errs[4] and "pages=range(2)" in errs[4]
+    assert "document 4" in errs[5]
+    assert "document 5" in errs[6] and "at most 1,000 pages" in errs[6]
+    assert sorted(errs) == [0, 1, 3, 4, 5, 6]
+
+
+@needs_pdfium
+def test_encrypted_pdf_needs_its_password():
+    data = _encrypted_pdf(b"secret")
+    proc = vlmprep.Processor("qwen2-vl", backend="reference")
+    with pytest.raises(ImageError, match="document 0.*encrypted PDF and no password.*password="):
+        proc.plan(documents=[Document(data)])
+    with pytest.raises(ImageError, match="document 0.*wrong password"):
+        proc.plan(documents=[Document(data, password="nope")])
+    batch = proc(documents=[Document(data, password="secret", dpi=36)])
+    assert batch.image_plans[0].source_hw == (396, 306)  # 792 x 612 pt at half a pixel per point
+
+
+@needs_pdfium
+def test_page_over_max_source_pixels_refused_before_rendering(monkeypatch):
+    data = _pdf([(100, 100), (5000, 5000)])  # 5000 pt at 144 dpi: 10000 x 10000 = 100 MP
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip", max_source_pixels=50_000_000)
+    _no_render(monkeypatch)
+    plan = proc.plan(documents=[Document(data)])
+    err = plan.images[1].error
+    assert err is not None and "document 0 page 1" in str(err) and "max_source_pixels" in str(err)
+    assert plan.images[0].error is None
+    strict = vlmprep.Processor("qwen2-vl", backend="reference", max_source_pixels=50_000_000)
+    with pytest.raises(ImageError, match="image 1 document 0 page 1"):
+        strict(documents=[Document(data)])  # raises from the plan: the render would assert
+
+
+@needs_pdfium
+def test_render_failure_is_the_page_error(pdf3, monkeypatch):
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
+
+    def broken(self, *a, **k):
+        raise pdfium.PdfiumError("render failed")
+    monkeypatch.setattr(pdfium.PdfPage, "render", broken)
+    batch = proc(documents=[Document(pdf3, pages=[0, 1], dpi=30)])
+    assert sorted(batch.errors) == [0, 1]
+    assert "document 0 page 1" in str(batch.errors[1]) and "render" in str(batch.errors[1])
+
+
+def test_document_options_are_checked():
+    for bad in (dict(dpi=0), dict(dpi=float("nan")), dict(dpi=True), dict(max_pages=0),
+                dict(pages=[-1]), dict(pages="1-3"), dict(pages=[1.0]), dict(pages=range(5, -2, -1)),
+                dict(password=3)):
+        with pytest.raises(ImageError, match=r"Document\(.*expected"):
+            Document(b"%PDF-", **bad)
+    Document(b"%PDF-", pages=range(10**12))  # checked from its ends, not walked
+    with pytest.raises(TypeError, match="documents=\\[doc\\]"):
+        vlmprep.Processor("qwen2-vl", backend="reference").plan(documents=Document(b"%PDF-"))
+
+
+def test_without_pypdfium2_a_document_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pypdfium2", None)  # import pypdfium2 -> ImportError
+    proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
+    plan = proc.plan(documents=[Document(b"%PDF-1.4 whatever")])
+    err = plan.images[0].error
+    assert err is not None and "vlmprep[pdf]" in str(err) and "document 0" in str(err)
+    assert "expected" in str(err) and "got" in str(err)

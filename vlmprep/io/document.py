@@ -1,0 +1,235 @@
+"""PDF documents as image items (issue 31): ``Document`` (public as ``vlmprep.Document``),
+``document_pages`` (each selected page's size from the PDF's page tree: no page rasterized) and
+``render_page`` (one page -> ``(H, W, 3)`` uint8 RGB, pypdfium2's own pixels).
+
+Rendering needs the optional extra ``vlmprep[pdf]`` (pypdfium2, imported on first use so that
+``import vlmprep`` stays light); without it every document is an ImageError naming the extra.
+
+Every per-document or per-page cause (not a PDF, damaged, encrypted, a page too large, a page
+out of range, too many pages) is an ImageError for that item, never an exception of the batch.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ImageError, describe_source
+from ..ops import DEFAULT_MAX_SOURCE_BYTES
+from .files import read_image_file, too_big
+from .inputs import Source
+
+__all__ = ["Document", "DEFAULT_DPI", "DEFAULT_MAX_PAGES", "PDF_EXTRA", "document_pages",
+           "render_page", "page_hw"]
+
+#: Render resolution when ``Document(dpi=None)``: 144 dpi, pdfium's scale 2 (1 PDF point = 2 px).
+#: 10-pt body text is then ~20 px high, legible at the 14-16 px patches of the ViTs covered; a
+#: US Letter page is 1224x1584 (1.9 MP), under the default pixel budget of most families, so
+#: the family's own resize decides the final size; pdf2image's 200 dpi costs 1.9x the pixels to
+#: render for pages most families then shrink anyway. Pass dpi= for small print (200-300).
+DEFAULT_DPI = 144.0
+#: Most pages one document may select when ``max_pages=None``: a hostile page tree can declare
+#: millions; 1000 pages at Qwen2-VL's ~2.5k tokens a page is already 2.5M tokens.
+DEFAULT_MAX_PAGES = 1000
+#: The pip extra that brings the renderer.
+PDF_EXTRA = "vlmprep[pdf]"
+_MAX_DPI = 2400.0  # beyond any scanner; a typo (dpi=14400) is refused, not rendered
+_MAGIC = b"%PDF-"
+_MAGIC_WINDOW = 1024  # PDF readers accept junk before the header within the first 1 KiB
+# PDFium is not thread-safe (pypdfium2's docs): one lock around every call into it.
+_PDFIUM_LOCK = threading.RLock()
+
+
+@dataclass(frozen=True)
+class Document:
+    """One PDF and which of its pages become image items (public as ``vlmprep.Document``).
+
+    ``source``: a path (str / PathLike) or the bytes of a PDF. ``pages``: 0-based page indices
+    (a list, tuple or range of ints, in the order they become items; repeats allowed), None:
+    every page. ``dpi``: render resolution (pdfium's ``scale = dpi / 72``), None:
+    ``DEFAULT_DPI`` (144). ``max_pages``: the most pages the document may select, None:
+    ``DEFAULT_MAX_PAGES``; more is refused (one ImageError for the document saying how many it
+    has and how to select some), never cut silently. ``password``: for an encrypted PDF.
+    Invalid options are an ImageError (expected / got / fix).
+    """
+
+    source: Any
+    pages: Any = None
+    dpi: float | None = None
+    max_pages: int | None = None
+    password: str | None = None
+
+    def __post_init__(self) -> None:
+        d = self.dpi
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))
+                              or not math.isfinite(d) or not 0 < d <= _MAX_DPI):
+            raise ImageError(f"Document(dpi=...): expected a number in (0, {_MAX_DPI:g}] or None, "
+                             f"got {d!r}; pass e.g. dpi=144 (None: {DEFAULT_DPI:g})")
+        n = self.max_pages
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ImageError(f"Document(max_pages=...): expected an int >= 1 or None, got {n!r}; "
+                             f"pass e.g. max_pages=50")
+        if self.password is not None and not isinstance(self.password, str):
+            raise ImageError(f"Document(password=...): expected a str or None, got "
+                             f"{type(self.password).__name__}")
+        if not _pages_ok(self.pages):
+            raise ImageError(f"Document(pages=...): expected None (every page) or a list / range "
+                             f"of 0-based page indices (ints >= 0), got {self.pages!r}; pass e.g. "
+                             f"pages=[0, 2] or pages=range(10)")
+
+    @property
+    def scale(self) -> float:
+        """Pixels per PDF point: ``dpi / 72`` (pypdfium2's ``render(scale=...)``)."""
+        return (self.dpi if self.dpi is not None else DEFAULT_DPI) / 72.0
+
+
+def _pages_ok(p: Any) -> bool:
+    if p is None:
+        return True
+    if isinstance(p, range):  # its ends only: range(10**9) is checked without walking it
+        return len(p) == 0 or min(p[0], p[-1]) >= 0
+    return isinstance(p, (list, tuple)) and all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in p)
+
+
+@dataclass(frozen=True)
+class _Page:
+    """What ``render_page`` needs: the open document (shared by its pages) and one page."""
+
+    pdf: Any
+    page: int
+    scale: float
+
+
+def page_hw(width_pt: float, height_pt: float, scale: float) -> tuple[int, int]:
+    """``(H, W)`` pixels of a page of ``width_pt x height_pt`` points rendered at ``scale``:
+    pypdfium2's own ``ceil(size * scale)`` (``PdfPage.render``), so the plan equals the render.
+
+    Given a US Letter page (612 x 792 pt) at scale 2 -> (1584, 1224)."""
+    return math.ceil(height_pt * scale), math.ceil(width_pt * scale)
+
+
+def _pdfium() -> Any:
+    try:
+        import pypdfium2  # deferred: optional extra, and a native library to load
+    except ImportError as e:
+        raise ImageError(f"expected the PDF renderer pypdfium2 to read a Document, got it not "
+                         f"installed ({e}); pip install '{PDF_EXTRA}' (or pip install "
+                         f"pypdfium2)") from e
+    return pypdfium2
+
+
+def _read(source: Any, max_bytes: int) -> bytes:
+    """The PDF's bytes, through the same checks as an image path (regular file, size bound)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        if len(data) > max_bytes:
+            raise too_big(len(data), max_bytes, "(a PDF)")
+    elif isinstance(source, (str, os.PathLike)):
+        data = read_image_file(source, max_bytes)
+    else:
+        raise ImageError(f"expected a PDF as a path or bytes, got {type(source).__name__}; pass "
+                         f"Document('file.pdf') or Document(pdf_bytes)")
+    if _MAGIC not in data[:_MAGIC_WINDOW]:
+        head = data[:8]
+        raise ImageError(f"expected a PDF (a file starting with %PDF-), got {len(data):,} bytes "
+                         f"starting {head!r}; pass a PDF, or pass an image through images=")
+    return data
+
+
+def _open(doc: Document, max_bytes: int) -> Any:
+    """The parsed PDF (its cross-reference table and trailer: no page content read)."""
+    pdfium = _pdfium()
+    data = _read(doc.source, max_bytes)
+    try:
+        with _PDFIUM_LOCK:
+            return pdfium.PdfDocument(data, password=doc.password)
+    except pdfium.PdfiumError as e:
+        raise _load_error(e, doc.password is not None) from e
+
+
+def _load_error(e: Any, has_password: bool) -> ImageError:
+    import pypdfium2.raw as c
+    code = getattr(e, "err_code", None)
+    if code == c.FPDF_ERR_PASSWORD:
+        got = "the wrong password" if has_password else "an encrypted PDF and no password"
+        return ImageError(f"expected a PDF it can open, got {got}; pass "
+                          f"Document(..., password='...') with the document's password")
+    if code == c.FPDF_ERR_SECURITY:
+        return ImageError("expected a PDF it can open, got an unsupported security handler; "
+                          "decrypt it first (e.g. qpdf --decrypt)")
+    return ImageError(f"expected a readable PDF, got one PDFium cannot load ({e}); the file is "
+                      f"damaged or truncated: repair it (e.g. qpdf) or re-export it")
+
+
+def _selected(doc: Document, count: int) -> list[int]:
+    """The page indices the document selects (out-of-range ones too: each fails as its item)."""
+    selected = range(count) if doc.pages is None else doc.pages
+    limit = doc.max_pages if doc.max_pages is not None else DEFAULT_MAX_PAGES
+    if len(selected) > limit:  # refused, not cut: which pages to drop is the caller's choice
+        raise ImageError(f"expected at most {limit:,} pages per document (max_pages), got "
+                         f"{len(selected):,} selected of {count:,}; select some with "
+                         f"Document(..., pages=range({min(limit, count)})) or raise max_pages=")
+    return list(selected)
+
+
+def document_pages(doc: Document, d: int, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+                   ) -> list[Source | ImageError]:
+    """Document ``d`` of a call -> one entry per selected page, in its ``pages`` order: a
+    ``Source`` of kind ``"page"`` with ``hw`` the page's size at the dpi (from the page tree's
+    MediaBox/CropBox and /Rotate: no page parsed or rasterized), or the ImageError of that page.
+    A cause of the whole document (not a PDF, damaged, encrypted, too many pages, no pypdfium2)
+    is one ImageError entry. Errors name the page as ``document d page p`` (0-based)."""
+    src = describe_source(doc.source)
+    try:
+        pdf = _open(doc, max_bytes)
+        with _PDFIUM_LOCK:
+            count = len(pdf)
+        pages = _selected(doc, count)
+    except ImageError as e:
+        return [e.at(source=f"document {d} ({src})")]
+    return [_page_source(pdf, doc.scale, p, count, f"document {d} page {p} ({src})")
+            for p in pages]
+
+
+def _page_source(pdf: Any, scale: float, p: int, count: int, desc: str) -> Source | ImageError:
+    if p >= count:
+        return ImageError(f"expected a page index in 0..{count - 1} (0-based), got page {p} of a "
+                          f"{count}-page document; fix Document(pages=...)", source=desc)
+    try:
+        with _PDFIUM_LOCK:
+            w, h = pdf.get_page_size(p)
+    except Exception as e:  # noqa: BLE001 (a damaged page tree: this page's item fails, not the batch)
+        return ImageError(f"expected a page with a readable size, got {type(e).__name__} ({e}); "
+                          f"repair the PDF", source=desc)
+    if not (math.isfinite(w) and math.isfinite(h)) or w <= 0 or h <= 0:
+        return ImageError(f"expected a page of positive size, got {w!r} x {h!r} points; repair "
+                          f"the PDF", source=desc)
+    # page sizes beyond max_source_pixels are refused by the plan from this hw, before any render
+    return Source("page", _Page(pdf, p, scale), page_hw(w, h, scale), None, desc)
+
+
+def render_page(src: Source) -> Any:
+    """A ``"page"`` Source -> ``(H, W, 3)`` uint8 RGB numpy array, C-contiguous: pypdfium2's
+    ``page.render(scale=dpi/72, rev_byteorder=True).to_numpy()`` (white background, annotations
+    drawn), copied out of the bitmap. ImageError when PDFium fails, or when the rendered size
+    is not the planned ``hw`` (the plan must equal the pixels)."""
+    import numpy as np
+    ref: _Page = src.item
+    try:
+        with _PDFIUM_LOCK:
+            page = ref.pdf[ref.page]
+            try:
+                bitmap = page.render(scale=ref.scale, rev_byteorder=True)
+                out = np.ascontiguousarray(bitmap.to_numpy()[..., :3])
+            finally:
+                page.close()
+    except Exception as e:  # noqa: BLE001 (PDFium on a damaged page: this item fails)
+        raise ImageError(f"expected a page PDFium can render, got {type(e).__name__} ({e}); "
+                         f"repair the PDF or leave the page out with pages=") from e
+    if out.shape[:2] != tuple(src.hw):
+        raise ImageError(f"expected the page rendered at the planned {src.hw[0]}x{src.hw[1]} "
+                         f"(HxW), got {out.shape[0]}x{out.shape[1]}; report this PDF")
+    return out
