@@ -241,7 +241,8 @@ def test_dali_within_its_bound():
 
 def test_plan_errors_and_adapter_facts():
     """An aspect ratio transformers refuses is a per-image error; the prompt tokens the adapters
-    read; vLLM / SGLang embeddings refused (not checked against the engines here)."""
+    read; vLLM / SGLang embeddings refused (vLLM 0.33 cannot parse GLM image embeddings: the
+    preset says why)."""
     from vlmprep.adapters import transformers as tfa
     from vlmprep.adapters import vllm
     proc = vlmprep.Processor("glm4v", backend="reference", errors="skip")

@@ -24,7 +24,9 @@ PRESETS = {"qwen2-vl": "qwen2-vl", "llava-next": "llava-next", "internvl": "inte
            # Qwen2.5-VL's preprocessor_config.json is Qwen2-VL's; SmolVLM's is a packaged
            # checkpoint config of the idefics3 pipeline (SmolVLMImageProcessor)
            "qwen2.5-vl": "qwen2-vl", "qwen3-vl": "qwen3-vl", "llava-1.5": "llava-1.5",
-           "llava-onevision": "llava-onevision", "smolvlm": "smolvlm", "glm4v": "glm4v"}
+           "llava-onevision": "llava-onevision", "smolvlm": "smolvlm", "glm4v": "glm4v",
+           "lfm2-vl": "lfm2-vl", "llama4": "llama4",
+           "minicpm-v": "minicpm-v"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,10 @@ def _text(tok, model_type: str, **extra) -> dict:
 
 def _image_processor(family: str, **fields):
     from tests.hfref import hf_processor
-    base = hf_processor(PRESETS[family], "pil")
+    try:
+        base = hf_processor(PRESETS[family], "pil")
+    except AttributeError:  # no Pillow backend in transformers (LFM2-VL): its torchvision one
+        base = hf_processor(PRESETS[family], "torchvision")
     return type(base)(**{**base.to_dict(), **fields}) if fields else base
 
 
@@ -303,10 +308,68 @@ def _glm4v():
     return proc, cfg, "<|begin_of_image|><|image|><|end_of_image|>", i("<|image|>")
 
 
+def _lfm2_vl():
+    import transformers as T
+    special = (["<image>", "<|image_start|>", "<|image_end|>", "<|img_thumbnail|>"]
+               + [f"<|img_row_{i}_col_{j}|>" for i in range(1, 11) for j in range(1, 11)])
+    tok = _tokenizer(special, bos_eos=("<|startoftext|>", "<|im_end|>"))
+    # LFM2-VL-1.6B: SigLIP2 NaFlex, patch 16, 512 tiles, downsample 2
+    proc = T.Lfm2VlProcessor(image_processor=_image_processor("lfm2-vl"), tokenizer=tok)
+    cfg = T.Lfm2VlConfig(
+        text_config=_text(tok, "lfm2", full_attn_idxs=[0]),
+        vision_config=dict(model_type="siglip2_vision_model", hidden_size=32, intermediate_size=64,
+                           num_hidden_layers=1, num_attention_heads=2, patch_size=16, num_patches=256),
+        image_token_id=tok.convert_tokens_to_ids("<image>"), projector_hidden_size=32, downsample_factor=2)
+    cfg.architectures = ["Lfm2VlForConditionalGeneration"]
+    return proc, cfg, "<image>", tok.convert_tokens_to_ids("<image>")
+
+
+def _llama4():
+    import transformers as T
+    marks = ["<|image|>", "<|image_start|>", "<|image_end|>", "<|patch|>", "<|tile_x_separator|>",
+             "<|tile_y_separator|>"]
+    tok = _tokenizer(marks, bos_eos=("<|begin_of_text|>", "<|eot|>"))
+    # Llama 4 Scout / Maverick: 336 tiles, patch 14, pixel shuffle 0.5 (144 tokens per tile)
+    proc = T.Llama4Processor(image_processor=_image_processor("llama4"), tokenizer=tok, patch_size=14,
+                             pixel_shuffle_ratio=0.5)
+    i = tok.convert_tokens_to_ids
+    cfg = T.Llama4Config(
+        text_config=_text(tok, "llama4_text", head_dim=16, intermediate_size_mlp=64, num_local_experts=1,
+                          moe_layers=[], no_rope_layers=[1], attention_chunk_size=8192),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=336, patch_size=14, pixel_shuffle_ratio=0.5, vision_output_dim=32,
+                           projector_input_dim=32, projector_output_dim=32),
+        boi_token_index=i("<|image_start|>"), eoi_token_index=i("<|image_end|>"),
+        image_token_index=i("<|patch|>"))
+    cfg.architectures = ["Llama4ForConditionalGeneration"]
+    return proc, cfg, "<|image|>", i("<|patch|>")
+
+
+def _minicpm_v():
+    import transformers as T
+    from transformers.models.minicpmv4_6.video_processing_minicpmv4_6 import MiniCPMV4_6VideoProcessor
+    names = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "image_start_token": "<image>",
+             "image_end_token": "</image>", "slice_start_token": "<slice>", "slice_end_token": "</slice>",
+             "image_id_start_token": "<image_id>", "image_id_end_token": "</image_id>"}
+    tok = _tokenizer(extra_special_tokens=names, bos_eos=("<|endoftext|>", "<|im_end|>"))
+    proc = T.MiniCPMV4_6Processor(image_processor=_image_processor("minicpm-v"), tokenizer=tok,
+                                  video_processor=MiniCPMV4_6VideoProcessor())
+    i = tok.convert_tokens_to_ids
+    cfg = T.MiniCPMV4_6Config(
+        text_config=_text(tok, "qwen3_5_text", head_dim=16, layer_types=["full_attention"]),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=980, patch_size=14, insert_layer_id=0),
+        image_token_id=i("<|image_pad|>"), video_token_id=i("<|video_pad|>"), insert_layer_id=0)
+    cfg.architectures = ["MiniCPMV4_6ForConditionalGeneration"]
+    return proc, cfg, "<|image_pad|>", i("<|image_pad|>")
+
+
 BUILDERS = {"qwen2-vl": _qwen2_vl, "llava-next": _llava_next, "internvl": _internvl,
             "idefics3": _idefics3, "pixtral": _pixtral, "gemma3": _gemma3,
             "qwen2.5-vl": _qwen2_5_vl, "qwen3-vl": _qwen3_vl, "llava-1.5": _llava_1_5,
-            "llava-onevision": _llava_onevision, "smolvlm": _smolvlm, "glm4v": _glm4v}
+            "llava-onevision": _llava_onevision, "smolvlm": _smolvlm, "glm4v": _glm4v,
+            "lfm2-vl": _lfm2_vl, "llama4": _llama4,
+            "minicpm-v": _minicpm_v}
 
 
 def build(family: str, root: Path) -> Checkpoint:

@@ -26,7 +26,8 @@ from vlmprep.integrations import vllm_plugin as plugin  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 #: the engine suite's families and the ones only the plugin is checked on (SmolVLM: vLLM's
 #: Idefics3 processor, SmolVLMImageProcessor; transformers' SmolVLMProcessor needs num2words)
-PLUGIN_FAMILIES = FAMILIES + ["qwen2.5-vl", "qwen3-vl", "llava-1.5", "llava-onevision", "smolvlm", "glm4v"]
+PLUGIN_FAMILIES = FAMILIES + ["qwen2.5-vl", "qwen3-vl", "llava-1.5", "llava-onevision", "smolvlm", "glm4v",
+                                "lfm2-vl", "llama4", "minicpm-v"]
 
 
 def _loads(family: str) -> bool:
@@ -135,6 +136,31 @@ def test_outputs_equal_vllms_own_path(switched_on, tmp_path, family):
         _same(got, want, f"{family} {names}")
 
 
+@pytest.mark.parametrize("family", ["lfm2-vl", "llama4", "minicpm-v"])
+def test_split_images_equal_vllms_own_path(switched_on, tmp_path, family):
+    """Images large enough to be split into tiles (the photos above are not, for LFM2-VL: its
+    image_rows / image_cols / image_sizes for the prompt come from vlmprep's plans), next to one
+    that is not: equal vLLM's own path."""
+    from PIL import Image
+    from vllm.multimodal.processing.context import TimingContext
+    from vllm.multimodal.processing.inputs import ProcessorInputs
+    a, c = _pil(["astronaut", "coffee"])
+    images = [a.resize((1500, 1000)), c.resize((700, 2000)), Image.fromarray(photo("chelsea"))]
+    eng = Engine(family, tmp_path)
+
+    def run():
+        items = eng.processor.info.parse_mm_data({"image": images})
+        return eng.processor.apply(ProcessorInputs(eng.ck.ids(eng.prompt(len(images))), items), TimingContext())
+
+    switched_on.delenv(plugin.ENV)
+    want = run()
+    switched_on.setenv(plugin.ENV, "1")
+    before = dict(plugin.STATS)
+    got = run()
+    assert plugin.STATS["vlmprep"] > before["vlmprep"] and plugin.STATS["fallback"] == before["fallback"]
+    _same(got, want, f"{family} split")
+
+
 def test_qwen_float_pixels_when_device_normalize_is_off(switched_on, tmp_path):
     """vLLM 0.33 normalizes Qwen's pixels on the device by default (uint8 from the processor);
     with mm_device_do_normalize=False the processor gives normalized floats: both exact."""
@@ -231,7 +257,8 @@ def _fetch_apply(eng: Engine, uris: list[str]) -> tuple[dict, list]:
     return eng.processor.apply(ProcessorInputs(eng.ck.ids(eng.prompt(len(uris))), items), TimingContext()), images
 
 
-@pytest.mark.parametrize("family", ["qwen2-vl", "gemma3", "llava-next", "glm4v"])
+@pytest.mark.parametrize("family", ["qwen2-vl", "gemma3", "llava-next", "glm4v", "lfm2-vl", "llama4",
+                                    "minicpm-v"])
 def test_request_jpegs_reach_vlmprep_as_bytes_and_equal_vllms_path(switched_on, tmp_path, family):
     """One request mixing plain JPEGs (left undecoded by vLLM's loader, decoded by vlmprep from
     their bytes), a PNG, a grey JPEG and an EXIF-rotated JPEG (these three decoded by vLLM as
@@ -246,7 +273,7 @@ def test_request_jpegs_reach_vlmprep_as_bytes_and_equal_vllms_path(switched_on, 
     switched_on.setenv(plugin.ENV, "1")
     before = dict(plugin.STATS)
     got, images = _fetch_apply(eng, uris)
-    deferred = type(eng.processor).__name__ in plugin.DEFER_DECODE  # Gemma 3: vLLM decodes (see DEFER_DECODE)
+    deferred = type(eng.processor).__name__ in plugin.DEFER_DECODE  # Gemma 3, LFM2-VL, Llama 4, MiniCPM-V: vLLM decodes
     assert plugin.STATS["jpeg_bytes"] - before["jpeg_bytes"] == (2 if deferred else 0), plugin.STATS
     assert plugin.STATS["fallback"] == before["fallback"]
     undecoded = [m.media._im is None for m in images]  # never decoded by Pillow

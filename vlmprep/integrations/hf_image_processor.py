@@ -25,8 +25,8 @@ PIXELS_ENV = "VLMPREP_VLLM_PIXELS"
 DEVICE_ENV = "VLMPREP_VLLM_DEVICE"
 
 #: transformers image processor class -> keywords its processors pass that vlmprep's form answers
-#: beyond the config's own values (Idefics3's and SmolVLM's processors ask for each image's tile
-#: grid). Qwen2VLImageProcessor is Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's (patch 16).
+#: beyond the config's own values (Idefics3's, SmolVLM's and LFM2-VL's processors ask for each
+#: image's tile grid). Qwen2VLImageProcessor is Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's (patch 16).
 SUPPORTED: dict[str, frozenset[str]] = {
     "Qwen2VLImageProcessor": frozenset(),
     "CLIPImageProcessor": frozenset(),
@@ -38,6 +38,9 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "PixtralImageProcessor": frozenset(),
     "Gemma3ImageProcessor": frozenset(),
     "Glm4vImageProcessor": frozenset(),
+    "Lfm2VlImageProcessor": frozenset({"return_row_col_info"}),
+    "Llama4ImageProcessor": frozenset(),
+    "MiniCPMV4_6ImageProcessor": frozenset(),
 }
 
 #: calls answered by vlmprep / passed to the image processor itself, and images vlmprep decoded
@@ -86,10 +89,13 @@ def _call(self: Any, images: Any = None, *args: Any, **kwargs: Any) -> Any:
         _count("fallback")
         return real(images, *args, **kwargs)
     batch = _run(proc, flat)
+    grid = _ROW_COL[type(self).__name__](batch, per_sample) if kwargs.get("return_row_col_info") else {}
+    if grid is None:  # a grid vlmprep's plan does not give: the image processor answers
+        _count("fallback")
+        return real(images, *args, **kwargs)
     # on the host, as the image processor returns them (a no-op on the CPU)
     out = batch.to_hf(images_per_sample=per_sample, device="cpu")
-    if kwargs.get("return_row_col_info"):
-        out["rows"], out["cols"] = _rows_cols(batch, per_sample)
+    out.update(grid)
     _count("vlmprep")
     return out
 
@@ -201,6 +207,12 @@ def _processor(ip: Any, dtype: str) -> Any:
     return cache[dtype, match, dev]
 
 
+def _idefics3_rows_cols(batch: Any, per_sample: list[int] | None) -> dict:
+    """Idefics3's / SmolVLM's ``return_row_col_info`` keys: ``rows`` / ``cols`` per sample."""
+    rows, cols = _rows_cols(batch, per_sample)
+    return {"rows": rows, "cols": cols}
+
+
 def _rows_cols(batch: Any, per_sample: list[int] | None) -> tuple[list, list]:
     """Idefics3's ``rows`` / ``cols`` per sample per image: the split grid, (0, 0) for an image
     not split (its one tile is the global image, the last tile of every image)."""
@@ -215,3 +227,30 @@ def _rows_cols(batch: Any, per_sample: list[int] | None) -> tuple[list, list]:
         cols.append([g[1] for g in grids[k:k + n]])
         k += n
     return rows, cols
+
+
+def _lfm2_grid(batch: Any, per_sample: list[int] | None = None) -> dict | None:
+    """LFM2-VL's ``image_rows`` / ``image_cols`` / ``image_sizes`` (flat over the images, tensors
+    as its image processor returns them): the split grid (1 x 1 for an image not split) and the
+    size of the image's last canvas (its thumbnail, or the one resized image). None for a split
+    image without a thumbnail (its thumbnail size is not planned: the image processor answers)."""
+    import torch  # deferred: only when vLLM calls
+    rows, cols, sizes = [], [], []
+    for p in batch.image_plans:
+        last = p.tile_canvas[-1]
+        split = [t for t, c in zip(p.tiles, p.tile_canvas) if c != last]
+        if not split and len(p.tiles) > 1:
+            return None
+        rows.append(len({t[0] for t in split}) if split else 1)
+        cols.append(len({t[1] for t in split}) if split else 1)
+        sizes.append(list(p.canvases[last].resize_hw))
+    return {"image_rows": torch.tensor(rows), "image_cols": torch.tensor(cols),
+            "image_sizes": torch.tensor(sizes)}
+
+
+#: image processor class -> its answer to ``return_row_col_info`` (the keys it adds; None: the
+#: image processor answers), for the classes whose ``SUPPORTED`` keywords name it
+_ROW_COL: dict[str, Callable[[Any, "list[int] | None"], "dict | None"]] = {
+    "Idefics3ImageProcessor": _idefics3_rows_cols, "SmolVLMImageProcessor": _idefics3_rows_cols,
+    "Lfm2VlImageProcessor": _lfm2_grid,
+}

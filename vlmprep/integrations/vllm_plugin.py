@@ -44,20 +44,24 @@ ENV = "VLMPREP_VLLM"
 #: vLLM processors (exact class) whose image processor vlmprep answers for: the ones checked
 #: against vLLM 0.33.0's own path (tests/integration/test_vllm_plugin.py: Qwen2-VL, Qwen2.5-VL,
 #: Qwen3-VL, LLaVA-1.5, LLaVA-NeXT, LLaVA-OneVision, InternVL, Idefics3 and SmolVLM (vLLM's
-#: SmolVLM processor is Idefics3's), Pixtral, Gemma 3, GLM-4.1V); others keep transformers' until
-#: checked there
+#: SmolVLM processor is Idefics3's), Pixtral, Gemma 3, GLM-4.1V, LFM2-VL, Llama 4); others keep
+#: transformers' until checked there
 PROCESSORS = frozenset({
     "Qwen2VLMultiModalProcessor", "Qwen2_5_VLMultiModalProcessor", "Qwen3VLMultiModalProcessor",
     "LlavaMultiModalProcessor", "LlavaNextMultiModalProcessor", "LlavaOnevisionMultiModalProcessor",
     "InternS1MultiModalProcessor", "Idefics3MultiModalProcessor", "PixtralHFMultiModalProcessor",
     "Gemma3MultiModalProcessor", "Glm4vMultiModalProcessor",
+    "Lfm2VLMultiModalProcessor", "Mllama4MultiModalProcessor", "MiniCPMV4_6MultiModalProcessor",
 })
 
 #: of those, the processors that never look at the pixels themselves: for them vLLM's loader leaves
-#: plain JPEGs undecoded (``vllm_media``). Gemma 3's and Idefics3's parse the images again after
-#: the image processor ran (for their sizes; the parse's EXIF transpose decodes them), which would
-#: decode each image twice: their images are decoded by vLLM's loader as before.
-DEFER_DECODE = PROCESSORS - {"Gemma3MultiModalProcessor", "Idefics3MultiModalProcessor"}
+#: plain JPEGs undecoded (``vllm_media``). Gemma 3's, Idefics3's, LFM2-VL's and Llama 4's parse the
+#: images again after the image processor ran (for their sizes, in ``_postprocess_hf_mm_data`` /
+#: ``_call_hf_processor``; the parse's EXIF transpose decodes them), which would decode each image
+#: twice: their images are decoded by vLLM's loader as before.
+DEFER_DECODE = PROCESSORS - {"Gemma3MultiModalProcessor", "Idefics3MultiModalProcessor",
+                             "Lfm2VLMultiModalProcessor", "Mllama4MultiModalProcessor",
+                             "MiniCPMV4_6MultiModalProcessor"}
 #: whether the processor built last in this process (the served model's) is in DEFER_DECODE
 _DEFER = {"on": False}
 

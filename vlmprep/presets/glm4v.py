@@ -135,10 +135,11 @@ def video_defaults(family: str = "glm4v") -> VideoOptions:
     return video_from_config(video_configs()[family])
 
 
-_NOT_CHECKED = ("no vLLM here (build/engines/venv absent): vLLM's glm4_1v.py (main) parses "
-                "items with the generic MultiModalDataParser (no {'image_embeds', "
-                "'image_grid_thw'} dict form) and sizes each placeholder from the processed "
-                "item's grid; not checked against 0.33, so refused")
+_NOT_CHECKED = ("vLLM 0.33's Glm4v model takes image_embeds + image_grid_thw (glm4_1v.py "
+                "Glm4vImageEmbeddingInputs), but its processor parses items with the generic "
+                "MultiModalDataParser: the {'image_embeds', 'image_grid_thw'} dict is read as two "
+                "images and fails ('Incorrect image source ... Got image_embeds'; checked against "
+                "0.33.0 in the engines venv); give vLLM the images")
 
 # -- the family's declaration ------------------------------------------------------------------
 FAMILY = FamilySpec(

@@ -86,12 +86,12 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 PRESETS = {"lfm2-vl": lfm2_vl}
 
-_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / SGLang's "
-                "LFM2-VL support and image-embedding input were not checked); give the engines "
-                "the images")
+_NOT_CHECKED = ("vLLM 0.33's LFM2-VL (lfm2_vl.py) takes no image embeddings, only pixel "
+                "inputs (checked in the engines venv); give the engines the images")
+_SGLANG = ("not declared: SGLang 0.5.23's processor for this family was not checked; give SGLang the images")
 
 FAMILY = FamilySpec(
     name="lfm2_vl", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
     from_config=from_config, processor_forces=processor_forces,
-    forms=(FormSpec("lfm2_vl", vllm_no_embeds=_NOT_CHECKED, sglang_not_passed=_NOT_CHECKED),),
+    forms=(FormSpec("lfm2_vl", vllm_no_embeds=_NOT_CHECKED, sglang_not_passed=_SGLANG),),
 )

@@ -76,13 +76,13 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 PRESETS = {"llama4": llama4}
 
-_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
-                "SGLang's Llama 4 image-embedding input was not checked); give the engines the "
-                "images")
+_NOT_CHECKED = ("vLLM 0.33's Llama 4 (mllama4.py) takes no image embeddings, only pixel inputs "
+                "(checked in the engines venv); give the engines the images")
+_SGLANG = ("not declared: SGLang 0.5.23's processor for this family was not checked; give SGLang the images")
 
 FAMILY = FamilySpec(
     name="llama4", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
     from_config=from_config, processor_forces=processor_forces,
     forms=(FormSpec("llama4", prompt_image_token=PROMPT_IMAGE_TOKEN,
-                    vllm_no_embeds=_NOT_CHECKED, sglang_not_passed=_NOT_CHECKED),),
+                    vllm_no_embeds=_NOT_CHECKED, sglang_not_passed=_SGLANG),),
 )

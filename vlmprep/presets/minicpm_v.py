@@ -73,8 +73,9 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 PRESETS = {"minicpm-v": minicpm_v}
 
-_NOT_CHECKED = ("not declared: vLLM's MiniCPM-V image-embedding input was not checked against "
-                "0.33 (no engines venv when the family was added); give vLLM the images")
+_NOT_CHECKED = ("vLLM 0.33's MiniCPM-V 4.6 takes an {'image_embeds', 'image_sizes'} dict "
+                "(minicpmv4_6.py), a form vlmprep's adapter does not build yet (not checked end to "
+                "end); give vLLM the images")
 
 FAMILY = FamilySpec(
     name="minicpm_v", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,

@@ -80,8 +80,9 @@ FAMILY = FamilySpec(
     forms=(FormSpec(
         "ovis2",
         prompt_image_token=PROMPT_IMAGE_TOKEN,  # expanded to the <IMG_START>..<IMG_END> placeholder
-        vllm_no_embeds="not declared: vLLM 0.33's Ovis2 image-embedding input was not checked "
-                       "(no engines venv when the family was added); give vLLM the images",
+        vllm_no_embeds="vLLM 0.33 serves no Ovis2ForConditionalGeneration (only Ovis and "
+                       "Ovis2.5, with their own preprocessing; checked in the engines venv); give "
+                       "the engines the images",
         sglang_not_passed="not declared: SGLang's Ovis2 support was not checked (no engines venv "
                           "when the family was added)",
     ),),

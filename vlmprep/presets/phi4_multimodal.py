@@ -76,13 +76,14 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 PRESETS = {"phi4-multimodal": phi4_multimodal}
 
-_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
-                "SGLang's Phi-4-multimodal support and image-embedding input were not checked); "
-                "give the engines the images")
+_NOT_CHECKED = ("vLLM 0.33 serves Phi-4-multimodal only as Phi4MMForCausalLM (phi4mm.py), with "
+                "the checkpoint's remote-code image processor, and its model reads only pixel "
+                "input_image_embeds (checked in the engines venv); give the engines the images")
+_SGLANG = ("not declared: SGLang 0.5.23's processor for this family was not checked; give SGLang the images")
 
 FAMILY = FamilySpec(
     name="phi4_multimodal", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
     from_config=from_config, processor_forces=processor_forces,
     forms=(FormSpec("phi4_multimodal", vllm_no_embeds=_NOT_CHECKED,
-                    sglang_not_passed=_NOT_CHECKED),),
+                    sglang_not_passed=_SGLANG),),
 )
