@@ -3,13 +3,14 @@
 Images: ``prepare`` (headers) -> ``execute`` (the Backend). Videos: ``prepare_videos`` (container
 metadata: ``probe_video`` + ``plan_video``) -> ``execute_videos`` (the backend's video lowering,
 ``registry.VIDEO``: ``backends/video.py``), packed in ``batch.videos`` beside the images
-(``pack.build_videos``)."""
+(``pack.build_videos``). Documents: ``prepare`` (the page tree) -> ``render_documents`` (pages
+as arrays) -> ``execute``; ``stream`` does that one page group at a time."""
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
 from . import backends, hf_forms, kernels, pack, presets
 from .backends import video as vx
@@ -403,6 +404,39 @@ class Processor:
                 plans[k] = ImagePlan(index=k, source_hw=plans[k].source_hw, error=err)
         return sources, plans
 
+    def stream(self, document: Any, pages_per_batch: int = 1) -> Iterator["PackedBatch"]:
+        """One ``vlmprep.Document`` (or a PDF path / bytes) -> an iterator of PackedBatch, one
+        per group of ``pages_per_batch`` selected pages in its ``pages`` order. Part ``g`` equals
+        ``self(documents=[Document(source, pages=<group g>, dpi=..., ...)])`` and only its pages
+        are rendered while it runs: memory is bounded by one group, however long the document.
+
+        The whole document is planned here, once, from its page tree (nothing rasterized):
+        with ``errors="raise"`` a bad page (or document) raises from this call, before any page
+        is rendered; with ``"skip"`` a bad page is an error of its part, and a cause of the
+        whole document (not a PDF, damaged, too many pages) is one part carrying it. An empty
+        ``pages=`` yields nothing.
+        """
+        if isinstance(document, (list, tuple)):
+            raise TypeError(f"stream: expected one vlmprep.Document (or a PDF path / bytes), got "
+                            f"a {type(document).__name__} of {len(document)}; call stream once "
+                            f"per document, or proc(documents=[...]) for them all at once")
+        n = pages_per_batch
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"stream(pages_per_batch=...): expected an int >= 1, got {n!r}; "
+                             f"pass e.g. pages_per_batch=8")
+        sources, plans = self.prepare([], _document_list([document]))
+        self._first_error(plans)  # every page known good before the first render
+        return self._stream_parts(sources, plans, n)
+
+    def _stream_parts(self, sources: list, plans: list[ImagePlan], n: int
+                      ) -> Iterator["PackedBatch"]:
+        for a in range(0, len(plans), n):
+            # through a call: the rendered pages die with its frame, not held across the yield
+            yield self._part(sources[a:a + n], [_shifted(p, a) for p in plans[a:a + n]])
+
+    def _part(self, sources: list, plans: list[ImagePlan]) -> "PackedBatch":
+        return self.execute(*self.render_documents(sources, plans))
+
     def execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
         """``prepare``'s output -> PackedBatch, without probing again (the Batcher plans a
         request when it arrives and runs it later through this).
@@ -652,6 +686,16 @@ def _download_config(download: Any, not_found: type[BaseException], name: str, *
             return Path(download(name, "processor_config.json", **kw))
         except not_found:
             raise first from None
+
+
+def _shifted(p: ImagePlan, a: int) -> ImagePlan:
+    """Plan ``p`` of a document as the plan of its group starting at item ``a`` (``execute``
+    wants ``plans[k].index == k``; errors name the item as the group's own call would)."""
+    from dataclasses import replace
+    err = p.error
+    if err is not None and err.index is not None:
+        err = ImageError(err.reason, index=err.index - a, source=err.source, item=err.item)
+    return replace(p, index=p.index - a, error=err)
 
 
 def _with_source(p: ImagePlan, desc: str) -> ImagePlan:

@@ -2,14 +2,14 @@
 the page tree only, ``proc(documents=)`` bit-exact with pypdfium2's own render fed as an array,
 and bad / hostile PDFs as per-item ImageErrors naming the page.
 
-PDFs are made here with pypdfium2's own API (pages with a random image drawn on them), and the
-encrypted one by hand (the Standard security handler, revision 2: pdfium writes no encryption).
+PDFs are made with pypdfium2's own API (tests/_support/pdfs.py: pages with a random image drawn
+on them), and the encrypted one here by hand (the Standard security handler, revision 2: pdfium
+writes no encryption).
 Without pypdfium2 everything skips except the check that a document then names the extra.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import sys
 
 import numpy as np
@@ -29,24 +29,8 @@ FAMILIES = ["qwen2-vl", "internvl"]  # one patch family, one tiled family
 
 
 def _pdf(sizes_pt, rotate=None, seed=0) -> bytes:
-    """A PDF with one page per ``(width, height)`` in points, each with a random RGB image drawn
-    over part of it (so that resampling has edges to get wrong); ``rotate``: {page: degrees}."""
-    import PIL.Image
-    rng = np.random.default_rng(seed)
-    doc = pdfium.PdfDocument.new()
-    for k, (w, h) in enumerate(sizes_pt):
-        page = doc.new_page(w, h)
-        img = pdfium.PdfImage.new(doc)
-        arr = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
-        img.set_bitmap(pdfium.PdfBitmap.from_pil(PIL.Image.fromarray(arr)))
-        img.set_matrix(pdfium.PdfMatrix().scale(w * 0.6, h * 0.5).translate(w * 0.1, h * 0.2))
-        page.insert_obj(img)
-        page.gen_content()
-        if rotate and k in rotate:
-            page.set_rotation(rotate[k])
-    buf = io.BytesIO()
-    doc.save(buf)
-    return buf.getvalue()
+    from _support.pdfs import make_pdf  # imports pypdfium2: only where it is installed
+    return make_pdf(sizes_pt, rotate, seed)
 
 
 def _rc4(key: bytes, data: bytes) -> bytes:
@@ -93,8 +77,8 @@ def _encrypted_pdf(user: bytes, owner: bytes = b"owner") -> bytes:
 
 def _render(data: bytes, page: int, dpi: float = DEFAULT_DPI) -> np.ndarray:
     """pypdfium2's own pixels of one page, RGB (the oracle)."""
-    doc = pdfium.PdfDocument(data)
-    return np.ascontiguousarray(doc[page].render(scale=dpi / 72, rev_byteorder=True).to_numpy())
+    from _support.pdfs import render
+    return render(data, page, dpi)
 
 
 @pytest.fixture(scope="module")

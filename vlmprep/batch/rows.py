@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Sequence
 from ..errors import ImageError
 from ..pack import PackedBatch
 from ..plan import ImagePlan, plan_image
+from .document_rows import document_rows, is_document
+from .packed_rows import rows_of_batch
 from .schema import (
     MODALITIES,
     ROW_COLUMNS,
     WORDS,
-    host_words,
     make_row,
     row_layout,
     row_shape_of,
@@ -66,7 +67,9 @@ def _skipping(proc: "Processor") -> "Processor":
 
 def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: float | None = None,
                     num_frames: int | None = None) -> list[dict]:
-    """One row (dict, keys ``ROW_COLUMNS``) per sample, in order.
+    """One row (dict, keys ``ROW_COLUMNS``) per sample, in order; a PDF sample
+    (``document_rows.is_document``) is one row per page, in page order
+    (``document_rows.document_rows``).
 
     ``samples``: ``vlmprep.batch.sources.Sample`` (or anything with its fields ``id``,
     ``source``, ``data``: encoded image or video bytes or None, ``error``: a reader's reason;
@@ -94,9 +97,10 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: floa
     p = _skipping(proc)
     pipe = p.pipeline
     dtype, layout, shape = p.dtype, row_layout(pipe), row_shape_of(pipe)
-    out: list[dict | None] = [None] * len(samples)
+    out: list = [None] * len(samples)  # a row, or a document's rows (a list)
     todo: list[int] = []
     videos: list[int] = []
+    docs: list[int] = []
     for k, s in enumerate(samples):
         video = is_video(s)
         if s.data is None or s.error is not None:
@@ -104,16 +108,20 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: floa
             out[k] = make_row(s, dtype, layout, shape, (0, 0), modality=what,
                               error=s.error or f"expected {what} bytes, got no data")
         else:
-            (videos if video else todo).append(k)
+            (videos if video else docs if is_document(s) else todo).append(k)
     failures: list[BaseException] = []
     for k in videos:
         out[k], failed = video_row(p, samples[k], fps, num_frames)
         if failed is not None:
             failures.append(failed)
+    for k in docs:
+        out[k], failed = document_rows(p, samples[k])
+        if failed is not None:
+            failures.append(failed)
     good = _image_rows(p, samples, todo, out, failures)
-    if failures and len(failures) == good + len(videos):
+    if failures and len(failures) == good + len(videos) + len(docs):
         raise failures[0]
-    return [r for r in out if r is not None]
+    return [r for x in out for r in (x if isinstance(x, list) else [x])]
 
 
 def _image_rows(p: "Processor", samples: Sequence["Sample"], todo: list[int], out: list,
@@ -163,28 +171,10 @@ def _run_chunk(p: "Processor", samples: Sequence["Sample"], chunk: list, out: li
         out[k] = make_row(samples[k], p.dtype, row_layout(pipe), row_shape_of(pipe), plan.source_hw,
                       error=f"{type(e).__name__}: {e}")
         return
-    dtype = p.dtype
-    shape = list(batch.pixel_values.shape[1:])
-    words = host_words(batch.pixel_values, dtype)
-    row_bytes = math.prod(shape) * WORDS[dtype][1]
-    grids = batch.grid_thw.tolist()
-    seq = 0
-    byte = 0
-    for j, (k, _, plan) in enumerate(chunk):
-        if j in batch.errors:
-            out[k] = make_row(samples[k], dtype, batch.layout, shape, plan.source_hw,
-                          error=batch.errors[j].reason)
-            continue
-        n_seq = len(plan.grid_thw)
-        lens = batch.seqlens[seq:seq + n_seq]
-        grid = [int(v) for g in grids[seq:seq + n_seq] for v in g]
-        n_bytes = (sum(lens) if batch.layout == "patches" else n_seq) * row_bytes
-        out[k] = make_row(samples[k], dtype, batch.layout, shape, plan.source_hw, grid=grid,
-                      seqlens=lens, num_tokens=batch.num_tokens[j],
-                      placeholder=batch.placeholders[j],
-                      pixel_values=bytes(words[byte:byte + n_bytes]))
-        seq += n_seq
-        byte += n_bytes
+    rows = rows_of_batch(batch, [samples[k] for k, _, _ in chunk],
+                         [plan for _, _, plan in chunk], p.dtype)
+    for (k, _, _), row in zip(chunk, rows, strict=True):
+        out[k] = row
 
 
 def _bad(what: str, got: str, fix: str) -> ValueError:

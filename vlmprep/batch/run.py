@@ -402,9 +402,10 @@ def _add_shard(info: dict, job: _Job, tally: _Tally, engine: str) -> None:
         tally.on_images(info["count"], info["tokens"])
     name = info.pop("name")
     want = job.expected(info["unit"], info["part"])
-    if info["count"] != want:  # a reader must give every sample it counted
-        raise JobFailed(f"{job.paths[info['unit']]}: expected {want} rows in part "
-                        f"{info['part']} (what discover counted), got {info['count']} "
+    read = info.get("samples", info["count"])  # a PDF sample is several rows: count samples
+    if read != want:  # a reader must give every sample it counted
+        raise JobFailed(f"{job.paths[info['unit']]}: expected {want} samples in part "
+                        f"{info['part']} (what discover counted), got {read} "
                         f"from its reader; the input changed or lost samples (shard "
                         f"{name} is not listed); fix the input and run again with "
                         f"--overwrite")

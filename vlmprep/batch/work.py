@@ -58,6 +58,7 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
 
     Video samples are sampled with ``config.fps`` / ``config.num_frames`` (None: the
     Processor's video options). Returns write_shard's info plus ``unit``, ``part``,
+    ``samples`` (samples read: ``count`` is rows, one per page of a PDF sample),
     ``reasons`` ({short reason: count} of the error rows), ``damaged`` (error rows for parts
     of the input that could not be read: ``Sample.damaged``; a job with any is not complete)
     and ``timing`` ({"process_s", "write_s"}, not stored in the manifest).
@@ -76,7 +77,9 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
             on_images(len(new), sum(r["num_tokens"] for r in new))
         pending.clear()
 
+    read = 0
     for s in unit.samples(start, start + config.shard_size):
+        read += 1
         damaged += bool(getattr(s, "damaged", False))
         pending.append(s)
         if len(pending) >= group:
@@ -93,7 +96,8 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
         if r["status"] != "ok":
             key = _reason_key(r["error"])
             reasons[key] = reasons.get(key, 0) + 1
-    info.update(unit=unit.name, part=part, reasons=reasons, damaged=damaged,
+    # samples: what discover counted (a PDF sample is one row per page: count is the rows)
+    info.update(unit=unit.name, part=part, samples=read, reasons=reasons, damaged=damaged,
                 timing={"process_s": t1 - t0, "write_s": t2 - t1})
     return info
 

@@ -22,7 +22,7 @@ from .files import read_image_file, too_big
 from .inputs import Source
 
 __all__ = ["Document", "DEFAULT_DPI", "DEFAULT_MAX_PAGES", "PDF_EXTRA", "document_pages",
-           "render_page", "page_hw"]
+           "render_page", "page_hw", "whole_document_error"]
 
 #: Render resolution when ``Document(dpi=None)``: 144 dpi, pdfium's scale 2 (1 PDF point = 2 px).
 #: 10-pt body text is then ~20 px high, legible at the 14-16 px patches of the ViTs covered; a
@@ -192,6 +192,15 @@ def document_pages(doc: Document, d: int, max_bytes: int = DEFAULT_MAX_SOURCE_BY
         return [e.at(source=f"document {d} ({src})")]
     return [_page_source(pdf, doc.scale, p, count, f"document {d} page {p} ({src})")
             for p in pages]
+
+
+def whole_document_error(errors: list[ImageError | None]) -> bool:
+    """Whether the errors of one document's entries (``document_pages``, or its plans' errors,
+    of a call with that one document) are one error of the whole document, no page known:
+    ``document_pages`` names a page's own error ``document 0 page P``, the document's
+    ``document 0``."""
+    err = errors[0] if len(errors) == 1 else None
+    return err is not None and not (err.source or "").startswith("document 0 page ")
 
 
 def _page_source(pdf: Any, scale: float, p: int, count: int, desc: str) -> Source | ImageError:

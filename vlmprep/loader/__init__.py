@@ -7,6 +7,9 @@
 
     torch.utils.data.DataLoader(ds, batch_size=8, collate_fn=vlmprep.loader.hf_collate_fn(proc))
 
+    pages = vlmprep.loader.pages_of(proc, [vlmprep.Document("a.pdf")])  # one sample per page
+    loader = vlmprep.loader.DataLoader(pages, proc, max_batch_tokens=16384)
+
     loader = vlmprep.loader.DataLoader(vlmprep.loader.ShardSource(out_dir), batch_size=8)
     # the samples `vlmprep run` already processed: read from its shards, never decoded
 
@@ -19,9 +22,10 @@ from typing import Any
 from .batching import Sample, group_by_tokens, pack_greedy
 from .collate import HFCollate, collate_hf, hf_collate_fn
 from .dataloader import DataLoader
+from .documents import pages_of
 
 __all__ = ["DataLoader", "ShardSource", "collate_hf", "hf_collate_fn", "HFCollate", "Sample",
-           "pack_greedy", "group_by_tokens"]
+           "pack_greedy", "group_by_tokens", "pages_of"]
 
 
 def __getattr__(name: str) -> Any:

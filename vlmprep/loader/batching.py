@@ -31,6 +31,8 @@ class Sample:
             needed: count batching without size grouping).
         error: an ImageError found before processing (a dict without its image field).
         video: the item is a video (``Processor(videos=[...])``; in ``batch.videos``).
+        document: the item is a one-page ``vlmprep.Document``: an image item of the batch
+            (``loader/documents.py``).
     """
 
     pos: int
@@ -40,6 +42,7 @@ class Sample:
     tokens: int = -1
     error: ImageError | None = None
     video: bool = False
+    document: bool = False
 
 
 def pack_greedy(samples: Iterable[Sample], batch_size: int | None, max_batch_tokens: int | None,

@@ -27,6 +27,7 @@ from ..errors import ImageError
 from ..pack import concat
 from ..progress import bar as progress_bar
 from .batching import Sample, group_by_tokens, pack_greedy, stream_from
+from .documents import check_page, is_document_item, page_tokens, prepare_with_pages, raise_first
 from .videos import as_video, by_kind, empty_images, error_part, is_video_item, video_tokens
 
 if TYPE_CHECKING:
@@ -354,6 +355,8 @@ class DataLoader:
     def _tokens_of(self, image: Any, video: bool) -> int:
         if video:  # container metadata only, as images read headers only
             return video_tokens(self.proc, image)
+        if is_document_item(image):  # the page tree only
+            return page_tokens(self.proc, image)
         try:
             return int(self.proc.plan([image]).total_tokens)
         except ImageError:
@@ -364,7 +367,10 @@ class DataLoader:
             return Sample(pos, index, self._shards.ids[index], index, self._tokens[index],
                           video=self._shards.modalities[index] == "video")
         sid, image, err, video = self._image_of(raw)
-        s = Sample(pos, index, index if sid is None else sid, image, -1, err, video)
+        document = is_document_item(image)
+        if document and err is None:
+            err = check_page(image)
+        s = Sample(pos, index, index if sid is None else sid, image, -1, err, video, document)
         if self._need_tokens:
             t = self._tokens.get(index) if self._map else None
             if t is None:
@@ -422,6 +428,8 @@ class DataLoader:
     def _call(self, samples: list[Sample], positions: list[int]) -> "PackedBatch":
         images, videos = by_kind(samples, positions)
         try:
+            if any(samples[k].document for k in images):
+                return self._call_pages(samples, images, videos)
             if not videos:
                 return self.proc([samples[k].image for k in images])
             return self.proc([samples[k].image for k in images],
@@ -431,6 +439,20 @@ class DataLoader:
             j = e.index if e.index is not None and 0 <= e.index < len(where) else 0
             k = where[j]
             raise self._named(e, samples[k], k) from e
+
+    def _call_pages(self, samples: list[Sample], images: list[int], videos: list[int]
+                    ) -> "PackedBatch":
+        """``_call`` with document pages among the images (the Processor puts documents after
+        the images: ``prepare_with_pages`` keeps the stream order); videos as ``proc()`` runs
+        them: nothing decoded or rendered before every item is known good."""
+        p = self.proc
+        prepared = prepare_with_pages(p, [(samples[k].document, samples[k].image) for k in images])
+        vids = p.prepare_videos([samples[k].image for k in videos]) if videos else None
+        raise_first(p, prepared[1])
+        if vids is not None:
+            raise_first(p, vids[1])
+        batch = p.execute(*p.render_documents(*prepared))
+        return batch if vids is None else replace(batch, videos=p.execute_videos(*vids))
 
     def _renamed(self, batch: "PackedBatch", samples: list[Sample]) -> "PackedBatch":
         """``batch``'s errors (images', videos') renamed to name their samples' ids."""
@@ -468,8 +490,9 @@ class DataLoader:
                 parts[k] = error_part(self.proc, pre[k], s.video)
                 continue
             cache = self.cache
+            # a page is not cached: the cache keys images and videos by their bytes
             key = (cache.key_for(as_video(s.image) if s.video else s.image, self.proc)
-                   if cache is not None else None)
+                   if cache is not None and not s.document else None)
             if key is not None and cache is not None:
                 if key in first:  # the same image twice in one batch: processed once
                     dup[k] = first[key]

@@ -9,7 +9,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 from ... import presets
 from ...pipeline import Pipeline
@@ -77,12 +77,34 @@ def _show(v: Any) -> str:
     return s if len(s) <= 80 else s[:77] + "..."
 
 
+def _check_shard_counts(f: str, got: dict[str, int], size: int | None,
+                        bad: Callable[[str, str, Any], ValueError]) -> None:
+    """A shard's counts (``got``: those present) against each other and ``shard_size``."""
+    # shard_size bounds the samples of a shard; a PDF sample is one row per page
+    read = "samples" if "samples" in got else "count"
+    if read in got and size is not None and got[read] > size:
+        raise bad(f"{f}.{read!r}", f"at most shard_size = {size} samples", got[read])
+    if "count" not in got:
+        return
+    if got.get("samples", 0) > got["count"]:
+        raise bad(f"{f}.'samples'", f"at most count = {got['count']}: a sample is at least a row",
+                  got["samples"])
+    if "bytes" in got and got["count"] > got["bytes"]:
+        raise bad(f"{f}.'count'", f"at most its 'bytes' ({got['bytes']}): a row takes "
+                  f"at least a byte", got["count"])
+    if got.get("damaged", 0) > got["count"]:
+        raise bad(f"{f}.'damaged'", f"at most count = {got['count']}", got["damaged"])
+    if "ok" in got and "errors" in got and got["ok"] + got["errors"] != got["count"]:
+        raise bad(f"{f}.'ok' + 'errors'", f"count = {got['count']}", got["ok"] + got["errors"])
+
+
 def check_manifest(manifest: dict, path: str | os.PathLike) -> dict:
     """Check a manifest read from disk before anything acts on it; returns it unchanged.
 
     Every field is checked when present (older and hand-made manifests may lack some): types;
     ``format`` one of ``FORMATS``; every count, size and part number an int within bounds tied to
-    the rest (``ok + errors == count <= shard_size``, ``damaged <= count``, ``count <= bytes``
+    the rest (``ok + errors == count``, ``samples <= shard_size`` (``count`` when a shard has
+    no ``samples``: a PDF sample is one row per page), ``samples <= count``, ``damaged <= count``, ``count <= bytes``
     (a row is at least a byte), ``bytes <= 2**40``, a unit's ``parts == ceil(count / shard_size) <= count``, a shard's
     part below its unit's ``parts``); unit names as ``shard_name`` takes them; shard names exactly
     as ``shard_name`` makes them (no folder part, no ``..``: nothing outside the folder is named),
@@ -158,19 +180,9 @@ def check_manifest(manifest: dict, path: str | os.PathLike) -> dict:
             raise bad(f"'shards'.{name!r}", "an object (the shard's info)", info)
         f = f"'shards'.{name!r}"
         got = {k: num(f"{f}.{k!r}", info[k], _MAX_BYTES if k == "bytes" else _MAX_COUNT)
-               for k in ("count", "ok", "errors", "tokens", "bytes", "damaged")
+               for k in ("count", "samples", "ok", "errors", "tokens", "bytes", "damaged")
                if info.get(k) is not None}
-        if "count" in got:
-            if size is not None and got["count"] > size:
-                raise bad(f"{f}.'count'", f"at most shard_size = {size} rows", got["count"])
-            if "bytes" in got and got["count"] > got["bytes"]:
-                raise bad(f"{f}.'count'", f"at most its 'bytes' ({got['bytes']}): a row takes "
-                          f"at least a byte", got["count"])
-            if got.get("damaged", 0) > got["count"]:
-                raise bad(f"{f}.'damaged'", f"at most count = {got['count']}", got["damaged"])
-            if "ok" in got and "errors" in got and got["ok"] + got["errors"] != got["count"]:
-                raise bad(f"{f}.'ok' + 'errors'", f"count = {got['count']}",
-                          got["ok"] + got["errors"])
+        _check_shard_counts(f, got, size, bad)
         for k, want in (("unit", unit), ("part", part), ("name", name)):
             if k in info and info[k] != want:
                 raise bad(f"{f}.{k!r}", f"{want!r} (from the shard's name)", info[k])

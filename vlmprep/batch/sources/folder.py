@@ -1,7 +1,7 @@
-"""The ``folder`` input kind: every image (and video) file under a directory, recursively.
+"""The ``folder`` input kind: every image (video, PDF) file under a directory, recursively.
 
 Which files: those whose name matches ``glob``; default: the image extensions
-``IMAGE_EXTENSIONS``, and ``VIDEO_EXTENSIONS`` when the unit takes videos (any case). A ``glob``
+``IMAGE_EXTENSIONS``, ``VIDEO_EXTENSIONS`` when the unit takes videos, then ``pdf`` (any case). A ``glob``
 with a "/" is matched against the relative path, one without against the file name; a leading
 ``**/`` also matches at the top level (fnmatch rules: ``*`` crosses "/"; case-sensitive). Names
 starting with "." (files and folders) are skipped. Symbolic links are followed; a folder already

@@ -1,10 +1,10 @@
-"""``Sample``: one input image or video as a reader gives it (encoded bytes, or why not), and the
+"""``Sample``: one input image, video or PDF as a reader gives it (encoded bytes, or why not), and the
 small helpers every reader shares (the image and video extensions, file-name text as UTF-8)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...io.media import VIDEO_EXTENSIONS, is_video_name
+from ...io.media import DOCUMENT_EXTENSIONS, VIDEO_EXTENSIONS, is_video_name
 
 __all__ = ["Sample", "IMAGE_EXTENSIONS", "VIDEO_EXTENSIONS", "media_extensions", "is_video_name",
            "safe_text"]
@@ -16,9 +16,9 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff")
 
 
 def media_extensions(videos: bool) -> tuple[str, ...]:
-    """The extensions a reader takes, in priority order: the images', then the videos' when
-    ``videos``."""
-    return IMAGE_EXTENSIONS + VIDEO_EXTENSIONS if videos else IMAGE_EXTENSIONS
+    """The extensions a reader takes, in priority order: the images', the videos' when
+    ``videos``, then the documents' (PDF: one row per page, for every family)."""
+    return (IMAGE_EXTENSIONS + VIDEO_EXTENSIONS if videos else IMAGE_EXTENSIONS) + DOCUMENT_EXTENSIONS
 
 
 @dataclass(frozen=True)
