@@ -7,21 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from pathlib import Path
 
 import pytest
 import torch
-from _support.clips import make_clips
 
 import vlmprep
 from vlmprep import Video
 from vlmprep.cache import OutputCache
 from vlmprep.loader import DataLoader
-
-
-@pytest.fixture(scope="module")
-def clips(tmp_path_factory) -> dict[str, Path]:
-    return make_clips(tmp_path_factory.mktemp("clips"))
 
 
 @pytest.fixture(scope="module")

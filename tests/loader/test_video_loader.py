@@ -7,22 +7,14 @@ for bit (the loader only batches). Clips: tests/_support/clips.py (tiny mp4v MP4
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from _support.clips import make_clips
 from _support.imgdata import encode, tiled
 
 import vlmprep
 from vlmprep import ImageError, Video
 from vlmprep.loader import DataLoader
 from vlmprep.loader.batching import Sample, pack_greedy
-
-
-@pytest.fixture(scope="module")
-def clips(tmp_path_factory) -> dict[str, Path]:
-    return make_clips(tmp_path_factory.mktemp("clips"))
 
 
 @pytest.fixture(scope="module")
