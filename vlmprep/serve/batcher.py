@@ -50,9 +50,10 @@ class RequestTooLarge(ValueError):
 
 @dataclass(eq=False)
 class _Request:
-    items: list
-    sources: list              # per item: its resolved Source (None if it failed to resolve)
-    plans: list                # per item: its ImagePlan (request-local index)
+    items: list                # the images= items (the cache keys them); pages follow in plans
+    sources: list              # per item: its resolved Source (None if it failed to resolve);
+                               # a document page's is a "page" Source, rendered by the worker
+    plans: list                # per item, pages included: its ImagePlan (request-local index)
     tokens: int                # planned visual tokens (0 for images with a header error)
     future: asyncio.Future
     t0: float                  # loop.time() at submit: what latency counts from
@@ -63,7 +64,7 @@ class _Request:
 
     @property
     def n(self) -> int:
-        return len(self.items)
+        return len(self.plans)  # images, then the documents' pages
 
 
 def _set_up(proc: Processor, *pools: ThreadPoolExecutor) -> None:
@@ -180,26 +181,32 @@ class Batcher:
                 f"max_batch_tokens={self.max_batch_tokens}, closed={self._closing})")
 
     # -- public API -----------------------------------------------------------------------------
-    def plan(self, images: Sequence[Any] = (), videos: Sequence[Any] | None = None) -> "Plan":
-        """Header-only plan of ``images`` (and ``videos``: container metadata only), now (no
-        queueing): ``proc.plan(images, videos=videos)``.
+    def plan(self, images: Sequence[Any] = (), videos: Sequence[Any] | None = None,
+             documents: Sequence[Any] | None = None) -> "Plan":
+        """Header-only plan of ``images`` (``videos``: container metadata only; ``documents``:
+        the PDFs' page trees, nothing rasterized), now (no queueing):
+        ``proc.plan(images, videos=videos, documents=documents)``.
 
         For KV-cache budgeting and placeholder expansion before any pixel is decoded.
         """
-        return self.proc.plan(images, videos=videos)
+        return self.proc.plan(images, videos=videos, documents=documents)
 
-    async def submit(self, images: Sequence[Any] = (), videos: Sequence[Any] | None = None
-                     ) -> "PackedBatch":
+    async def submit(self, images: Sequence[Any] = (), videos: Sequence[Any] | None = None,
+                     documents: Sequence[Any] | None = None) -> "PackedBatch":
         """Process ``images`` (one request) in a shared batch -> this request's PackedBatch;
         ``videos`` (optional) beside it, on the video lane (``serve/videos.py``: a clip never
-        holds image requests back), in ``batch.videos``.
+        holds image requests back), in ``batch.videos``; ``documents`` (optional
+        ``vlmprep.Document`` items): each selected page is one more image item of the request,
+        after its images, planned from the page tree at submit and rendered by the worker.
 
-        Returns what ``proc(images, videos=videos)`` returns for this request alone:
+        Returns what ``proc(images, videos=videos, documents=documents)`` returns for this
+        request alone:
         ``pixel_values`` ``(request_patches, patch_dim)``, ``image_index`` and ``errors`` in
         request-local indices. Raises ImageError (``proc.errors == "raise"``; ``index`` is
-        request-local), RequestTooLarge (per-request limits, videos' planned tokens included,
-        before queueing or decoding) or RuntimeError (closed). Cancelling the awaiting task
-        withdraws the request (or drops its result if running).
+        request-local), RequestTooLarge (per-request limits, videos' planned tokens and
+        documents' pages included, before queueing, decoding or rendering) or RuntimeError
+        (closed). Cancelling the awaiting task withdraws the request (or drops its result if
+        running). A bad page or document is its item's error, as in ``proc``'s own call.
         """
         loop = asyncio.get_running_loop()
         if self._closing:
@@ -208,12 +215,7 @@ class Batcher:
                                "create a new Batcher")
         items = as_image_list(images)
         clips = _video_list(videos) if videos is not None else None
-        if self.max_request_images is not None and len(items) > self.max_request_images:
-            self._metrics.rejected += 1
-            raise RequestTooLarge(
-                f"request: expected at most {self.max_request_images} images "
-                f"(max_request_images), got {len(items)}; split the request or raise "
-                f"max_request_images")
+        self._check_images(len(items))
         # The scheduler exists before planning starts, so that a close() meanwhile waits for
         # this request (admitted before close) instead of returning under it.
         self._start(loop)
@@ -222,22 +224,17 @@ class Batcher:
         try:
             if not self._ready.done():  # the set-up: awaited on a thread, never run on the loop
                 await self.start()
-            # Probe + plan once, off the loop: the token count cuts batches before anything
-            # queues, header errors come before any decode (as proc() itself raises them), and
-            # the worker later runs these very sources and plans (no second probe).
-            sources, plans = await loop.run_in_executor(self._planner, self._proc.prepare, items)
-            vids, vplans = ([], []) if clips is None else await loop.run_in_executor(
-                self._planner, self._proc.prepare_videos, clips)
+            sources, plans, vids, vplans = await self._prepare(loop, items, clips, documents)
             tokens = sum(p.num_tokens for p in plans)
             self._check_tokens(tokens + sum(p.num_tokens for p in vplans if p.error is None),
-                               len(items), len(vplans))
+                               len(plans), len(vplans))
             errs = [p.error for p in list(plans) + list(vplans) if p.error is not None]
             if self._raise and errs:
                 self._metrics.failed += 1
                 raise errs[0]  # planned on this request alone: the index is already local
-            vfut = None if clips is None else self._videos.start(vids, vplans, empty_images=not items)
+            vfut = None if clips is None else self._videos.start(vids, vplans, empty_images=not plans)
             fut = None
-            if items or vfut is None:
+            if plans or vfut is None:
                 fut = loop.create_future()
                 req = _Request(items, sources, plans, tokens, fut, t0, loop.time())
                 fut.add_done_callback(lambda _f: self._on_done(req))
@@ -254,6 +251,30 @@ class Batcher:
             assert fut is not None
             return await fut
         return await self._with_videos(fut, vfut, t0)
+
+    async def _prepare(self, loop: asyncio.AbstractEventLoop, items: list, clips: list | None,
+                       documents: Sequence[Any] | None) -> tuple[list, list, list, list]:
+        """Probe + plan once, off the loop -> (sources, plans, videos, video plans): the token
+        count cuts batches before anything queues, header errors come before any decode (as
+        proc() itself raises them), and the worker later runs these very sources and plans (no
+        second probe). Documents: their page trees are read here (PDFium, on a planning thread);
+        their pages are rendered only by the worker."""
+        sources, plans = await loop.run_in_executor(self._planner, self._proc.prepare, items,
+                                                    documents or ())
+        if len(plans) > len(items):  # the pages count against max_request_images too
+            self._check_images(len(plans), len(plans) - len(items))
+        vids, vplans = ([], []) if clips is None else await loop.run_in_executor(
+            self._planner, self._proc.prepare_videos, clips)
+        return sources, plans, vids, vplans
+
+    def _check_images(self, n: int, pages: int = 0) -> None:
+        if self.max_request_images is not None and n > self.max_request_images:
+            self._metrics.rejected += 1
+            what = f" ({pages} of them document pages)" if pages else ""
+            raise RequestTooLarge(
+                f"request: expected at most {self.max_request_images} images "
+                f"(max_request_images), got {n}{what}; split the request, select fewer pages "
+                f"(Document(pages=...)) or raise max_request_images")
 
     def _check_tokens(self, tokens: int, images: int, videos: int) -> None:
         if self.max_request_tokens is not None and tokens > self.max_request_tokens:
@@ -459,6 +480,14 @@ class Batcher:
             self._stream = torch.cuda.Stream(device=self._proc.device)
         return torch.cuda.stream(self._stream)
 
+    def _cached(self, r: _Request, i: int) -> tuple[Any, "PackedBatch | None", int]:
+        """Item ``i`` of ``r`` -> (key or None, hit or None, 1 if the cache raised). A header
+        error is never cached: no lookup (nor a read of its file); nor is a document page (its
+        item is a Document, not the page)."""
+        if self.cache is None or i >= len(r.items) or r.plans[i].error is not None:
+            return None, None, 0
+        return self._cache_lookup(r.items[i])
+
     def _cache_lookup(self, item: Any) -> tuple[Any, "PackedBatch | None", int]:
         """-> (key or None, hit or None, 1 if the cache raised)."""
         try:
@@ -489,22 +518,22 @@ class Batcher:
         hits = cache_errors = 0
         for r in live:
             s = slots[id(r)] = [None] * r.n
-            for i, item in enumerate(r.items):
-                key = None
-                # A header error is never cached: no lookup (nor a read of its file).
-                if self.cache is not None and r.plans[i].error is None:
-                    key, hit, err = self._cache_lookup(item)
-                    cache_errors += err
-                    if hit is not None:
-                        s[i] = hit
-                        hits += 1
-                        continue
+            for i in range(r.n):
+                key, hit, err = self._cached(r, i)
+                cache_errors += err
+                if hit is not None:
+                    s[i] = hit
+                    hits += 1
+                    continue
                 sources.append(r.sources[i])
                 plans.append(replace(r.plans[i], index=len(plans)))
                 keys.append(key)
                 where.append((s, i))
         with self._stream_ctx():
             if plans:
+                # Document pages rendered here, on the worker (never on the loop; PDFium is
+                # behind its lock): a page that fails is its item's error, as in proc().
+                sources, plans = self._proc.render_documents(sources, plans)
                 parts = list(self._proc.execute(sources, plans).split())
                 for (s, i), key, part in zip(where, keys, parts):
                     s[i] = part
