@@ -50,8 +50,9 @@ OLD_NO_EMBEDDINGS = {
               "image_embeds.')",
     "mllama": "vLLM 0.33 has no Mllama model (MllamaForConditionalGeneration was removed in 0.10.2)",
     "siglip2": "SigLIP2 is a vision encoder, not a vLLM generation model",
-    "ovis2": "not declared: vLLM 0.33's Ovis2 image-embedding input was not checked (no engines "
-             "venv when the family was added); give vLLM the images",
+    "ovis2": ('vLLM 0.33 serves no Ovis2ForConditionalGeneration (only Ovis and Ovis2.5, with '
+              'their own preprocessing; checked in the engines venv); give the engines the '
+              'images'),
 }
 OLD_NO_VIDEO_EMBEDDINGS = {
     "llava_onevision": "vLLM 0.33's LlavaOnevisionForConditionalGeneration reads only "
@@ -114,10 +115,11 @@ OLD_VIDEO_CONFIG_MODULES = {"qwen2-vl": "qwen", "qwen3-vl": "qwen", "llava-onevi
                             "internvl": "internvl", "idefics3": "idefics3"}
 
 # added with GLM-4.1V (issue 30): its own form (Qwen's keys, GLM's prompt tokens, engines refused)
-_GLM4V_VLLM = ("no vLLM here (build/engines/venv absent): vLLM's glm4_1v.py (main) parses "
-               "items with the generic MultiModalDataParser (no {'image_embeds', "
-               "'image_grid_thw'} dict form) and sizes each placeholder from the processed "
-               "item's grid; not checked against 0.33, so refused")
+_GLM4V_VLLM = ("vLLM 0.33's Glm4v model takes image_embeds + image_grid_thw (glm4_1v.py "
+               'Glm4vImageEmbeddingInputs), but its processor parses items with the generic '
+               "MultiModalDataParser: the {'image_embeds', 'image_grid_thw'} dict is read as two"
+               " images and fails ('Incorrect image source ... Got image_embeds'; checked "
+               'against 0.33.0 in the engines venv); give vLLM the images')
 OLD_HF_OUTPUTS += ("glm4v",)
 OLD_SIZING_OPS += ("glm4v_resize",)
 OLD_NO_EMBEDDINGS["glm4v"] = _GLM4V_VLLM
@@ -128,46 +130,46 @@ OLD_VIDEO_PRESET["glm4v"] = "glm4v"
 OLD_VIDEO_CONFIG_MODULES["glm4v"] = "glm4v"
 
 # added with MiniCPM-V 4.6 (issue 30): its own form (tiles side by side, target_sizes), engines
-# not declared (no engines venv)
+# refusals checked against vLLM 0.33 in session 23
 OLD_HF_OUTPUTS += ("minicpmv",)
 OLD_SIZING_OPS += ("minicpmv_slice",)
-OLD_NO_EMBEDDINGS["minicpmv"] = ("not declared: vLLM's MiniCPM-V image-embedding input was not "
-                                 "checked against 0.33 (no engines venv when the family was "
-                                 "added); give vLLM the images")
+OLD_NO_EMBEDDINGS["minicpmv"] = ("vLLM 0.33's MiniCPM-V 4.6 takes an {'image_embeds', 'image_sizes'} dict "
+                                 "(minicpmv4_6.py), a form vlmprep's adapter does not build yet (not checked end "
+                                 'to end); give vLLM the images')
 OLD_NOT_PASSED["minicpmv"] = ("not declared: SGLang's MiniCPM-V 4.6 support was not checked (no "
                               "engines venv when the family was added)")
 
 # added with LFM2-VL (issue 30): its own form (siglip2's keys, a sequence per tile), engines not
 # declared (no engines venv)
-_LFM2_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
-                     "SGLang's LFM2-VL support and image-embedding input were not checked); give "
-                     "the engines the images")
+_LFM2_NOT_CHECKED = ("vLLM 0.33's LFM2-VL (lfm2_vl.py) takes no image embeddings, only pixel inputs "
+                     '(checked in the engines venv); give the engines the images')
+_SGLANG_NOT_CHECKED = ("not declared: SGLang 0.5.23's processor for this family was not checked; give "
+                       'SGLang the images')
 OLD_HF_OUTPUTS += ("lfm2_vl",)
 OLD_SIZING_OPS += ("lfm2_vl_tile",)
 OLD_NO_EMBEDDINGS["lfm2_vl"] = _LFM2_NOT_CHECKED
-OLD_NOT_PASSED["lfm2_vl"] = _LFM2_NOT_CHECKED
+OLD_NOT_PASSED["lfm2_vl"] = _SGLANG_NOT_CHECKED
 
 # added with Llama 4 (issue 30): its own form (tiles + aspect_ratios), the prompt's <|image|>
 # expanded to <|patch|> tokens, engines not declared (no engines venv)
-_LLAMA4_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
-                       "SGLang's Llama 4 image-embedding input was not checked); give the "
-                       "engines the images")
+_LLAMA4_NOT_CHECKED = ("vLLM 0.33's Llama 4 (mllama4.py) takes no image embeddings, only pixel inputs "
+                       '(checked in the engines venv); give the engines the images')
 OLD_HF_OUTPUTS += ("llama4",)
 OLD_SIZING_OPS += ("llama4_tile",)
 OLD_NO_EMBEDDINGS["llama4"] = _LLAMA4_NOT_CHECKED
-OLD_NOT_PASSED["llama4"] = _LLAMA4_NOT_CHECKED
+OLD_NOT_PASSED["llama4"] = _SGLANG_NOT_CHECKED
 OLD_PROMPT_IMAGE_TOKENS["llama4"] = "<|image|>"
 
 # added with Phi-4-multimodal (issue 30): its own form (image_pixel_values, image_sizes,
 # image_attention_mask, num_img_tokens), engines not declared (no engines venv); phi4_hd
 # torchvision_exact once its global view became a plan.Canvas.normalized canvas (issue 30)
-_PHI4_NOT_CHECKED = ("not declared: no engines venv when the family was added (vLLM 0.33's / "
-                     "SGLang's Phi-4-multimodal support and image-embedding input were not "
-                     "checked); give the engines the images")
+_PHI4_NOT_CHECKED = ('vLLM 0.33 serves Phi-4-multimodal only as Phi4MMForCausalLM (phi4mm.py), with '
+                     "the checkpoint's remote-code image processor, and its model reads only pixel "
+                     'input_image_embeds (checked in the engines venv); give the engines the images')
 OLD_HF_OUTPUTS += ("phi4_multimodal",)
 OLD_SIZING_OPS += ("phi4_hd",)
 OLD_NO_EMBEDDINGS["phi4_multimodal"] = _PHI4_NOT_CHECKED
-OLD_NOT_PASSED["phi4_multimodal"] = _PHI4_NOT_CHECKED
+OLD_NOT_PASSED["phi4_multimodal"] = _SGLANG_NOT_CHECKED
 
 
 def test_hf_outputs_are_the_hf_form_registry():
