@@ -207,26 +207,25 @@ def _processor(ip: Any, dtype: str) -> Any:
     return cache[dtype, match, dev]
 
 
+def _split_grid(p: Any) -> tuple[int, int]:
+    """(rows, cols) of an image plan's split tiles: those not on its last canvas (the global
+    image / thumbnail, the last tile of every image); (0, 0) for an image not split."""
+    split = [t for t, c in zip(p.tiles, p.tile_canvas) if c != p.tile_canvas[-1]]
+    return len({t[0] for t in split}), len({t[1] for t in split})
+
+
 def _idefics3_rows_cols(batch: Any, per_sample: list[int] | None) -> dict:
-    """Idefics3's / SmolVLM's ``return_row_col_info`` keys: ``rows`` / ``cols`` per sample."""
-    rows, cols = _rows_cols(batch, per_sample)
-    return {"rows": rows, "cols": cols}
-
-
-def _rows_cols(batch: Any, per_sample: list[int] | None) -> tuple[list, list]:
-    """Idefics3's ``rows`` / ``cols`` per sample per image: the split grid, (0, 0) for an image
-    not split (its one tile is the global image, the last tile of every image)."""
-    grids = []
-    for p in batch.image_plans:
-        split = [t for t, c in zip(p.tiles, p.tile_canvas) if c != p.tile_canvas[-1]]
-        grids.append((len({t[0] for t in split}), len({t[1] for t in split})))
-    samples = per_sample or [len(grids)]
-    rows, cols, k = [], [], 0
-    for n in samples:
+    """Idefics3's / SmolVLM's ``return_row_col_info`` keys: ``rows`` / ``cols`` per sample per
+    image, the split grid ((0, 0) for an image not split)."""
+    grids = [_split_grid(p) for p in batch.image_plans]
+    rows: list = []
+    cols: list = []
+    k = 0
+    for n in per_sample or [len(grids)]:
         rows.append([g[0] for g in grids[k:k + n]])
         cols.append([g[1] for g in grids[k:k + n]])
         k += n
-    return rows, cols
+    return {"rows": rows, "cols": cols}
 
 
 def _lfm2_grid(batch: Any, per_sample: list[int] | None = None) -> dict | None:
@@ -237,13 +236,12 @@ def _lfm2_grid(batch: Any, per_sample: list[int] | None = None) -> dict | None:
     import torch  # deferred: only when vLLM calls
     rows, cols, sizes = [], [], []
     for p in batch.image_plans:
-        last = p.tile_canvas[-1]
-        split = [t for t, c in zip(p.tiles, p.tile_canvas) if c != last]
-        if not split and len(p.tiles) > 1:
+        r, c = _split_grid(p)
+        if not r and len(p.tiles) > 1:
             return None
-        rows.append(len({t[0] for t in split}) if split else 1)
-        cols.append(len({t[1] for t in split}) if split else 1)
-        sizes.append(list(p.canvases[last].resize_hw))
+        rows.append(r or 1)
+        cols.append(c or 1)
+        sizes.append(list(p.canvases[p.tile_canvas[-1]].resize_hw))
     return {"image_rows": torch.tensor(rows), "image_cols": torch.tensor(cols),
             "image_sizes": torch.tensor(sizes)}
 
