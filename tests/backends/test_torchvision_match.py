@@ -23,7 +23,7 @@ from _support.imgdata import crop, tiled
 from hfref import CONFIGS, config, hf_outputs
 
 import vlmprep
-from vlmprep.backends import fusion
+from vlmprep.backends import fusion, tv_exact
 from vlmprep.backends.torch import tv_match
 from vlmprep.bench import hf as bench_hf
 from vlmprep.plan import plan_images
@@ -288,7 +288,7 @@ def test_fused_executors_on_jpeg_bytes(monkeypatch, preset, executor, threads, d
     from PIL import Image
 
     from vlmprep import kernels
-    if not tv_match.tv_exact_host_compiles("bicubic"):
+    if not tv_exact.host_compiles("bicubic"):
         pytest.skip("the kernels' torchvision match does not stand in for tvF.resize on this host")
     blobs = []
     for a in PHOTOS[:3]:

@@ -14,7 +14,7 @@ from torchvision.transforms.v2 import functional as F
 
 from .. import ops
 
-__all__ = ["MODES", "resize", "resize_normalized", "normalize_tensor", "normalize_levels"]
+__all__ = ["MODES", "resize", "resize_normalized", "host_compiles", "normalize_tensor", "normalize_levels"]
 
 #: Our interpolation names -> transformers' torchvision modes (``pil_torch_interpolation_mapping``).
 MODES = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
@@ -79,14 +79,14 @@ def resize_normalized(img: torch.Tensor, hw: tuple[int, int], interpolation: str
 
 def _compiled(img: torch.Tensor, interpolation: str) -> bool:
     """Whether ``resize`` may use the compiled resize: a CPU uint8 RGB image, on a host where it
-    reproduces torchvision (``_host_compiles``)."""
+    reproduces torchvision (``host_compiles``)."""
     if img.dtype != torch.uint8 or img.dim() != 3 or img.shape[0] != 3:
         return False
-    return _host_compiles(interpolation)
+    return host_compiles(interpolation)
 
 
 @functools.lru_cache(maxsize=None)
-def _host_compiles(interpolation: str) -> bool:
+def host_compiles(interpolation: str) -> bool:
     """Whether the compiled resize's torchvision match stands in for ``tvF.resize`` here, for
     ``interpolation`` (decided once per process: it depends on the host only): an x86-64 host
     (where it is checked against torch's kernels), loaded kernels, bilinear, bicubic or lanczos,

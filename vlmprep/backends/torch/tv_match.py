@@ -33,8 +33,7 @@ from ...pipeline import Pipeline
 from ..base import register_geometry_lowerings
 from ..context import Context
 from ..registry import lowering
-from ..tv_exact import MODES, normalize_levels, normalize_tensor, resize
-from ..tv_exact import _host_compiles as tv_exact_host_compiles
+from ..tv_exact import MODES, host_compiles, normalize_levels, normalize_tensor, resize
 from ..video import register_video
 from . import Backend as _TorchBackend
 from . import ops as _torch_ops
@@ -112,9 +111,9 @@ class Backend(_TorchBackend):
                 f"device={device!r}; use device='cpu', or match='pil'")
         # The kernels resize while they write the rows (the fused executors, as the Pillow
         # path's) where their torchvision match stands in for tvF.resize on this host
-        # (tv_exact._host_compiles: x86-64, torchvision's native uint8 resize, not nearest).
+        # (tv_exact.host_compiles: x86-64, torchvision's native uint8 resize, not nearest).
         sizing_op: Any = next(op for op in pipeline.ops if op.sizing)
-        self.resize_in_kernel = tv_exact_host_compiles(sizing_op.interpolation)
+        self.resize_in_kernel = host_compiles(sizing_op.interpolation)
         super().__init__(pipeline, device, dtype)
         if _bf16_normalize(pipeline):  # Llama 4: transformers normalizes in bfloat16
             self.normalize_levels = normalize_levels_bf16
