@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .io.video import VideoLimits
     from .ops import decode
     from .pack import PackedBatch
+    from .plan.document import DocumentPlan
     from .plan.video import VideoOptions, VideoPlan
 
 __all__ = ["Processor"]
@@ -236,6 +237,13 @@ class Processor:
         rendered first: ``render_documents``); the serving batcher calls ``prepare`` when a
         request arrives and ``execute`` when its batch runs.
         """
+        sources, plans, _ = self._prepare(items, documents)
+        return sources, plans
+
+    def _prepare(self, items: list, documents: Sequence[Any]
+                 ) -> tuple[list, list[ImagePlan], list["DocumentPlan"]]:
+        """``prepare`` and each document's ``DocumentPlan`` (its pages and dpi, settled within
+        its ``max_tokens``: ``plan.document.plan_document``)."""
         max_bytes = cast("decode", self.pipeline["decode"]).max_source_bytes
         sources: list = []
         sizes: list = []
@@ -248,15 +256,15 @@ class Processor:
                 continue
             sources.append(src)
             sizes.append(src.hw)
-        if documents:
-            _add_pages(_document_list(documents), max_bytes, sources, sizes)
+        doc_plans = _add_pages(self.pipeline, _document_list(documents), max_bytes, sources,
+                               sizes) if documents else []
         # The headers let the plan refuse from them what decoding would cost too much
         # (decode.max_decode_bytes), before any batch is allocated.
         plans = plan_images(self.pipeline, sizes,
                             headers=[s.header if s is not None else None for s in sources])
         plans = [p if p.error is None or sources[p.index] is None
                  else _with_source(p, sources[p.index].desc) for p in plans]
-        return sources, plans
+        return sources, plans, doc_plans
 
     def _first_error(self, plans: Sequence[Any]) -> None:
         if self.errors == "raise":
@@ -316,11 +324,12 @@ class Processor:
         produces. With ``errors="raise"`` the first bad image or page (then the first bad video)
         raises ImageError; with ``"skip"`` it is recorded in its plan.
         """
-        _, plans = self.prepare(_image_items(images, videos, documents), documents or ())
+        _, plans, doc_plans = self._prepare(_image_items(images, videos, documents),
+                                            documents or ())
         vplans: list = self.prepare_videos(_video_list(videos))[1] if videos is not None else []
         self._first_error(plans)
         self._first_error(vplans)
-        return Plan(list(plans), self.pipeline, videos=vplans)
+        return Plan(list(plans), self.pipeline, videos=vplans, documents=doc_plans)
 
     # -- execution ------------------------------------------------------------------------------
     def __call__(self, images: Sequence[Any] | None = None, videos: Sequence[Any] | None = None,
@@ -482,18 +491,25 @@ def _document_list(documents: Any) -> list:
     return [d if isinstance(d, Document) else Document(d) for d in documents]
 
 
-def _add_pages(documents: list, max_bytes: int, sources: list, sizes: list) -> None:
-    """Append each document's selected pages to ``sources`` / ``sizes`` (``prepare``'s lists):
-    a page Source and its size, or None and the page's (or the document's) ImageError."""
-    from .io.document import document_pages  # deferred: the PDF module
+def _add_pages(pipeline: Pipeline, documents: list, max_bytes: int, sources: list,
+               sizes: list) -> list["DocumentPlan"]:
+    """Append each document's pages to ``sources`` / ``sizes`` (``prepare``'s lists): a page
+    Source and its size, or None and the page's (or the document's) ImageError; the pages and
+    dpi are each document's plan's (``plan_document``: within its ``max_tokens``). Returns the
+    documents' plans."""
+    from .plan.document import plan_document  # deferred: the PDF module
+    out = []
     for d, doc in enumerate(documents):
-        for page in document_pages(doc, d, max_bytes):
+        entries, dplan = plan_document(pipeline, doc, d, max_bytes)
+        out.append(dplan)
+        for page in entries:
             if isinstance(page, ImageError):
                 sources.append(None)
                 sizes.append(page.at(index=len(sizes)))
             else:
                 sources.append(page)
                 sizes.append(page.hw)
+    return out
 
 
 def _video_list(videos: Any) -> list:

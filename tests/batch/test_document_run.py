@@ -89,3 +89,46 @@ def test_page_error_is_its_row_error(pdf3):
     assert [r["status"] for r in rows] == ["error", "error", "ok", "error"]
     assert "max_source_pixels" in rows[1]["error"] and rows[1]["orig_hw"] == [220, 120]
     assert rows[3]["id"] == "n" and "damaged" in rows[3]["error"]
+
+
+def test_run_document_options_pages_dpi_and_budget(tmp_path, pdf3, capsys):
+    """``vlmprep run --pages 2,0 --dpi 100``: rows for pages 2 and 0 only, in that order, each
+    the Processor's at that dpi; ``--max-tokens`` keeps the leading pages the plan keeps (the
+    rest have no row) and the config round-trips through the manifest (``--resume``)."""
+    from vlmprep.cli.main import main
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.pdf").write_bytes(pdf3)
+    out = tmp_path / "out"
+    assert main(["run", "--preset", "qwen2-vl", "--input", str(root), "--output", str(out),
+                 "--pages", "2,0", "--dpi", "100", "--no-progress"]) == 0
+    got = _read(out)
+    assert list(got) == ["a.pdf#p2", "a.pdf#p0"]
+    proc = vlmprep.Processor("qwen2-vl", errors="skip")
+    for k in (2, 0):
+        _same(got[f"a.pdf#p{k}"], proc(documents=[Document(str(root / "a.pdf"), pages=[k], dpi=100)]))
+    assert main(["run", "--preset", "qwen2-vl", "--input", str(root), "--output", str(out),
+                 "--pages", "2,0", "--dpi", "100", "--resume", "--no-progress"]) == 0
+    # a budget of the first page's tokens at the 72-dpi floor: one page kept, at 72 dpi
+    first = proc.plan(documents=[Document(pdf3, pages=[1], dpi=72)]).total_tokens
+    cfg = JobConfig(preset="qwen2-vl", pages=(1, 2), max_tokens=first)
+    plan = proc.plan(documents=[Document(pdf3, **cfg.document_options())])
+    assert plan.documents[0].pages == [1] and plan.documents[0].dropped == [2]
+    rows = process_samples(proc, [Sample("a.pdf", "a.pdf", pdf3)], document=cfg.document_options())
+    assert [r["id"] for r in rows] == ["a.pdf#p1"] and rows[0]["num_tokens"] == first
+    assert JobConfig.from_json(cfg.to_json()) == cfg and cfg.to_json()["pages"] == [1, 2]
+    assert "dpi" not in JobConfig(preset="qwen2-vl").to_json()  # old configs keep their hash
+
+
+@pytest.mark.parametrize("flag,value,match", [("--pages", "3-1", "0-based pages"),
+                                              ("--pages", "x", "0-based pages"),
+                                              ("--dpi", "0", "positive"),
+                                              ("--max-tokens", "-5", "positive")])
+def test_run_document_flags_are_checked(tmp_path, flag, value, match, capsys):
+    from vlmprep.cli.main import main
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--preset", "qwen2-vl", "--input", str(tmp_path), "--output",
+              str(tmp_path / "o"), flag, value])
+    assert e.value.code == 2 and match in capsys.readouterr().err
+    with pytest.raises(ValueError, match="JobConfig: Document\\(dpi"):
+        JobConfig(preset="qwen2-vl", dpi=99999.0)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from .. import backends, presets
+from ..errors import ImageError
 from ..plan.video import MAX_SAMPLED_FRAMES, MAX_SOURCE_FPS
 from ..processor import DEVICE_RE, DTYPES, Processor
 
@@ -74,6 +75,10 @@ class JobConfig:
         fps, num_frames: how each video sample is sampled, as ``vlmprep.Video(src, fps=...,
             num_frames=...)`` takes them (at most one; None: the checkpoint's video options,
             ``Processor.video_options``). Left out of ``to_json()`` when None, as input_root.
+        dpi, pages, max_pages, max_tokens: how each PDF sample is read, as
+            ``vlmprep.Document(data, pages=..., dpi=..., max_pages=..., max_tokens=...)``
+            takes them (``pages`` a tuple of 0-based page indices; None: Document's default).
+            Left out of ``to_json()`` when None, as input_root.
 
     Invalid values raise ValueError saying expected / got / fix at construction.
     """
@@ -89,6 +94,10 @@ class JobConfig:
     input_root: str | None = None
     fps: float | None = None
     num_frames: int | None = None
+    dpi: float | None = None
+    pages: tuple[int, ...] | None = None
+    max_pages: int | None = None
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if (self.preset is None) == (self.checkpoint is None):
@@ -125,6 +134,7 @@ class JobConfig:
             # absolute: workers and Ray actors may run from another folder
             object.__setattr__(self, "input_root", os.path.abspath(self.input_root))
         self._check_sampling()
+        self._check_document()
         object.__setattr__(self, "overrides", self._normalized_overrides(self.overrides))
         self._check_fields()
 
@@ -146,6 +156,28 @@ class JobConfig:
                              f"num_frames={n!r}; pass one (--fps or --num-frames)")
         if fps is not None:
             object.__setattr__(self, "fps", float(fps))  # 2 and 2.0: one job, one hash
+
+    def _check_document(self) -> None:
+        """``dpi`` / ``pages`` / ``max_pages`` / ``max_tokens``: as ``vlmprep.Document`` checks
+        them (its own messages)."""
+        if self.pages is not None:
+            if isinstance(self.pages, (str, bytes)) or not hasattr(self.pages, "__iter__"):
+                raise ValueError(f"JobConfig: pages: expected 0-based page indices (a list of "
+                                 f"ints) or None, got {self.pages!r}")
+            object.__setattr__(self, "pages", tuple(self.pages))
+        if self.dpi is not None and isinstance(self.dpi, int) and not isinstance(self.dpi, bool):
+            object.__setattr__(self, "dpi", float(self.dpi))  # 150 and 150.0: one job, one hash
+        from ..io.document import Document  # deferred: the PDF module, light without pypdfium2
+        try:
+            Document(b"", **self.document_options())
+        except ImageError as e:
+            raise ValueError(f"JobConfig: {e.reason}") from None
+
+    def document_options(self) -> dict[str, Any]:
+        """The ``vlmprep.Document`` keywords of every PDF sample (only those set)."""
+        kw = {"dpi": self.dpi, "pages": self.pages, "max_pages": self.max_pages,
+              "max_tokens": self.max_tokens}
+        return {k: v for k, v in kw.items() if v is not None}
 
     @staticmethod
     def _normalized_overrides(ov: Any) -> tuple[tuple[str, Any], ...]:
@@ -197,7 +229,8 @@ class JobConfig:
         """JSON-safe dict (overrides as ``{field: value}``, lists for tuples)."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["overrides"] = {k: _thawed(v) for k, v in self.overrides}
-        for name in ("input_root", "fps", "num_frames"):
+        out["pages"] = _thawed(out["pages"])
+        for name in ("input_root", "fps", "num_frames", "dpi", "pages", "max_pages", "max_tokens"):
             if out[name] is None:  # the hash of a config without it, as before the field
                 del out[name]
         return out

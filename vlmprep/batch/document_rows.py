@@ -1,14 +1,18 @@
 """Document rows: a batch job's PDF sample -> one shard row per page, in page order.
 
 A PDF sample (``is_document``: its name ends in ``.pdf``, or its first KiB holds ``%PDF-``:
-``io.media``) is ``vlmprep.Document(data)`` with the defaults (every page, 144 dpi, at most
-``DEFAULT_MAX_PAGES`` pages). Page ``k`` (0-based, as ``Document(pages=)`` counts) is the image
-row ``{id}#p{k}`` holding what ``proc(documents=[Document(data, pages=[k])])`` returns, so
+``io.media``) is ``vlmprep.Document(data, **options)``: the job's ``--dpi`` / ``--pages`` /
+``--max-pages`` / ``--max-tokens`` (``JobConfig.document_options``), Document's defaults
+otherwise (every page, 144 dpi, at most ``DEFAULT_MAX_PAGES`` pages). Page ``k`` (0-based, as
+``Document(pages=)`` counts) that the plan keeps is the image row ``{id}#p{k}`` holding what
+``proc(documents=[Document(data, pages=[k], dpi=<the plan's dpi>)])`` returns, so
 ``read_shards`` gives it back bit for bit. A cause of the whole PDF (damaged, encrypted, not a
-PDF, too many pages, no pypdfium2) is one error row under the sample's own id; a bad page is
-that page's error row.
+PDF, too many pages, over its max_tokens at its first page, no pypdfium2) is one error row
+under the sample's own id; a bad page is that page's error row. Pages a ``max_tokens`` budget
+leaves out have no row (the plan says which: ``Processor.plan(documents=...).documents``).
 
     Given  "scans/a.pdf" of 3 pages      Output rows "scans/a.pdf#p0", "#p1", "#p2"
+    Given  the same, --pages 2,0         Output rows "scans/a.pdf#p2", "#p0"
 
 The pages are rendered ``_PAGES_PER_CALL`` at a time (``Processor.stream``): a long PDF holds
 one group of rendered pages, not all of them (its rows are held until the shard is written).
@@ -54,20 +58,22 @@ def is_document(sample: Any) -> bool:
     return data is not None and is_document_bytes(data)
 
 
-def document_rows(p: "Processor", sample: Any) -> tuple[list[dict], BaseException | None]:
-    """``sample`` (a PDF sample with data) -> (its rows, one per page, the unexpected exception
-    that made pages error rows, else None). ``p`` skips bad items (``errors="skip"``). Never
-    raises for a per-item cause."""
+def document_rows(p: "Processor", sample: Any, options: dict[str, Any]
+                  ) -> tuple[list[dict], BaseException | None]:
+    """``sample`` (a PDF sample with data) -> (its rows, one per page its plan keeps, the
+    unexpected exception that made pages error rows, else None). ``options``: the
+    ``vlmprep.Document`` keywords (``JobConfig.document_options``: dpi, pages, max_pages,
+    max_tokens). ``p`` skips bad items (``errors="skip"``). Never raises for a per-item cause."""
     # deferred: the PDF module; image jobs never need it
-    from ..io.document import Document, whole_document_error
+    from ..io.document import Document
     pipe = p.pipeline
     dtype, layout, shape = p.dtype, row_layout(pipe), row_shape_of(pipe)
-    doc = Document(sample.data)
-    plans = p.plan(documents=[doc]).images  # the page tree only: which pages, which are bad
-    if whole_document_error([q.error for q in plans]):
-        return [make_row(sample, dtype, layout, shape, (0, 0),
-                         error=plans[0].error.reason)], None  # type: ignore[union-attr]
-    refs = [_PageRef(page_id(sample.id, k), sample.source) for k in range(len(plans))]
+    doc = Document(sample.data, **options)
+    plan = p.plan(documents=[doc])  # the page tree only: which pages, which are bad
+    plans, (dp,) = plan.images, plan.documents
+    if dp.error is not None:
+        return [make_row(sample, dtype, layout, shape, (0, 0), error=dp.error.reason)], None
+    refs = [_PageRef(page_id(sample.id, k), sample.source) for k in dp.pages]
     rows: list[dict] = []
     try:
         for part in p.stream(doc, pages_per_batch=_PAGES_PER_CALL):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ImageError
 from ..pack import PackedBatch
@@ -66,7 +66,8 @@ def _skipping(proc: "Processor") -> "Processor":
 
 
 def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: float | None = None,
-                    num_frames: int | None = None) -> list[dict]:
+                    num_frames: int | None = None,
+                    document: dict[str, Any] | None = None) -> list[dict]:
     """One row (dict, keys ``ROW_COLUMNS``) per sample, in order; a PDF sample
     (``document_rows.is_document``) is one row per page, in page order
     (``document_rows.document_rows``).
@@ -76,7 +77,8 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: floa
     ``video``, optional: the reader's name says video). A video sample (``video_rows.is_video``:
     that, or bytes that start as an MP4 / MOV / MKV / WebM / AVI container) is one row of
     ``modality="video"``: what ``proc(videos=[Video(data, fps=fps, num_frames=num_frames)])``
-    gives (``fps`` / ``num_frames`` None: the Processor's video options decide).
+    gives (``fps`` / ``num_frames`` None: the Processor's video options decide). A PDF sample is
+    ``vlmprep.Document(data, **document)`` (``document``: its keywords, e.g. ``{"dpi": 150}``).
     Bad samples (a reader error, an ImageError from the header, the plan or the decode) get
     ``status="error"`` and the reason; this never raises for a per-item cause. ``proc`` is used
     with ``errors="skip"`` semantics (a clone when it raises). The images are processed in a
@@ -115,7 +117,7 @@ def process_samples(proc: "Processor", samples: Sequence["Sample"], *, fps: floa
         if failed is not None:
             failures.append(failed)
     for k in docs:
-        out[k], failed = document_rows(p, samples[k])
+        out[k], failed = document_rows(p, samples[k], document or {})
         if failed is not None:
             failures.append(failed)
     good = _image_rows(p, samples, todo, out, failures)

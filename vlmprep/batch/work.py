@@ -57,8 +57,9 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
     shard (``shards.shard_name(unit.name, part, config.format)``, tmp + rename) into ``output``.
 
     Video samples are sampled with ``config.fps`` / ``config.num_frames`` (None: the
-    Processor's video options). Returns write_shard's info plus ``unit``, ``part``,
-    ``samples`` (samples read: ``count`` is rows, one per page of a PDF sample),
+    Processor's video options); PDF samples are read with ``config.document_options()``.
+    Returns write_shard's info plus ``unit``, ``part``, ``samples`` (samples read: ``count``
+    is rows, one per page of a PDF sample),
     ``reasons`` ({short reason: count} of the error rows), ``damaged`` (error rows for parts
     of the input that could not be read: ``Sample.damaged``; a job with any is not complete)
     and ``timing`` ({"process_s", "write_s"}, not stored in the manifest).
@@ -71,7 +72,8 @@ def process_item(proc: Processor, unit: Unit, part: int, output: str, config: Jo
     damaged = 0
 
     def flush() -> None:
-        new = process_samples(proc, pending, fps=config.fps, num_frames=config.num_frames)
+        new = process_samples(proc, pending, fps=config.fps, num_frames=config.num_frames,
+                              document=config.document_options())
         rows.extend(new)
         if on_images is not None:
             on_images(len(new), sum(r["num_tokens"] for r in new))

@@ -5,6 +5,7 @@ Examples::
 
     vlmprep run --preset qwen2-vl --input photos/ --output out/ --workers 2
     vlmprep run --preset qwen2-vl --input clips/ --output out/ --fps 2   # one row per video
+    vlmprep run --preset qwen2-vl --input papers/ --output out/ --dpi 150 --pages 0-9  # row per page
     vlmprep run --preset qwen2-vl --input shards/000.tar shards/001.tar --output out/ --resume
     vlmprep run --checkpoint ./Qwen2-VL-7B --input data.parquet --column image --id-column key \\
         --output out/ --format safetensors --json
@@ -35,6 +36,22 @@ def _positive_int(s: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
     return v
+
+
+def _page_list(s: str) -> tuple[int, ...]:
+    """``--pages``: ``"0-3,8"`` -> (0, 1, 2, 3, 8) (0-based, ends included, order kept)."""
+    out: list[int] = []
+    try:
+        for part in s.split(","):
+            a, dash, b = part.strip().partition("-")
+            lo, hi = int(a), int(b) if dash else int(a)
+            if lo < 0 or hi < lo or hi - lo > 100_000:
+                raise ValueError
+            out.extend(range(lo, hi + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 0-based pages like '0-9' or '0,2,5', got "
+                                         f"{s!r}") from None
+    return tuple(out)
 
 
 def _positive_float(s: str) -> float:
@@ -86,6 +103,17 @@ def add_parser(sub) -> None:
     sampling.add_argument("--num-frames", type=_positive_int, default=None, metavar="N",
                           help="video inputs: frames sampled from each video, as "
                                "vlmprep.Video(src, num_frames=N) (default: the checkpoint's)")
+    pdf = p.add_argument_group("PDF samples (each is vlmprep.Document(data, ...); docs/how-to/documents.md)")
+    pdf.add_argument("--dpi", type=_positive_float, default=None, metavar="D",
+                     help="render resolution of every PDF page (default: 144)")
+    pdf.add_argument("--pages", type=_page_list, default=None, metavar="LIST",
+                     help="0-based pages of every PDF, in order: '0-9' or '0,2,5' or '0-3,8' "
+                          "(default: every page)")
+    pdf.add_argument("--max-pages", type=_positive_int, default=None, metavar="N",
+                     help="most pages one PDF may select; more is an error row (default: 1000)")
+    pdf.add_argument("--max-tokens", type=_positive_int, default=None, metavar="N",
+                     help="visual-token budget per PDF: the dpi is lowered (to 72), then the "
+                          "leading pages that fit are kept (default: none)")
     p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="worker processes (--engine local) or Ray actors (--engine ray); each "
                         "gets cores/N threads (default: 1)")
@@ -146,7 +174,9 @@ def job_config(args: argparse.Namespace):
         return JobConfig(preset=preset, checkpoint=checkpoint, backend=args.backend,
                          device=args.device, dtype=args.dtype, overrides=tuple(overrides.items()),
                          format=args.format, shard_size=args.shard_size,
-                         input_root=args.input_root, fps=args.fps, num_frames=args.num_frames)
+                         input_root=args.input_root, fps=args.fps, num_frames=args.num_frames,
+                         dpi=args.dpi, pages=args.pages, max_pages=args.max_pages,
+                         max_tokens=args.max_tokens)
     except ValueError as e:
         raise UsageError(str(e).removeprefix("JobConfig: ")) from None
 

@@ -21,7 +21,8 @@ from ..ops import DEFAULT_MAX_SOURCE_BYTES
 from .files import read_image_file, too_big
 from .inputs import Source
 
-__all__ = ["Document", "DEFAULT_DPI", "DEFAULT_MAX_PAGES", "PDF_EXTRA", "document_pages",
+__all__ = ["Document", "DEFAULT_DPI", "DEFAULT_MAX_PAGES", "DEFAULT_PAGE_TIMEOUT_S",
+           "MIN_BUDGET_DPI", "PDF_EXTRA", "document_pages",
            "render_page", "page_hw", "whole_document_error"]
 
 #: Render resolution when ``Document(dpi=None)``: 144 dpi, pdfium's scale 2 (1 PDF point = 2 px).
@@ -33,6 +34,11 @@ DEFAULT_DPI = 144.0
 #: Most pages one document may select when ``max_pages=None``: a hostile page tree can declare
 #: millions; 1000 pages at Qwen2-VL's ~2.5k tokens a page is already 2.5M tokens.
 DEFAULT_MAX_PAGES = 1000
+#: Most seconds one page may take to render when ``Document(timeout_s=None)``: a dense
+#: 300-dpi page renders in well under a second; a page that takes 30 s is hostile or broken.
+DEFAULT_PAGE_TIMEOUT_S = 30.0
+#: Lowest dpi a ``max_tokens`` budget may choose: below 72 dpi 10-pt text is under 10 px high.
+MIN_BUDGET_DPI = 72.0
 #: The pip extra that brings the renderer.
 PDF_EXTRA = "vlmprep[pdf]"
 _MAX_DPI = 2400.0  # beyond any scanner; a typo (dpi=14400) is refused, not rendered
@@ -52,6 +58,10 @@ class Document:
     ``DEFAULT_DPI`` (144). ``max_pages``: the most pages the document may select, None:
     ``DEFAULT_MAX_PAGES``; more is refused (one ImageError for the document saying how many it
     has and how to select some), never cut silently. ``password``: for an encrypted PDF.
+    ``timeout_s``: the most seconds one page may take to render, None: ``DEFAULT_PAGE_TIMEOUT_S``;
+    a page past it is that page's ImageError. ``max_tokens``: the most visual tokens the selected
+    pages may cost together, None: no budget; the plan lowers the dpi (not below
+    ``MIN_BUDGET_DPI``), then keeps the leading pages that fit, and says which (``Plan.documents``).
     Invalid options are an ImageError (expected / got / fix).
     """
 
@@ -60,6 +70,8 @@ class Document:
     dpi: float | None = None
     max_pages: int | None = None
     password: str | None = None
+    timeout_s: float | None = None
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         d = self.dpi
@@ -71,6 +83,15 @@ class Document:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ImageError(f"Document(max_pages=...): expected an int >= 1 or None, got {n!r}; "
                              f"pass e.g. max_pages=50")
+        t = self.timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not math.isfinite(t) or not t > 0):
+            raise ImageError(f"Document(timeout_s=...): expected seconds > 0 or None, got {t!r}; "
+                             f"pass e.g. timeout_s=30 (None: {DEFAULT_PAGE_TIMEOUT_S:g})")
+        b = self.max_tokens
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+            raise ImageError(f"Document(max_tokens=...): expected an int >= 1 or None, got {b!r}; "
+                             f"pass e.g. max_tokens=16384")
         if self.password is not None and not isinstance(self.password, str):
             raise ImageError(f"Document(password=...): expected a str or None, got "
                              f"{type(self.password).__name__}")

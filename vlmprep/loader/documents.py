@@ -53,20 +53,21 @@ def page_tokens(proc: "Processor", doc: Any) -> int:
 
 def pages_of(proc: "Processor", documents: Sequence[Any]) -> list[Any]:
     """``documents`` (``vlmprep.Document`` or PDF paths / bytes) -> one single-page Document
-    per selected page, document by document in ``pages`` order: DataLoader sources. Reads each
-    page tree once (``proc.plan``, nothing rasterized); a document that cannot be opened stays
-    one item (its sample then fails with the reason)."""
-    from ..io.document import Document, whole_document_error  # deferred: the PDF module
+    per page its plan keeps (``Document.max_tokens`` may lower the dpi or leave pages out:
+    ``proc.plan(...).documents``), document by document in ``pages`` order: DataLoader sources.
+    Reads each page tree once (``proc.plan``, nothing rasterized); a document that cannot be
+    opened stays one item (its sample then fails with the reason)."""
+    from ..io.document import Document  # deferred: the PDF module
     skip = proc.clone(errors="skip")  # a bad document is kept as a sample, not raised here
     out: list[Any] = []
     for d in documents:
         doc = d if isinstance(d, Document) else Document(d)
-        plans = skip.plan(documents=[doc]).images
-        if whole_document_error([p.error for p in plans]):
+        (dp,) = skip.plan(documents=[doc]).documents
+        if dp.error is not None:
             out.append(doc)
             continue
-        pages = range(len(plans)) if doc.pages is None else doc.pages
-        out.extend(replace(doc, pages=[p]) for p in pages)
+        # its pages at its dpi as the plan settled them (within the document's max_tokens)
+        out.extend(replace(doc, pages=[p], dpi=dp.dpi, max_tokens=None) for p in dp.pages)
     return out
 
 

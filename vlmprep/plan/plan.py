@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..io.probe import ProbeResult
+    from .document import DocumentPlan
     from .video import VideoPlan
 
 __all__ = ["Canvas", "ImagePlan", "Plan", "Sizing", "SizingRule", "SIZING_RULES", "sizing_rule",
@@ -357,6 +358,9 @@ class Plan:
     images: list[ImagePlan]
     pipeline: Pipeline = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     videos: list["VideoPlan"] = field(default_factory=list)
+    #: ``documents[d]``: the ``DocumentPlan`` of document ``d`` (its pages are among ``images``,
+    #: after the images given: which pages at which dpi, within its ``max_tokens``).
+    documents: list["DocumentPlan"] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> list[int]:

@@ -197,7 +197,8 @@ class Preprocess:
             data, err = _encoded(v, self._max_bytes, self.config.input_root)
             samples.append(Sample(id=i, source=s, data=data, error=err))
         rows = process_samples(self.proc, samples, fps=self.config.fps,
-                               num_frames=self.config.num_frames)
+                               num_frames=self.config.num_frames,
+                               document=self.config.document_options())
         # typed as the parquet shard (an all-None column would otherwise become Arrow null)
         return _with_passthrough(batch, cols, {self.column, *ROW_COLUMNS}, rows_table(rows))
 
