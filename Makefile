@@ -36,8 +36,8 @@ test: venv lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # Fuzzing (fuzz/run.py; docs/reliability.md): atheris harnesses on probe, the whole per-image path,
-# the kernels' entry points, the batch readers (tar, parquet), data: URIs and animated GIF/WebP,
-# time-bounded; crashes land in fuzz/crashes/ with a replay command.
+# the kernels' entry points, the batch readers (tar, parquet), data: URIs, animated GIF/WebP and
+# PDF documents, time-bounded; crashes land in fuzz/crashes/ with a replay command.
 # atheris is kept out of requirements/test.txt: only these targets need it.
 FUZZ_SECONDS ?= 900
 FUZZ_STAMP := $(VENV)/.fuzz-installed
@@ -49,10 +49,10 @@ $(FUZZ_STAMP): requirements/fuzz.txt $(STAMP)
 fuzz: venv $(FUZZ_STAMP)
 	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS)
 
-# About 90 s in all (CI): 6 s of fuzzing for each of the 7 harnesses plus their start-ups
-# (imports: 1.5-16 s each, ~43 s together on a loaded 2-core machine).
+# About 100 s in all (CI): 6 s of fuzzing for each of the 8 harnesses plus their start-ups
+# (imports: 1.5-16 s each, ~50 s together on a loaded 2-core machine).
 fuzz-short: venv $(FUZZ_STAMP)
-	$(PY) fuzz/run.py --seconds 42
+	$(PY) fuzz/run.py --seconds 48
 
 # The kernels built with AddressSanitizer + UBSan into build/sanitize (the package's own library
 # is left alone; VLMPREP_KERNELS_DIR loads this one), then the kernel tests, the first-use thread

@@ -59,8 +59,11 @@ def main() -> None:
         _write("data_uri", f"{name}.bin", data)
     for name, data in _animated_seeds().items():
         _write("animated", f"{name}.bin", b"\x00" + data)  # the first byte picks the frames
+    for name, data in _document_seeds().items():
+        _write("document", f"{name}.pdf", data)
     print("seeds:", {h: len(os.listdir(os.path.join(HERE, "seeds", h)))
-                     for h in ("probe", "pipeline", "kernels", "tar", "parquet", "data_uri", "animated")})
+                     for h in ("probe", "pipeline", "kernels", "tar", "parquet", "data_uri", "animated",
+                               "document")})
 
 
 def _tar(members: list[tuple[str, bytes]], fmt: int, end: bool = True) -> bytes:
@@ -173,6 +176,26 @@ def _animated_seeds() -> dict[str, bytes]:
         "gif_subrect_transparent": save([a, patched, a], "GIF", duration=50, transparency=0, optimize=False),
         "webp_lossless": save([a, patched, c], "WEBP", duration=[30, 60, 90], lossless=True),
         "webp_lossy_alpha": save([rgba, rgba[::-1].copy()], "WEBP", duration=40, quality=50),
+    }
+
+
+def _document_seeds() -> dict[str, bytes]:
+    """Small hand-written PDFs (tests/_support/pdfs.py; pypdfium2's own with an image are over
+    MAX_SEED): shared content, annotations and JavaScript, RC4 encryption, a wrong
+    xref, a page tree loop, a form bomb and a slow shading (both cut small: a seed must be fast),
+    an image declaring 60000^2 pixels."""
+    from _support import pdfs
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>"]
+    return {
+        "shared_content": pdfs.pages_pdf(3),
+        "javascript_annotations": pdfs.javascript_annotations_pdf(),
+        "encrypted_rc4": pdfs.encrypted_pdf(b""),
+        "xref_shifted": pdfs.build_pdf(objs, xref_shift=7),
+        "page_tree_loop": pdfs.page_tree_loop_pdf(),
+        "form_bomb_small": pdfs.form_bomb_pdf(6),
+        "slow_shading_small": pdfs.slow_shading_pdf(ops=20, side_pt=50),
+        "huge_image": pdfs.huge_image_pdf(),
     }
 
 

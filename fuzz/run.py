@@ -1,13 +1,13 @@
 """Runs the atheris harnesses for a time budget; saves crashes with a command to reproduce.
 
     .venv/bin/python fuzz/run.py --seconds 900             # make fuzz (FUZZ_SECONDS)
-    .venv/bin/python fuzz/run.py --seconds 42              # make fuzz-short (CI)
+    .venv/bin/python fuzz/run.py --seconds 48              # make fuzz-short (CI)
     .venv/bin/python fuzz/run.py --seconds 60 --only probe
     .venv/bin/python fuzz/run.py --seconds 7200 --only parquet --executions 1000000  # stop at 1M
 
 The budget is split evenly over the harnesses (probe, pipeline, kernels, tar, parquet, data_uri,
-animated). Each runs on its growing corpus fuzz/corpus/<name>/ (gitignored) plus the committed
-seeds fuzz/seeds/<name>/.
+animated, document). Each runs on its growing corpus fuzz/corpus/<name>/ (gitignored) plus the
+committed seeds fuzz/seeds/<name>/.
 libFuzzer stops at the first crash; the harness is then restarted on the same corpus until its
 time is spent, so one run can find several distinct crashes. Each crash (an uncaught exception
 other than the harness's clean ones, a signal, an input over -timeout seconds or over
@@ -41,6 +41,7 @@ HARNESSES = {
     "parquet": (65536, 10),
     "data_uri": (16384, 10),  # the chunk logic needs no longer text; long ones cost the rate
     "animated": (65536, 30),  # the harness itself fails an input past timeout_s + 3 s (4 s)
+    "document": (65536, 30),  # the harness fails a call past 1 s a page (8 at most) + 5 s
 }
 RSS_LIMIT_MB = 2048  # libFuzzer's default; the harnesses bound honest work well below it
 

@@ -16,7 +16,7 @@ from . import backends, hf_forms, kernels, pack, presets
 from .backends import video as vx
 from .backends.registry import MATCHES
 from .errors import ConfigNotFoundError, ImageError, describe_source
-from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, Source, as_image_list, resolve
+from .io.inputs import DEFAULT_FETCH_TIMEOUT_S, as_image_list, resolve
 from .io.warm import warm_decoders
 from .pack import execution_pipeline
 from .pipeline import Pipeline
@@ -391,20 +391,21 @@ class Processor:
         return self._video_run
 
     def render_documents(self, sources: list, plans: list[ImagePlan]) -> tuple[list, list[ImagePlan]]:
-        """``prepare``'s output with every document page rendered (``io.document.render_page``)
-        into an ``"array"`` Source, one page at a time, so that ``execute`` runs pages as the
-        images they are; the identity without pages. A page that fails to render is an
+        """``prepare``'s output with every document page rendered (``io.document.rendered``)
+        into an image Source (a PDF page an ``"array"``, a TIFF frame a ``"pil"``), one page
+        at a time, so that ``execute`` runs pages as the images they are; the identity without
+        pages. A page that fails to render is an
         ImageError: raised with ``errors="raise"``, else recorded in its plan."""
         if not any(s is not None and s.kind == "page" for s in sources):
             return sources, plans
         self._first_error(plans)  # no render before every item is known good
-        from .io.document import render_page  # deferred: numpy and pypdfium2
+        from .io.document import rendered  # deferred: numpy and pypdfium2
         sources, plans = list(sources), list(plans)
         for k, s in enumerate(sources):
             if s is None or s.kind != "page" or plans[k].error is not None:
                 continue
             try:
-                sources[k] = Source("array", render_page(s), s.hw, None, s.desc)
+                sources[k] = rendered(s)
             except ImageError as e:
                 err = e.at(index=k, source=s.desc)
                 if self.errors == "raise":

@@ -9,7 +9,6 @@ Without pypdfium2 everything skips except the check that a document then names t
 """
 from __future__ import annotations
 
-import hashlib
 import sys
 
 import numpy as np
@@ -33,46 +32,9 @@ def _pdf(sizes_pt, rotate=None, seed=0) -> bytes:
     return make_pdf(sizes_pt, rotate, seed)
 
 
-def _rc4(key: bytes, data: bytes) -> bytes:
-    s, j = list(range(256)), 0
-    for i in range(256):
-        j = (j + s[i] + key[i % len(key)]) % 256
-        s[i], s[j] = s[j], s[i]
-    out, i, j = bytearray(), 0, 0
-    for byte in data:
-        i = (i + 1) % 256
-        j = (j + s[i]) % 256
-        s[i], s[j] = s[j], s[i]
-        out.append(byte ^ s[(s[i] + s[j]) % 256])
-    return bytes(out)
-
-
-_PAD = bytes.fromhex("28BF4E5E4E758A4164004E56FFFA01082E2E00B6D0683E802F0CA9FE6453697A")
-
-
 def _encrypted_pdf(user: bytes, owner: bytes = b"owner") -> bytes:
-    """A one-page PDF (612 x 792 pt, no content: nothing to encrypt) under the Standard security
-    handler R2 / RC4-40 with user password ``user`` (PDF 1.7 section 7.6.3, algorithms 2-4)."""
-    fid = b"0123456789abcdef"
-    o = _rc4(hashlib.md5((owner + _PAD)[:32]).digest()[:5], (user + _PAD)[:32])
-    p = (-4).to_bytes(4, "little", signed=True)
-    key = hashlib.md5((user + _PAD)[:32] + o + p + fid).digest()[:5]
-    u = _rc4(key, _PAD)
-    objs = [b"<< /Type /Catalog /Pages 2 0 R >>",
-            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>",
-            b"<< /Filter /Standard /V 1 /R 2 /O <" + o.hex().encode() + b"> /U <" + u.hex().encode()
-            + b"> /P -4 >>"]
-    out, offs = bytearray(b"%PDF-1.4\n"), []
-    for n, body in enumerate(objs, 1):
-        offs.append(len(out))
-        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
-    out += b"".join(b"%010d 00000 n \n" % x for x in offs)
-    out += (b"trailer\n<< /Size %d /Root 1 0 R /Encrypt 4 0 R /ID [<%s> <%s>] >>\nstartxref\n%d\n%%%%EOF\n"
-            % (len(objs) + 1, fid.hex().encode(), fid.hex().encode(), xref))
-    return bytes(out)
+    from _support.pdfs import encrypted_pdf
+    return encrypted_pdf(user, owner)
 
 
 def _render(data: bytes, page: int, dpi: float = DEFAULT_DPI) -> np.ndarray:
@@ -87,9 +49,13 @@ def pdf3() -> bytes:
 
 
 def _no_render(monkeypatch):
+    """Any render fails the test: in this process, and in the render workers (their entry)."""
+    from vlmprep.io import page_render
+
     def boom(*a, **k):
         raise AssertionError("a page was rasterized")
     monkeypatch.setattr(pdfium.PdfPage, "render", boom)
+    monkeypatch.setattr(page_render, "render", boom)
 
 
 # -- plan: header only ------------------------------------------------------------------------
@@ -198,11 +164,22 @@ def test_page_over_max_source_pixels_refused_before_rendering(monkeypatch):
 
 @needs_pdfium
 def test_render_failure_is_the_page_error(pdf3, monkeypatch):
+    from dataclasses import replace
+
+    from vlmprep.io import page_render
+    from vlmprep.io.document import document_pages, render_page
+    # PDFium failing in the worker (a page it has not: an error reply, the worker kept)
+    src = document_pages(Document(pdf3, pages=[1], dpi=30), 0)[0]
+    bad = replace(src, item=replace(src.item, page=7))
+    with pytest.raises(ImageError, match=r"document 0 page 1 .*expected a page PDFium can render, got"):
+        render_page(bad)
+    assert render_page(src).shape == (*src.hw, 3)  # the same worker renders the next page
+    # through the Processor: each page's own error
     proc = vlmprep.Processor("qwen2-vl", backend="reference", errors="skip")
 
-    def broken(self, *a, **k):
-        raise pdfium.PdfiumError("render failed")
-    monkeypatch.setattr(pdfium.PdfPage, "render", broken)
+    def broken(*a, **k):
+        raise ImageError("expected a page PDFium can render, got PdfiumError (render failed)")
+    monkeypatch.setattr(page_render, "render", broken)
     batch = proc(documents=[Document(pdf3, pages=[0, 1], dpi=30)])
     assert sorted(batch.errors) == [0, 1]
     assert "document 0 page 1" in str(batch.errors[1]) and "render" in str(batch.errors[1])

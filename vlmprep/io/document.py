@@ -10,20 +10,24 @@ out of range, too many pages) is an ImageError for that item, never an exception
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import os
 import threading
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ImageError, describe_source
 from ..ops import DEFAULT_MAX_SOURCE_BYTES
+from . import tiff_pages
 from .files import read_image_file, too_big
 from .inputs import Source
 
 __all__ = ["Document", "DEFAULT_DPI", "DEFAULT_MAX_PAGES", "DEFAULT_PAGE_TIMEOUT_S",
            "MIN_BUDGET_DPI", "PDF_EXTRA", "document_pages",
-           "render_page", "page_hw", "whole_document_error"]
+           "render_page", "rendered", "page_hw", "whole_document_error"]
 
 #: Render resolution when ``Document(dpi=None)``: 144 dpi, pdfium's scale 2 (1 PDF point = 2 px).
 #: 10-pt body text is then ~20 px high, legible at the 14-16 px patches of the ViTs covered; a
@@ -117,11 +121,28 @@ def _pages_ok(p: Any) -> bool:
 
 @dataclass(frozen=True)
 class _Page:
-    """What ``render_page`` needs: the open document (shared by its pages) and one page."""
+    """What ``render_page`` needs: the open document (shared by its pages) and one page; the
+    PDF's bytes, password and time bound for the render process (``_Render``, shared too)."""
 
     pdf: Any
     page: int
     scale: float
+    render: _Render | None = None
+
+
+@dataclass(frozen=True)
+class _Render:
+    """One document's render inputs (``io.page_render.render``): its bytes, their digest (with
+    the password: the worker's cache key), the password and ``Document.timeout_s``."""
+
+    data: bytes = field(repr=False)
+    key: str
+    password: str | None
+    timeout_s: float
+
+
+# the render inputs of each document ``_open`` returned, by its PdfDocument (dropped with it)
+_RENDER: weakref.WeakKeyDictionary[Any, _Render] = weakref.WeakKeyDictionary()
 
 
 def page_hw(width_pt: float, height_pt: float, scale: float) -> tuple[int, int]:
@@ -142,21 +163,28 @@ def _pdfium() -> Any:
     return pypdfium2
 
 
-def _read(source: Any, max_bytes: int) -> bytes:
-    """The PDF's bytes, through the same checks as an image path (regular file, size bound)."""
+def _bytes(source: Any, max_bytes: int) -> bytes:
+    """The document's bytes, through the same checks as an image path (regular file, size
+    bound)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
         if len(data) > max_bytes:
-            raise too_big(len(data), max_bytes, "(a PDF)")
-    elif isinstance(source, (str, os.PathLike)):
-        data = read_image_file(source, max_bytes)
-    else:
-        raise ImageError(f"expected a PDF as a path or bytes, got {type(source).__name__}; pass "
-                         f"Document('file.pdf') or Document(pdf_bytes)")
+            raise too_big(len(data), max_bytes, "(a document)")
+        return data
+    if isinstance(source, (str, os.PathLike)):
+        return read_image_file(source, max_bytes)
+    raise ImageError(f"expected a PDF or a multi-page TIFF as a path or bytes, got "
+                     f"{type(source).__name__}; pass Document('file.pdf') or Document(pdf_bytes)")
+
+
+def _read(source: Any, max_bytes: int) -> bytes:
+    """The PDF's bytes (``_bytes``), refused unless they hold ``%PDF-``."""
+    data = _bytes(source, max_bytes)
     if _MAGIC not in data[:_MAGIC_WINDOW]:
         head = data[:8]
-        raise ImageError(f"expected a PDF (a file starting with %PDF-), got {len(data):,} bytes "
-                         f"starting {head!r}; pass a PDF, or pass an image through images=")
+        raise ImageError(f"expected a PDF (a file starting with %PDF-) or a TIFF, got "
+                         f"{len(data):,} bytes starting {head!r}; pass a PDF or a TIFF, or pass "
+                         f"an image through images=")
     return data
 
 
@@ -166,9 +194,13 @@ def _open(doc: Document, max_bytes: int) -> Any:
     data = _read(doc.source, max_bytes)
     try:
         with _PDFIUM_LOCK:
-            return pdfium.PdfDocument(data, password=doc.password)
+            pdf = pdfium.PdfDocument(data, password=doc.password)
     except pdfium.PdfiumError as e:
         raise _load_error(e, doc.password is not None) from e
+    key = hashlib.sha256(data + b"\0" + (doc.password or "").encode()).hexdigest()
+    timeout = doc.timeout_s if doc.timeout_s is not None else DEFAULT_PAGE_TIMEOUT_S
+    _RENDER[pdf] = _Render(data, key, doc.password, float(timeout))
+    return pdf
 
 
 def _load_error(e: Any, has_password: bool) -> ImageError:
@@ -205,7 +237,10 @@ def document_pages(doc: Document, d: int, max_bytes: int = DEFAULT_MAX_SOURCE_BY
     is one ImageError entry. Errors name the page as ``document d page p`` (0-based)."""
     src = describe_source(doc.source)
     try:
-        pdf = _open(doc, max_bytes)
+        data = _bytes(doc.source, max_bytes)
+        if tiff_pages.is_tiff(data):
+            return _tiff_pages(doc, d, data, src)
+        pdf = _open(dataclasses.replace(doc, source=data), max_bytes)
         with _PDFIUM_LOCK:
             count = len(pdf)
         pages = _selected(doc, count)
@@ -213,6 +248,44 @@ def document_pages(doc: Document, d: int, max_bytes: int = DEFAULT_MAX_SOURCE_BY
         return [e.at(source=f"document {d} ({src})")]
     return [_page_source(pdf, doc.scale, p, count, f"document {d} page {p} ({src})")
             for p in pages]
+
+
+def _tiff_pages(doc: Document, d: int, data: bytes, src: str) -> list[Source | ImageError]:
+    """``document_pages`` of a multi-page TIFF: each frame at its stored size (``dpi`` does
+    not apply: refused), the IFD chain walked only as far as the pages asked need."""
+    if doc.dpi is not None:
+        raise ImageError(f"expected dpi=None for a TIFF (its pages are pixels, used at their "
+                         f"stored size), got dpi={doc.dpi:g}; leave dpi out")
+    limit = doc.max_pages if doc.max_pages is not None else DEFAULT_MAX_PAGES
+    need = limit + 1 if doc.pages is None else (max(doc.pages, default=-1) + 1)
+    sizes, more = tiff_pages.frame_sizes(data, min(need, tiff_pages.MAX_TIFF_FRAMES))
+    if doc.pages is None and more:  # refused, not cut, as a PDF of too many pages
+        raise ImageError(f"expected at most {limit:,} pages per document (max_pages), got a "
+                         f"TIFF of more than {limit:,} frames; select some with "
+                         f"Document(..., pages=range({limit})) or raise max_pages=")
+    out: list[Source | ImageError] = []
+    for p in _selected(doc, len(sizes)):
+        desc = f"document {d} page {p} ({src})"
+        if p >= len(sizes):
+            n = f"{len(sizes)}-page" if not more else f"over-{tiff_pages.MAX_TIFF_FRAMES:,}-frame"
+            out.append(ImageError(f"expected a page index in 0..{len(sizes) - 1} (0-based), got "
+                                  f"page {p} of a {n} TIFF; fix Document(pages=...)", source=desc))
+        else:
+            out.append(Source("page", tiff_pages.TiffPage(data, p), sizes[p], None, desc))
+    return out
+
+
+def rendered(src: Source) -> Source:
+    """A ``"page"`` Source -> the image Source the page becomes: a PDF page rendered
+    (``render_page``) as an ``"array"``; a TIFF frame decoded (``tiff_pages.render_frame``) as
+    the ``"pil"`` image it is. ImageError when the page cannot be made."""
+    if isinstance(src.item, tiff_pages.TiffPage):
+        frame = tiff_pages.render_frame(src.item)
+        if frame.size != (src.hw[1], src.hw[0]):
+            raise ImageError(f"expected the frame at its planned {src.hw[0]}x{src.hw[1]} (HxW), "
+                             f"got {frame.size[1]}x{frame.size[0]}; report this TIFF")
+        return Source("pil", frame, src.hw, None, src.desc)
+    return Source("array", render_page(src), src.hw, None, src.desc)
 
 
 def whole_document_error(errors: list[ImageError | None]) -> bool:
@@ -238,28 +311,30 @@ def _page_source(pdf: Any, scale: float, p: int, count: int, desc: str) -> Sourc
         return ImageError(f"expected a page of positive size, got {w!r} x {h!r} points; repair "
                           f"the PDF", source=desc)
     # page sizes beyond max_source_pixels are refused by the plan from this hw, before any render
-    return Source("page", _Page(pdf, p, scale), page_hw(w, h, scale), None, desc)
+    return Source("page", _Page(pdf, p, scale, _RENDER.get(pdf)), page_hw(w, h, scale), None,
+                  desc)
 
 
 def render_page(src: Source) -> Any:
     """A ``"page"`` Source -> ``(H, W, 3)`` uint8 RGB numpy array, C-contiguous: pypdfium2's
     ``page.render(scale=dpi/72, rev_byteorder=True).to_numpy()`` (white background, annotations
-    drawn), copied out of the bitmap. ImageError when PDFium fails, or when the rendered size
-    is not the planned ``hw`` (the plan must equal the pixels)."""
-    import numpy as np
+    drawn), bit for bit, rendered in a worker process (``io.page_render``: bounded in time by
+    ``Document.timeout_s`` and in memory by the planned size). ImageError naming the page when
+    PDFium fails, the render runs past the time bound or its memory bound, the worker dies, or
+    the rendered size is not the planned ``hw`` (the plan must equal the pixels)."""
+    from . import page_render  # deferred: starts worker processes on first use
     ref: _Page = src.item
+    r = ref.render
+    if r is None:  # a _Page made without _open: the document's bytes are not known
+        raise ImageError("expected a page from document_pages, got one without its PDF's bytes; "
+                         "plan documents through Processor.prepare", source=src.desc)
     try:
-        with _PDFIUM_LOCK:
-            page = ref.pdf[ref.page]
-            try:
-                bitmap = page.render(scale=ref.scale, rev_byteorder=True)
-                out = np.ascontiguousarray(bitmap.to_numpy()[..., :3])
-            finally:
-                page.close()
-    except Exception as e:  # noqa: BLE001 (PDFium on a damaged page: this item fails)
-        raise ImageError(f"expected a page PDFium can render, got {type(e).__name__} ({e}); "
-                         f"repair the PDF or leave the page out with pages=") from e
+        out = page_render.render(r.data, r.key, r.password, ref.page, ref.scale,
+                                 (src.hw[0], src.hw[1]), r.timeout_s)
+    except ImageError as e:
+        raise e.at(source=src.desc) from (e.__cause__ or e)
     if out.shape[:2] != tuple(src.hw):
         raise ImageError(f"expected the page rendered at the planned {src.hw[0]}x{src.hw[1]} "
-                         f"(HxW), got {out.shape[0]}x{out.shape[1]}; report this PDF")
+                         f"(HxW), got {out.shape[0]}x{out.shape[1]}; report this PDF",
+                         source=src.desc)
     return out

@@ -57,7 +57,8 @@ class Source:
     Fields:
         kind: ``"encoded"`` (bytes or path), ``"pil"``, ``"array"`` (HWC uint8 numpy) or
             ``"tensor"`` (CHW uint8 torch); ``"page"``: a PDF page not yet rendered
-            (``io.document``; ``Processor.render_documents`` makes it an ``"array"``).
+            (``io.document``; ``Processor.render_documents`` makes it an ``"array"``) or a TIFF
+            frame not yet decoded (made a ``"pil"``).
         item: the item as given (a path is kept as a path; bytes are read at decode), except
             that a memoryview becomes a flat byte view (or a copy when not contiguous) and
             an ndarray subclass (``np.memmap``, ...) a plain ndarray view of the same memory.

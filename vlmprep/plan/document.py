@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import ImageError
-from ..io.document import DEFAULT_DPI, MIN_BUDGET_DPI, Document, document_pages
+from ..io import document as io_document
+from ..io.document import DEFAULT_DPI, MIN_BUDGET_DPI, Document
+from ..io.tiff_pages import TiffPage
 from .plan import plan_images
 
 if TYPE_CHECKING:
@@ -39,11 +41,12 @@ class DocumentPlan:
     order (bad pages included: each is its item's error), at ``dpi``; ``dropped`` the selected
     pages ``max_tokens`` left out; ``num_tokens`` the kept pages' tokens together. ``fit``:
     ``"as-is"`` (no budget, or within it), ``"dpi"`` (the dpi was lowered, every page kept) or
-    ``"pages"`` (at ``MIN_BUDGET_DPI`` and pages dropped). ``error``: a cause of the whole
-    document (then ``pages`` is empty)."""
+    ``"pages"`` (at ``MIN_BUDGET_DPI`` and pages dropped). A multi-page TIFF has no dpi
+    (``None``: its pages are pixels): over budget it can only drop pages. ``error``: a cause of
+    the whole document (then ``pages`` is empty)."""
 
     index: int
-    dpi: float
+    dpi: float | None
     pages: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     num_tokens: int = 0
@@ -54,6 +57,11 @@ class DocumentPlan:
 
 def _dpi(doc: Document) -> float:
     return doc.dpi if doc.dpi is not None else DEFAULT_DPI
+
+
+def _is_raster(entries: list) -> bool:
+    """Whether the pages are stored pixels (a TIFF's frames), not rendered at a dpi."""
+    return any(isinstance(getattr(e, "item", None), TiffPage) for e in entries)
 
 
 def _tokens(pipeline: "Pipeline", entries: list) -> list[int]:
@@ -71,21 +79,25 @@ def plan_document(pipeline: "Pipeline", doc: Document, d: int, max_bytes: int
     """Document ``d`` of a call -> (its ``document_pages`` entries at the dpi and pages it runs
     with, its DocumentPlan). Never raises for a per-document cause: the entries then hold one
     ImageError and the plan says so."""
-    entries = document_pages(doc, d, max_bytes)
+    entries = io_document.document_pages(doc, d, max_bytes)
     first = entries[0] if len(entries) == 1 else None
     if isinstance(first, ImageError) and not (first.source or "").startswith(f"document {d} page "):
         return entries, DocumentPlan(d, _dpi(doc), max_tokens=doc.max_tokens, error=first)
     budget = doc.max_tokens
     tokens = _tokens(pipeline, entries)
     pages = _page_numbers(doc, len(entries))
+    dpi = None if _is_raster(entries) else _dpi(doc)
     if budget is None or sum(tokens) <= budget:
-        return entries, DocumentPlan(d, _dpi(doc), pages, [], sum(tokens), budget)
+        return entries, DocumentPlan(d, dpi, pages, [], sum(tokens), budget)
+    if dpi is None:
+        return _leading(d, None, entries, tokens, budget, pages)
     return _fit(pipeline, doc, d, max_bytes, budget, pages)
 
 
 def _at(pipeline: "Pipeline", doc: Document, d: int, max_bytes: int, dpi: float
         ) -> tuple[list, list[int]]:
-    entries = document_pages(dataclasses.replace(doc, dpi=dpi, max_tokens=None), d, max_bytes)
+    entries = io_document.document_pages(dataclasses.replace(doc, dpi=dpi, max_tokens=None), d,
+                                         max_bytes)
     return entries, _tokens(pipeline, entries)
 
 
@@ -107,15 +119,22 @@ def _fit(pipeline: "Pipeline", doc: Document, d: int, max_bytes: int, budget: in
                 hi = mid - 1
         dpi, entries, tokens = best
         return entries, DocumentPlan(d, dpi, pages, [], sum(tokens), budget, "dpi")
+    return _leading(d, floor, entries, tokens, budget, pages)
+
+
+def _leading(d: int, dpi: float | None, entries: list, tokens: list[int], budget: int,
+             pages: list[int]) -> tuple[list, DocumentPlan]:
+    """The leading pages whose tokens fit ``budget`` (the rest dropped); one ImageError for
+    the document when not even its first page fits."""
     keep, total = 0, 0
     while keep < len(tokens) and total + tokens[keep] <= budget:
         total += tokens[keep]
         keep += 1
     if keep == 0:
+        at = f"at the lowest dpi {dpi:g}" if dpi is not None else "at its stored size"
         err = ImageError(f"expected the first page to fit max_tokens={budget:,}, got "
-                         f"{tokens[0]:,} tokens at the lowest dpi {floor:g}; raise "
-                         f"Document(max_tokens=...) or select other pages",
-                         source=f"document {d}")
-        return [err], DocumentPlan(d, floor, [], pages, 0, budget, "pages", err)
-    return entries[:keep], DocumentPlan(d, floor, pages[:keep], pages[keep:], total, budget,
+                         f"{tokens[0]:,} tokens {at}; raise Document(max_tokens=...) or select "
+                         f"other pages", source=f"document {d}")
+        return [err], DocumentPlan(d, dpi, [], pages, 0, budget, "pages", err)
+    return entries[:keep], DocumentPlan(d, dpi, pages[:keep], pages[keep:], total, budget,
                                         "pages")
