@@ -183,8 +183,24 @@ def _run_pyav(stream: Any, container: str, size: int, lim: VideoLimits,
     if indices is None:
         return meta, None
     out = _alloc(meta, indices, lim)
+    threads = get_num_threads()
+    keys = mp4.keyframes(stream, size) if skip else None
+    # GOP by GOP (a seek over GOPs nobody wants; several at once with more threads)
+    if keys and meta.fps > 0 and pyav.splits(stream, keys, indices):
+        missing = pyav.read_frames_split(stream, meta, indices, out, lim.timeout_s, threads, keys)
+        if not missing:
+            return meta, out
+        indices_left = [i for i in indices if int(i) in missing]
+        rest = np.empty((len(indices_left), *out.shape[1:]), np.uint8)
+        stream.seek(0)
+        pyav.read_frames(stream, meta, indices_left, rest, lim.timeout_s, threads, skip)
+        at = {int(i): k for k, i in enumerate(indices_left)}
+        for k, i in enumerate(indices):
+            if int(i) in at:
+                out[k] = rest[at[int(i)]]
+        return meta, out
     stream.seek(0)
-    pyav.read_frames(stream, meta, indices, out, lim.timeout_s, get_num_threads(), skip)
+    pyav.read_frames(stream, meta, indices, out, lim.timeout_s, threads, skip)
     return meta, out
 
 

@@ -74,6 +74,79 @@ class DeadlineStream(io.BufferedIOBase):
         finally:
             super().close()
 
+    def fork(self) -> "DeadlineStream":
+        """Another reader of the same bytes with its own position and the same deadline (one per
+        decoding thread; the caller closes it before this one). Bytes in memory are shared, not
+        copied; a file is read by offset (``os.pread``) through its one descriptor."""
+        raw = self._raw
+        if isinstance(raw, io.BytesIO):
+            return DeadlineStream(_ViewReader(raw.getbuffer()), self.deadline)
+        return DeadlineStream(io.BufferedReader(_PositionalReader(raw.fileno()), 1 << 16),
+                              self.deadline)
+
+
+class _ViewReader(io.RawIOBase):
+    """A read-only seekable stream over a memoryview (no copy of the bytes)."""
+
+    def __init__(self, view: memoryview):
+        super().__init__()
+        self._view, self._pos = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = max(0, min(len(b), len(self._view) - self._pos))
+        b[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, len(self._view))[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._view.release()  # the BytesIO may be resized again once every view is gone
+        super().close()
+
+
+class _PositionalReader(io.RawIOBase):
+    """A seekable stream over an open file descriptor read by offset (``os.pread``): readers of
+    one descriptor in several threads do not move each other's position. Not closing it leaves
+    the descriptor to its owner."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self._fd, self._pos = fd, 0
+        self._size = os.fstat(fd).st_size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = os.pread(self._fd, len(b), self._pos)
+        b[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, self._size)[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
 
 def open_stream(source: Any, max_bytes: int, deadline: float) -> tuple[DeadlineStream, bytes]:
     """Path or bytes -> (a DeadlineStream at offset 0, its first 64 bytes). Raises ImageError
