@@ -110,3 +110,21 @@ def test_hevc_is_not_split(monkeypatch):
     with local_threads(2):
         np.testing.assert_array_equal(decode_frames(data, [1, 20, 33], decoder="pyav"),
                                       ref[[1, 20, 33]])
+
+
+def test_auto_takes_the_gop_split_opencv_does_not(clip, monkeypatch):
+    """decoder="auto" without torchcodec: OpenCV's metadata, PyAV's GOP-by-GOP frames (the same
+    bits); decoder="opencv" asked by name stays OpenCV's."""
+    from vlmprep.io.video import tcodec
+    if tcodec.available():
+        pytest.skip("torchcodec installed: auto is torchcodec")
+    calls = []
+    real = pyav_mod.read_frames_split
+    monkeypatch.setattr(pyav_mod, "read_frames_split",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    idx = [70, 2, 33, 33, 90]
+    want = decode_frames(clip, idx, decoder="opencv")
+    assert calls == []
+    with local_threads(2):
+        np.testing.assert_array_equal(decode_frames(clip, idx), want)
+    assert calls == [1]

@@ -25,7 +25,8 @@ from .types import Video, VideoLimits, VideoMeta, as_video, limits_of
 
 __all__ = ["probe_video", "decode_frames", "DECODERS", "resolve_decoder"]
 
-#: Decoder names: "auto" (torchcodec when importable, else OpenCV), "torchcodec", "opencv",
+#: Decoder names: "auto" (torchcodec when importable, else OpenCV, with PyAV's GOP-by-GOP decode
+#: of a constant-rate H.264 MP4/MOV when PyAV is importable: the same frames), "torchcodec", "opencv",
 #: "dali" (DALI's mixed/NVDEC decoder on GPU 0 when DALI sees a GPU, else its CPU one; also
 #: "dali:cpu", "dali:cuda", "dali:cuda:N"), "pyav" (OpenCV's metadata, PyAV's frames: one pass
 #: that skips the non-reference frames between samples).
@@ -141,8 +142,11 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             if indices is None:
                 return meta, None
             out = _alloc(meta, indices, lim)
-            opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek,
-                               keyframes=keyframes)
+            # "auto" without torchcodec: PyAV GOP by GOP where it applies (the same frames)
+            if not (decoder == "auto" and keyframes and pyav.available()
+                    and _gop_split(stream, meta, indices, out, lim, keyframes)):
+                opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek,
+                                   keyframes=keyframes)
             return meta, out
         finally:
             cap.release()
@@ -175,7 +179,8 @@ def _run_pyav(stream: Any, container: str, size: int, lim: VideoLimits,
     """PyAV: the metadata and limits from OpenCV's FFmpeg first (as the plan's probe), then one
     pass of PyAV's decoder (``pyav.read_frames``), skipping unwanted non-reference frames where
     the header says the frame rate is constant (MP4/MOV; ``seek=False``: nothing skipped, every
-    frame decoded and counted)."""
+    frame decoded and counted); an H.264 track's samples in several GOPs GOP by GOP
+    (``_gop_split``)."""
     skip = indices is not None and seek and container in ("mp4", "mov") \
         and not mp4.video_track_is_vfr(stream, size)
     cap, meta = _open_checked(stream, container, size, lim)
@@ -185,23 +190,32 @@ def _run_pyav(stream: Any, container: str, size: int, lim: VideoLimits,
     out = _alloc(meta, indices, lim)
     threads = get_num_threads()
     keys = mp4.keyframes(stream, size) if skip else None
-    # GOP by GOP (a seek over GOPs nobody wants; several at once with more threads)
-    if keys and meta.fps > 0 and pyav.splits(stream, keys, indices):
-        missing = pyav.read_frames_split(stream, meta, indices, out, lim.timeout_s, threads, keys)
-        if not missing:
-            return meta, out
-        indices_left = [i for i in indices if int(i) in missing]
-        rest = np.empty((len(indices_left), *out.shape[1:]), np.uint8)
+    if not (keys and _gop_split(stream, meta, indices, out, lim, keys)):
         stream.seek(0)
-        pyav.read_frames(stream, meta, indices_left, rest, lim.timeout_s, threads, skip)
-        at = {int(i): k for k, i in enumerate(indices_left)}
+        pyav.read_frames(stream, meta, indices, out, lim.timeout_s, threads, skip)
+    return meta, out
+
+
+def _gop_split(stream: Any, meta: VideoMeta, indices: Sequence[int], out: np.ndarray,
+               lim: VideoLimits, keys: Sequence[int]) -> bool:
+    """PyAV GOP by GOP into ``out`` (``pyav.read_frames_split``: a seek over GOPs nobody wants,
+    several GOPs at once on vlmprep's threads) when it applies (a constant-rate H.264 track, the
+    samples in two GOPs or more); the frames it could not place by one pass. False when it does
+    not apply (nothing decoded)."""
+    if not (meta.fps > 0 and pyav.splits(stream, keys, indices)):
+        return False
+    threads = get_num_threads()
+    missing = pyav.read_frames_split(stream, meta, indices, out, lim.timeout_s, threads, keys)
+    if missing:
+        left = [i for i in indices if int(i) in missing]
+        rest = np.empty((len(left), *out.shape[1:]), np.uint8)
+        stream.seek(0)
+        pyav.read_frames(stream, meta, left, rest, lim.timeout_s, threads, True)
+        at = {int(i): k for k, i in enumerate(left)}
         for k, i in enumerate(indices):
             if int(i) in at:
                 out[k] = rest[at[int(i)]]
-        return meta, out
-    stream.seek(0)
-    pyav.read_frames(stream, meta, indices, out, lim.timeout_s, threads, skip)
-    return meta, out
+    return True
 
 
 def _run_dali(stream: Any, container: str, size: int, lim: VideoLimits, indices: Sequence[int] | None,
@@ -289,6 +303,8 @@ def decode_frames(video: Video | Any, indices: Sequence[int], limits: VideoLimit
     a frame's size differs from the declared one, or the sampled total exceeds max_total_pixels.
     """
     name = resolve_decoder(decoder)
+    if decoder == "auto" and name == "opencv":
+        name = "auto"  # OpenCV, or PyAV GOP by GOP where that applies (_run)
     out = _named(video, lambda: _run(video, limits, list(indices), seek, name)[1])
     assert out is not None
     return out
