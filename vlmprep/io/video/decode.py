@@ -131,27 +131,35 @@ def _run(video: Any, limits: Any, indices: Sequence[int] | None, seek: bool,
             return meta, out
         if decoder == "pyav":
             return _run_pyav(stream, container, size, lim, indices, seek)
-        keyframes = None
-        if indices is not None and seek and container in ("mp4", "mov"):
-            if mp4.video_track_is_vfr(stream, size):
-                seek = False  # OpenCV seeks by the average rate: the wrong frames in a VFR track
-            else:
-                keyframes = mp4.keyframes(stream, size)  # seek only where it skips decoding
-        cap, meta = _open_checked(stream, container, size, lim)
-        try:
-            if indices is None:
-                return meta, None
-            out = _alloc(meta, indices, lim)
-            # "auto" without torchcodec: PyAV GOP by GOP where it applies (the same frames)
-            if not (decoder == "auto" and keyframes and pyav.available()
-                    and _gop_split(stream, meta, indices, out, lim, keyframes)):
-                opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek,
-                                   keyframes=keyframes)
-            return meta, out
-        finally:
-            cap.release()
+        return _run_opencv(stream, container, size, lim, indices, seek, decoder == "auto")
     finally:
         stream.close()
+
+
+def _run_opencv(stream: Any, container: str, size: int, lim: VideoLimits,
+                indices: Sequence[int] | None, seek: bool, auto: bool
+                ) -> tuple[VideoMeta, np.ndarray | None]:
+    """OpenCV's FFmpeg: metadata, then the frames (``opencv.read_frames``: a seek where the
+    track's keyframes say it skips decoding). ``auto`` (decoder "auto" without torchcodec): a
+    constant-rate H.264 MP4/MOV's frames by PyAV GOP by GOP where that applies (the same bits)."""
+    keyframes = None
+    if indices is not None and seek and container in ("mp4", "mov"):
+        if mp4.video_track_is_vfr(stream, size):
+            seek = False  # OpenCV seeks by the average rate: the wrong frames in a VFR track
+        else:
+            keyframes = mp4.keyframes(stream, size)  # seek only where it skips decoding
+    cap, meta = _open_checked(stream, container, size, lim)
+    try:
+        if indices is None:
+            return meta, None
+        out = _alloc(meta, indices, lim)
+        if not (auto and keyframes and pyav.available()
+                and _gop_split(stream, meta, indices, out, lim, keyframes)):
+            opencv.read_frames(cap, stream, meta, indices, out, lim.timeout_s, seek=seek,
+                               keyframes=keyframes)
+        return meta, out
+    finally:
+        cap.release()
 
 
 def _open_checked(stream: Any, container: str, size: int, lim: VideoLimits) -> tuple[Any, VideoMeta]:
