@@ -81,8 +81,7 @@ OLD_NOT_PASSED = {
     "idefics3": "SGLang 0.5.23 has no Idefics3 model",
     "mllama": "mllama.py runs the vision model on the feature",
     "siglip2": "a vision encoder, not an SGLang generation model",
-    "ovis2": "not declared: SGLang's Ovis2 support was not checked (no engines venv when the "
-             "family was added)",
+    "ovis2": "SGLang 0.5.23 has no Ovis2 model",
 }
 OLD_PROMPT_IMAGE_TOKENS = {"gemma3": "<start_of_image>", "ovis2": "<image>"}
 OLD_PROMPT_VIDEO_TOKENS = {"qwen2_vl": "<|video_pad|>", "llava_onevision": "<video>",
@@ -124,7 +123,7 @@ OLD_HF_OUTPUTS += ("glm4v",)
 OLD_SIZING_OPS += ("glm4v_resize",)
 OLD_NO_EMBEDDINGS["glm4v"] = _GLM4V_VLLM
 OLD_NO_VIDEO_EMBEDDINGS["glm4v"] = _GLM4V_VLLM
-OLD_NOT_PASSED["glm4v"] = "not checked: no SGLang here (build/engines/venv absent)"
+OLD_NOT_PASSED["glm4v"] = "SGLang 0.5.23's glm4v.py get_image_feature runs self.visual on the feature"
 OLD_PROMPT_VIDEO_TOKENS["glm4v"] = "<|video|>"
 OLD_VIDEO_PRESET["glm4v"] = "glm4v"
 OLD_VIDEO_CONFIG_MODULES["glm4v"] = "glm4v"
@@ -133,22 +132,21 @@ OLD_VIDEO_CONFIG_MODULES["glm4v"] = "glm4v"
 # refusals checked against vLLM 0.33 in session 23
 OLD_HF_OUTPUTS += ("minicpmv",)
 OLD_SIZING_OPS += ("minicpmv_slice",)
-OLD_NO_EMBEDDINGS["minicpmv"] = ("vLLM 0.33's MiniCPM-V 4.6 takes an {'image_embeds', 'image_sizes'} dict "
-                                 "(minicpmv4_6.py), a form vlmprep's adapter does not build yet (not checked end "
-                                 'to end); give vLLM the images')
-OLD_NOT_PASSED["minicpmv"] = ("not declared: SGLang's MiniCPM-V 4.6 support was not checked (no "
-                              "engines venv when the family was added)")
+# (its vLLM embedding form "sized" and the SGLang reasons: issue 30, Deliver 3)
+OLD_EMBEDDING_FORMS["minicpmv"] = "sized"
+OLD_NOT_PASSED["minicpmv"] = ("SGLang 0.5.23's MiniCPM-V 4.6 processor (minicpmv4_6.py "
+                              "MiniCPMV4_6MultimodalProcessor) sends every image_data item through its own "
+                              "MiniCPMV4_6ImageProcessor.preprocess, a dict item included ('Unsupported "
+                              "image type: <class 'dict'>')")
 
 # added with LFM2-VL (issue 30): its own form (siglip2's keys, a sequence per tile), engines not
 # declared (no engines venv)
 _LFM2_NOT_CHECKED = ("vLLM 0.33's LFM2-VL (lfm2_vl.py) takes no image embeddings, only pixel inputs "
                      '(checked in the engines venv); give the engines the images')
-_SGLANG_NOT_CHECKED = ("not declared: SGLang 0.5.23's processor for this family was not checked; give "
-                       'SGLang the images')
 OLD_HF_OUTPUTS += ("lfm2_vl",)
 OLD_SIZING_OPS += ("lfm2_vl_tile",)
 OLD_NO_EMBEDDINGS["lfm2_vl"] = _LFM2_NOT_CHECKED
-OLD_NOT_PASSED["lfm2_vl"] = _SGLANG_NOT_CHECKED
+OLD_NOT_PASSED["lfm2_vl"] = "SGLang 0.5.23's lfm2_vl.py get_image_feature runs the vision tower on the feature"
 
 # added with Llama 4 (issue 30): its own form (tiles + aspect_ratios), the prompt's <|image|>
 # expanded to <|patch|> tokens, engines not declared (no engines venv)
@@ -157,7 +155,7 @@ _LLAMA4_NOT_CHECKED = ("vLLM 0.33's Llama 4 (mllama4.py) takes no image embeddin
 OLD_HF_OUTPUTS += ("llama4",)
 OLD_SIZING_OPS += ("llama4_tile",)
 OLD_NO_EMBEDDINGS["llama4"] = _LLAMA4_NOT_CHECKED
-OLD_NOT_PASSED["llama4"] = _SGLANG_NOT_CHECKED
+OLD_NOT_PASSED["llama4"] = "SGLang 0.5.23's mllama4.py get_image_feature runs the vision model on the feature"
 OLD_PROMPT_IMAGE_TOKENS["llama4"] = "<|image|>"
 
 # added with Phi-4-multimodal (issue 30): its own form (image_pixel_values, image_sizes,
@@ -169,7 +167,9 @@ _PHI4_NOT_CHECKED = ('vLLM 0.33 serves Phi-4-multimodal only as Phi4MMForCausalL
 OLD_HF_OUTPUTS += ("phi4_multimodal",)
 OLD_SIZING_OPS += ("phi4_hd",)
 OLD_NO_EMBEDDINGS["phi4_multimodal"] = _PHI4_NOT_CHECKED
-OLD_NOT_PASSED["phi4_multimodal"] = _SGLANG_NOT_CHECKED
+OLD_NOT_PASSED["phi4_multimodal"] = ("SGLang 0.5.23 serves Phi-4-multimodal only as Phi4MMForCausalLM (phi4mm.py, "
+                                     "the checkpoint's remote-code processor), whose get_image_feature runs the "
+                                     "vision encoder on the feature")
 
 
 def test_hf_outputs_are_the_hf_form_registry():

@@ -75,6 +75,21 @@ def test_hook_equals_the_processor_its_pixels_name(monkeypatch, preset, pixels):
             _same(ip(_images(), **raw), want)
 
 
+def test_hook_answers_in_the_dtype_the_processor_normalizes_in(monkeypatch):
+    """Llama 4's image processor rescales and normalizes in bfloat16 (``FLOAT_DTYPE``): the hook
+    answers in bfloat16 too, bit-exact (SGLang hands the processor's dtype to the model)."""
+    monkeypatch.delenv(hi.DEVICE_ENV, raising=False)
+    monkeypatch.delenv(hi.PIXELS_ENV, raising=False)
+    assert hi.FLOAT_DTYPE == {"Llama4ImageProcessor": "bfloat16"}
+    ip = _hooked("llama4", "torchvision")
+    before = dict(hi.STATS)
+    got = ip(_images(), return_tensors="pt")
+    assert hi.STATS["vlmprep"] == before["vlmprep"] + 1
+    want = hf_processor("llama4", "torchvision")(_images(), return_tensors="pt")
+    assert got["pixel_values"].dtype == torch.bfloat16
+    _same(got, want)
+
+
 @pytest.mark.parametrize("value", ["gpu", "cuda:x", "cpu:0", "tpu"])
 def test_a_device_that_names_none_is_refused_with_the_fix(monkeypatch, value):
     monkeypatch.setenv(hi.DEVICE_ENV, value)

@@ -26,7 +26,8 @@ from vlmprep.integrations import hf_image_processor as hip  # noqa: E402
 PACKAGE = "vlmprep.integrations.sglang_processors"
 REQUESTS = [["chelsea"], ["chelsea", "astronaut"], ["coffee", "astronaut", "chelsea"]]
 QWEN = "<|vision_start|><|image_pad|><|vision_end|>"
-TOKENS = {"qwen2-vl": QWEN, "qwen2.5-vl": QWEN, "qwen3-vl": QWEN, "gemma3": None, "pixtral": None}
+TOKENS = {"qwen2-vl": QWEN, "qwen2.5-vl": QWEN, "qwen3-vl": QWEN, "gemma3": None, "pixtral": None,
+          "glm4v": None, "llama4": None, "lfm2-vl": None}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def _run(ck, proc, family, names):
     from sglang.srt.managers.io_struct import GenerateReqInput
     token = TOKENS[family] or ck.image_token
     text = " a ".join([token] * len(names))
-    imgs = _pil(names)
+    imgs = _pil(names) if all(isinstance(n, str) for n in names) else names
     req = GenerateReqInput(text=text, image_data=imgs)
     return asyncio.run(proc.process_mm_data_async(image_data=imgs, audio_data=None, input_text=text,
                                                   request_obj=req, max_req_input_len=100000))
@@ -82,14 +83,39 @@ def test_outputs_equal_sglangs_own_processor(registry, family):
     assert type(getattr(proc, "inner", proc)).__module__.startswith(PACKAGE), type(proc)
     assert type(getattr(ref_proc, "inner", ref_proc)).__module__.startswith("sglang."), type(ref_proc)
     for names in REQUESTS:
-        want = _run(ck, ref_proc, family, names)
-        before = dict(hip.STATS)
-        got = _run(ck, proc, family, names)
-        assert hip.STATS["vlmprep"] > before["vlmprep"], f"{family}: vlmprep did not answer"
-        assert hip.STATS["fallback"] == before["fallback"], f"{family}: fell back"
-        assert list(got.input_ids) == list(want.input_ids), (family, names)
-        assert len(got.mm_items) == len(want.mm_items)
-        for a, b in zip(got.mm_items, want.mm_items):
-            assert a.offsets == b.offsets, (family, names)
-            assert a.feature.dtype == b.feature.dtype and a.feature.shape == b.feature.shape
-            assert torch.equal(a.feature, b.feature), (family, names)
+        _same(ck, ref_proc, proc, family, names)
+
+
+def _same(ck, ref_proc, proc, family, names):
+    """SGLang's built-in processor and vlmprep's on one request: the same ids, offsets, features
+    (dtype included) and other item fields, vlmprep answering."""
+    want = _run(ck, ref_proc, family, names)
+    before = dict(hip.STATS)
+    got = _run(ck, proc, family, names)
+    what = (family, [getattr(n, "size", n) for n in names])
+    assert hip.STATS["vlmprep"] > before["vlmprep"], f"{family}: vlmprep did not answer"
+    assert hip.STATS["fallback"] == before["fallback"], f"{family}: fell back"
+    assert list(got.input_ids) == list(want.input_ids), what
+    assert len(got.mm_items) == len(want.mm_items)
+    for a, b in zip(got.mm_items, want.mm_items):
+        assert a.offsets == b.offsets, what
+        assert a.feature.dtype == b.feature.dtype and a.feature.shape == b.feature.shape, what
+        assert torch.equal(a.feature, b.feature), what
+        assert sorted(a.model_specific_data) == sorted(b.model_specific_data), what
+        for k, v in a.model_specific_data.items():
+            w = b.model_specific_data[k]
+            assert torch.equal(v, w) if torch.is_tensor(v) else v == w, (what, k)
+
+
+@pytest.mark.parametrize("family", ["glm4v", "lfm2-vl", "llama4"])
+def test_split_images_equal_sglangs_own_processor(registry, family):
+    """Images large enough to be split into tiles (LFM2-VL, Llama 4; a large GLM-4.1V grid),
+    next to one that is not, in one request: equal SGLang's own processor."""
+    from _support.imgdata import photo
+    from PIL import Image
+    root, args, builtin, ours = registry
+    ck, ref_proc = _make(builtin, family, root, args)
+    _, proc = _make(ours, family, root, args)
+    a, c = _pil(["astronaut", "coffee"])
+    images = [a.resize((1500, 1000)), c.resize((700, 2000)), Image.fromarray(photo("chelsea"))]
+    _same(ck, ref_proc, proc, family, images)

@@ -172,6 +172,34 @@ def test_embeddings_accepted(engines, family):
         assert torch.equal(merged, torch.cat(per))
 
 
+def test_minicpmv_sized_embeddings_accepted(engines):
+    """MiniCPM-V 4.6 ("sized": one tensor per image + image_sizes): images of different sizes,
+    one split into slices, in one request pass vLLM's parser (MiniCPMVImageEmbeddingItems),
+    processor, model and merge; the placeholders equal vLLM's own image path on the same images
+    and hold num_embeddings embedding positions each, the rows landing in order."""
+    eng = engines("minicpm-v")
+    names = ["chelsea", "astronaut", "coffee@300x451"]
+    batch = _batch("minicpm-v", names)
+    assert len(set(batch.num_embeddings)) > 1
+    prompt = eng.prompt(len(names))
+    own = eng.apply({"prompt": prompt, "multi_modal_data": {"image": _pil(names)}})
+    per = _embeds(batch, eng.ck.hidden_size)
+    for embeds in (per, torch.cat(per)):
+        req = vl.prompt_inputs(prompt, batch, embeds=embeds)
+        item = req["multi_modal_data"]["image"]
+        assert sorted(item) == ["image_embeds", "image_sizes"]
+        out, merged = eng.run(req)
+        assert out["prompt_token_ids"] == own["prompt_token_ids"]
+        ph, want = out["mm_placeholders"]["image"], own["mm_placeholders"]["image"]
+        assert [(p.offset, p.length) for p in ph] == [(p.offset, p.length) for p in want]
+        assert [p.get_num_embeds() for p in ph] == batch.num_embeddings
+        assert torch.equal(merged, torch.cat(per))
+    # one request per image works too
+    for req, e in zip(vl.prompt_inputs_per_image(eng.prompt(1), batch, per), per):
+        _, merged = eng.run(req)
+        assert torch.equal(merged, e)
+
+
 def test_qwen_compact_batch_embeddings_accepted(engines):
     """A compact batch (row_form="compact"; what vit.encode folds) hands vLLM the same request as
     the full batch: the embeddings input does not depend on the row form."""

@@ -21,6 +21,13 @@ What released vLLM 0.33.0 accepts (read from its ``vllm/multimodal/parse.py``,
   and the model's schema has no dynamic size there, so images of different ``num_embeddings``
   cannot share a request ("data contains inconsistent shapes"):
   ``prompt_inputs`` refuses them and ``prompt_inputs_per_image`` makes one request per image.
+- ``minicpmv`` (MiniCPM-V 4.6): one dict, images of any sizes (``minicpmv.py``
+  ``MiniCPMVMultiModalDataParser.embedding_fields``; vLLM sizes each placeholder from the image's
+  size, as for the image itself)::
+
+      {"image": {"image_embeds": [(num_embeddings_i, hidden) per image],  # the slices' rows
+                 "image_sizes": (num_images, 2) int64}}                   # [width, height]
+
 - ``pixtral``, ``idefics3``, ``gemma3``, ``mllama``, vision-only families: no embedding input in
   vLLM 0.33 (refused, with vLLM's reason): give vLLM the images.
 
@@ -76,9 +83,10 @@ _FLOATS = ("float32", "float16", "bfloat16")
 # ``presets.register`` is in them:
 #
 # - ``EMBEDDING_FORMS``: ``to_hf`` form -> how vLLM 0.33 takes the embeddings of one request:
-#   ``"flat"`` (one concatenated tensor + ``image_grid_thw``; mixed sizes fine) or ``"stacked"``
-#   (one ``(num_images, num_embeddings, hidden)`` tensor: one size per request)
-#   (``FormSpec.vllm_embeds``). Forms absent there have no embedding input in vLLM 0.33.
+#   ``"flat"`` (one concatenated tensor + ``image_grid_thw``; mixed sizes fine), ``"stacked"``
+#   (one ``(num_images, num_embeddings, hidden)`` tensor: one size per request) or ``"sized"``
+#   (one tensor per image + ``image_sizes``; mixed sizes fine) (``FormSpec.vllm_embeds``).
+#   Forms absent there have no embedding input in vLLM 0.33.
 # - ``_NO_EMBEDDINGS``: form -> why vLLM 0.33 takes no image embeddings (``vllm_no_embeds``).
 # - ``_NO_VIDEO_EMBEDDINGS``: form -> why vLLM 0.33 cannot take this family's video embeddings
 #   (``vllm_no_video_embeds``); Qwen (``qwen2_vl``) is the one form it takes.
@@ -117,7 +125,8 @@ def _good(values: list[int], batch: "PackedBatch") -> list[int]:
 
 
 def _embedding_form(batch: "PackedBatch", where: str) -> str:
-    """``"flat"`` or ``"stacked"`` for this batch's family; raises where vLLM 0.33 takes none."""
+    """``"flat"``, ``"stacked"`` or ``"sized"`` for this batch's family; raises where vLLM 0.33
+    takes none."""
     form = _form(batch)
     no_token = batch.pipeline is not None and not batch.pipeline.pack.image_token
     none = _table("_NO_EMBEDDINGS")
@@ -347,6 +356,8 @@ def _embeds_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None, whe
                         f"{per}", "make the batch with vlmprep.Processor (one grid per image)",
                         where)
         return {"image_embeds": flat, "image_grid_thw": grid}
+    if kind == "sized":
+        return {"image_embeds": list(flat.split(rows)), "image_sizes": _image_sizes(batch)}
     if len(set(rows)) > 1:
         raise _fail("embeds sizes", f"one num_embeddings per request for form {_form(batch)!r} "
                     "(vLLM 0.33 stacks a request's image embeddings; mixed sizes fail its "
@@ -355,6 +366,14 @@ def _embeds_item(batch: "PackedBatch", embeds: Any, hidden_size: int | None, whe
                     "prompts, batch, embeds), or group images of equal num_embeddings", where)
     # (num_images, num_embeddings, hidden): the batched form every "stacked" schema takes
     return flat.reshape(len(rows), rows[0] if rows else 0, flat.shape[-1])
+
+
+def _image_sizes(batch: "PackedBatch") -> "torch.Tensor":
+    """``(num_good_images, 2)`` int64: each good image's ``[width, height]`` as loaded (after EXIF
+    orientation), what vLLM sizes a ``"sized"`` family's placeholder from."""
+    import torch
+    plans = [p for p in batch.image_plans if p.index not in batch.errors]
+    return torch.tensor([[p.source_hw[1], p.source_hw[0]] for p in plans], dtype=torch.int64)
 
 
 def _pixels(batch: "PackedBatch", device_normalize: bool, device: Any = None) -> dict:

@@ -19,7 +19,7 @@ import re
 import threading
 from typing import Any, Callable, Mapping
 
-__all__ = ["DEVICE_ENV", "PIXELS_ENV", "SUPPORTED", "STATS", "install"]
+__all__ = ["DEVICE_ENV", "FLOAT_DTYPE", "PIXELS_ENV", "SUPPORTED", "STATS", "install"]
 
 PIXELS_ENV = "VLMPREP_VLLM_PIXELS"
 DEVICE_ENV = "VLMPREP_VLLM_DEVICE"
@@ -42,6 +42,10 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "Llama4ImageProcessor": frozenset(),
     "MiniCPMV4_6ImageProcessor": frozenset(),
 }
+
+#: image processor class -> the dtype of its normalized pixels where it is not float32
+#: (transformers' Llama4ImageProcessor rescales and normalizes in bfloat16)
+FLOAT_DTYPE: dict[str, str] = {"Llama4ImageProcessor": "bfloat16"}
 
 #: calls answered by vlmprep / passed to the image processor itself, and images vlmprep decoded
 #: from the JPEG bytes vLLM's loader left undecoded (``vllm_media``), in this process
@@ -130,10 +134,11 @@ def _count(key: str, n: int = 1) -> None:
 
 
 def _dtype(ip: Any, kwargs: dict, allowed: frozenset[str]) -> str | None:
-    """vlmprep's dtype for this call: "float32" (rescale + normalize, the config's default),
-    "uint8" (both off: vLLM's ``mm_device_do_normalize``), or None when a keyword asks for
-    something else than the config (then the image processor answers). ``allowed``: keywords
-    the caller answers itself (whatever their value)."""
+    """vlmprep's dtype for this call: "float32" (rescale + normalize, the config's default;
+    ``FLOAT_DTYPE``'s where the image processor normalizes in another dtype), "uint8" (both
+    off: vLLM's ``mm_device_do_normalize``), or None when a keyword asks for something else than
+    the config (then the image processor answers). ``allowed``: keywords the caller answers
+    itself (whatever their value)."""
     kw = dict(kwargs)
     if kw.pop("return_tensors", "pt") not in ("pt", None):
         return None
@@ -141,7 +146,7 @@ def _dtype(ip: Any, kwargs: dict, allowed: frozenset[str]) -> str | None:
     if rescale is False and normalize is False:
         dtype = "uint8"
     elif rescale in (None, True) and normalize in (None, True):
-        dtype = "float32"
+        dtype = FLOAT_DTYPE.get(type(ip).__name__, "float32")
     else:
         return None
     missing = object()

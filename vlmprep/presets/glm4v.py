@@ -150,7 +150,8 @@ FAMILY = FamilySpec(
         prompt_video_token=VIDEO_TOKEN,  # Glm4vProcessor (tokenizer.video_token)
         vllm_no_embeds=_NOT_CHECKED,
         vllm_no_video_embeds=_NOT_CHECKED,
-        sglang_not_passed="not checked: no SGLang here (build/engines/venv absent)"),),
+        sglang_not_passed="SGLang 0.5.23's glm4v.py get_image_feature runs self.visual on the "
+                          "feature"),),
     videos={"glm4v": VideoSpec(functools.partial(video_defaults, "glm4v"), "glm4v")},
     video_from_config=video_from_config,
 )

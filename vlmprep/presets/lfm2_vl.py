@@ -88,7 +88,7 @@ PRESETS = {"lfm2-vl": lfm2_vl}
 
 _NOT_CHECKED = ("vLLM 0.33's LFM2-VL (lfm2_vl.py) takes no image embeddings, only pixel "
                 "inputs (checked in the engines venv); give the engines the images")
-_SGLANG = ("not declared: SGLang 0.5.23's processor for this family was not checked; give SGLang the images")
+_SGLANG = "SGLang 0.5.23's lfm2_vl.py get_image_feature runs the vision tower on the feature"
 
 FAMILY = FamilySpec(
     name="lfm2_vl", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,

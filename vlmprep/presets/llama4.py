@@ -78,7 +78,7 @@ PRESETS = {"llama4": llama4}
 
 _NOT_CHECKED = ("vLLM 0.33's Llama 4 (mllama4.py) takes no image embeddings, only pixel inputs "
                 "(checked in the engines venv); give the engines the images")
-_SGLANG = ("not declared: SGLang 0.5.23's processor for this family was not checked; give SGLang the images")
+_SGLANG = "SGLang 0.5.23's mllama4.py get_image_feature runs the vision model on the feature"
 
 FAMILY = FamilySpec(
     name="llama4", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,

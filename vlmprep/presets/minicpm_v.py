@@ -73,17 +73,17 @@ def processor_forces(pipeline: Pipeline) -> dict[str, Any]:
 
 PRESETS = {"minicpm-v": minicpm_v}
 
-_NOT_CHECKED = ("vLLM 0.33's MiniCPM-V 4.6 takes an {'image_embeds', 'image_sizes'} dict "
-                "(minicpmv4_6.py), a form vlmprep's adapter does not build yet (not checked end to "
-                "end); give vLLM the images")
-
 FAMILY = FamilySpec(
     name="minicpm_v", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
     from_config=from_config, processor_forces=processor_forces,
     forms=(FormSpec(
         "minicpmv",  # the prompt holds <|image_pad|> once per image, expanded to the placeholder
-        vllm_no_embeds=_NOT_CHECKED,
-        sglang_not_passed="not declared: SGLang's MiniCPM-V 4.6 support was not checked (no "
-                          "engines venv when the family was added)",
+        # minicpmv.py MiniCPMVMultiModalDataParser.embedding_fields: {image_embeds, image_sizes}
+        vllm_embeds="sized",
+        # its model would pass the feature through (minicpmv.py MiniCPMV4_6.get_image_feature)
+        sglang_not_passed="SGLang 0.5.23's MiniCPM-V 4.6 processor (minicpmv4_6.py "
+                          "MiniCPMV4_6MultimodalProcessor) sends every image_data item through "
+                          "its own MiniCPMV4_6ImageProcessor.preprocess, a dict item included "
+                          "('Unsupported image type: <class 'dict'>')",
     ),),
 )

@@ -83,7 +83,6 @@ FAMILY = FamilySpec(
         vllm_no_embeds="vLLM 0.33 serves no Ovis2ForConditionalGeneration (only Ovis and "
                        "Ovis2.5, with their own preprocessing; checked in the engines venv); give "
                        "the engines the images",
-        sglang_not_passed="not declared: SGLang's Ovis2 support was not checked (no engines venv "
-                          "when the family was added)",
+        sglang_not_passed="SGLang 0.5.23 has no Ovis2 model",
     ),),
 )

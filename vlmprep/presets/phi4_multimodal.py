@@ -79,7 +79,9 @@ PRESETS = {"phi4-multimodal": phi4_multimodal}
 _NOT_CHECKED = ("vLLM 0.33 serves Phi-4-multimodal only as Phi4MMForCausalLM (phi4mm.py), with "
                 "the checkpoint's remote-code image processor, and its model reads only pixel "
                 "input_image_embeds (checked in the engines venv); give the engines the images")
-_SGLANG = ("not declared: SGLang 0.5.23's processor for this family was not checked; give SGLang the images")
+_SGLANG = ("SGLang 0.5.23 serves Phi-4-multimodal only as Phi4MMForCausalLM (phi4mm.py, the "
+           "checkpoint's remote-code processor), whose get_image_feature runs the vision encoder "
+           "on the feature")
 
 FAMILY = FamilySpec(
     name="phi4_multimodal", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["FamilySpec", "FormSpec", "VideoSpec", "VIT_KINDS", "EMBED_LAYOUTS"]
 
 #: How vLLM takes one request's image embeddings (``vlmprep.adapters.vllm``): ``"flat"`` (one
-#: concatenated tensor + ``image_grid_thw``; mixed sizes fine) or ``"stacked"`` (one
-#: ``(num_images, num_embeddings, hidden)`` tensor: one size per request).
-EMBED_LAYOUTS = ("flat", "stacked")
+#: concatenated tensor + ``image_grid_thw``; mixed sizes fine), ``"stacked"`` (one
+#: ``(num_images, num_embeddings, hidden)`` tensor: one size per request) or ``"sized"`` (one
+#: ``(num_embeddings_i, hidden)`` tensor per image + ``image_sizes`` ``(num_images, 2)`` [W, H]
+#: from which vLLM sizes each placeholder; mixed sizes fine).
+EMBED_LAYOUTS = ("flat", "stacked", "sized")
 
 #: How ``vlmprep.adapters.vit.encode`` runs a transformers class (``FamilySpec.vit_towers`` keys):
 #: ``qwen_tower`` / ``qwen_model`` (a Qwen vision model / a full model whose ``visual`` is used:
