@@ -35,6 +35,13 @@ lint: venv
 test: venv lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# The long cases (marker `slow`: the hostile corpus in child processes, the GPU check's dry runs,
+# the batcher soak, real bench runs), kept out of `make test` (under 15 minutes on 2 cores); CI
+# runs them after it (.ci/run).
+.PHONY: test-slow
+test-slow: venv
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
 # Fuzzing (fuzz/run.py; docs/reliability.md): atheris harnesses on probe, the whole per-image path,
 # the kernels' entry points, the batch readers (tar, parquet), data: URIs, animated GIF/WebP and
 # PDF documents, time-bounded; crashes land in fuzz/crashes/ with a replay command.
@@ -122,7 +129,7 @@ stress: venv
 
 .PHONY: wheel-check
 wheel-check: venv
-	VLMPREP_WHEEL_TEST=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/test_wheel.py
+	VLMPREP_WHEEL_TEST=1 VLMPREP_SLOW=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/test_wheel.py
 
 # The real-engine suite (tests/integration, marker `engines`; issue 16): vlmprep's adapters fed to the
 # real vLLM 0.33 and SGLang 0.5.23 input paths on the CPU (tiny local checkpoints, no weights). Its own
