@@ -11,6 +11,8 @@ Not imported by ``import vlmprep``; nothing here runs in a user's preprocessing 
 - ``timing``: thread counts, timed call series and their statistics (images and video).
 - ``report``: the human report (tables) of a result dict.
 - ``video``: ``--video``, one sampled clip, vlmprep against the transformers video processor.
+- ``documents``: ``--documents``, one PDF made here, ``Processor.stream`` against a PDF renderer
+  plus the transformers image processors: pages/s, the render floor, peak RSS per page count.
 - ``images``: the inputs: deterministic JPEG mosaics of package photos, or a folder's files.
 - ``decoders``: the decode-only floor (every image decoder the dependencies provide).
 - ``hf``: the transformers image processors of a preset, as users run them (``--compare hf``).

@@ -25,18 +25,20 @@ from .. import backends, presets, progress
 from ..pack import execution_pipeline
 from ..presets import qwen as preset_qwen
 from ..processor import DEVICE_RE
+from . import documents as bench_documents
 from . import harness
 from . import images as bench_images
 from . import plot as bench_plot
 from . import video as bench_video
+from .documents import DocumentBenchConfig
 from .harness import BenchConfig
-from .report import print_report, print_video_report
+from .report import print_documents_report, print_report, print_video_report
 from .video import FOURCC_DEFAULT, VideoBenchConfig
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
-__all__ = ["BenchOptions", "config", "video_config", "measure", "run"]
+__all__ = ["BenchOptions", "config", "video_config", "documents_config", "measure", "run"]
 
 
 @dataclass
@@ -70,6 +72,13 @@ class BenchOptions:
     video_fps: float = 2.0
     video_decoder: str = "auto"
     fourcc: str | None = None
+    documents: bool = False
+    pages: int = 100
+    dpi: float = 150.0
+    baseline_renderer: str = "auto"
+    no_scaling: bool = False
+    seed: int = 0
+    rounds: int = 1
     quiet: bool = False
     no_progress: bool = False
 
@@ -223,6 +232,36 @@ def video_config(opts: BenchOptions) -> VideoBenchConfig:
                             decoder=_video_decoder(opts.video_decoder))
 
 
+def documents_config(opts: BenchOptions) -> DocumentBenchConfig:
+    """Validate the ``--documents`` options -> ``documents.DocumentBenchConfig``."""
+    if opts.video:
+        raise ValueError("--documents: expected no --video (one or the other); drop one")
+    for flag, given in (("--images", opts.images), ("--synthetic", opts.synthetic),
+                        ("--format", opts.format), ("--num-images", opts.num_images),
+                        ("--plot", opts.plot), ("--repeat", opts.repeat)):
+        if given:
+            raise ValueError(f"--documents: expected no {flag} (it measures one pass over one "
+                             f"PDF of --pages pages), got {flag}; drop it")
+    if opts.device != "cpu" or opts.backend != "auto" or opts.row_form != ["full"] \
+            or len(opts.dtype) != 1:
+        raise ValueError("--documents: expected --device cpu, --backend auto, --row-form full "
+                         "and one --dtype; drop those flags")
+    if opts.preset not in presets.names():
+        raise ValueError(f"--documents: expected --preset a preset name (each measuring "
+                         f"subprocess loads it by name), got {opts.preset!r}; one of "
+                         f"{presets.names()}")
+    bench_documents.resolve_renderer(opts.baseline_renderer)  # a ValueError saying how to get it
+    if opts.json not in (None, "-"):
+        _check_out(opts.json, "--json")
+    return DocumentBenchConfig(preset=opts.preset, pages=opts.pages, dpi=opts.dpi,
+                               threads=list(dict.fromkeys(opts.threads)) if opts.threads
+                               else [1, 2],
+                               pages_per_batch=opts.batch_size, warmup=opts.warmup,
+                               dtype=opts.dtype[0], renderer=opts.baseline_renderer,
+                               scaling=not opts.no_scaling, seed=opts.seed,
+                               rounds=opts.rounds)
+
+
 def _video_decoder(name: str) -> str:
     """``--video-decoder`` checked as the Processor checks it (ValueError names the choices)."""
     from ..io.video.decode import resolve_decoder  # deferred: imports numpy
@@ -259,6 +298,13 @@ def _reporter(opts: BenchOptions) -> tuple[Callable[[str], None], Callable[[], N
 def measure(opts: BenchOptions, load_pipeline: Callable[[str], "Pipeline"] | None = None) -> dict:
     """Options -> the result dict (what ``--json`` writes); files of ``--images`` that cannot be
     measured are named on stderr."""
+    if opts.documents:
+        dcfg = documents_config(opts)
+        log, close = _reporter(opts)
+        try:
+            return bench_documents.run_documents(dcfg, log=log)
+        finally:
+            close()
     if opts.video:
         vcfg = video_config(opts)
         log, close = _reporter(opts)
@@ -288,8 +334,9 @@ def run(opts: BenchOptions, load_pipeline: Callable[[str], "Pipeline"] | None = 
         bench_plot.write_plot(result, opts.plot)
     if opts.json == "-":
         _print_json(result)
-    elif result.get("tool") == "vlmprep bench --video":
-        print_video_report(result)
+    elif result.get("tool") in ("vlmprep bench --video", "vlmprep bench --documents"):
+        (print_video_report if result["tool"].endswith("--video")
+         else print_documents_report)(result)
         if opts.json:
             print(f"json: {os.path.abspath(opts.json)}")
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["print_table", "print_report", "print_video_report"]
+__all__ = ["print_table", "print_report", "print_video_report", "print_documents_report"]
 
 
 def print_table(rows: list[dict], columns: Sequence[str]) -> None:
@@ -250,3 +250,60 @@ def _print_video_speedups(results: list[dict]) -> None:
                  for r in results],
                 ["threads", "rest", "end to end", "from the file", "decode share",
                  "same output"])
+
+
+# -- documents -----------------------------------------------------------------------------------
+def print_documents_report(result: dict) -> None:
+    """The ``--documents`` tables: pages/s and peak RSS of each side per page count and thread
+    count, the speedups and the render floor, peak RSS against page count, the 5x target."""
+    m, d, cfg = result["machine"], result["document"], result["config"]
+    print(f"vlmprep bench --documents: preset {result['preset']} on {m['name']} "
+          f"({m['cpu_model']}, {m['usable_cpus']} CPUs), load average before "
+          f"{result.get('load_average_before')}, after {result.get('load_average_after')}")
+    print(f"PDF: {d['pages']} US Letter pages (and {2 * d['pages']}) at {d['dpi']:g} dpi -> "
+          f"{d['source_hw'][1]}x{d['source_hw'][0]} px, resized to {d['resized_hw'][1]}x"
+          f"{d['resized_hw'][0]}, {d['tokens_per_page']} tokens a page; baseline: "
+          f"{cfg['baseline_renderer']} {cfg['baseline_renderer_version']} + transformers "
+          f"{', '.join(cfg['hf_classes'].values())}, {cfg['pages_per_batch']} page(s) per call; "
+          f"each measurement in its own subprocess, median of {cfg.get('rounds', 1)} round(s)")
+    table = []
+    for r in result["results"]:
+        for name in [k for k in r if isinstance(r[k], dict)]:
+            x = r[name]
+            table.append({"pages": str(r["pages"]), "threads": str(r["threads"]), "side": name,
+                          "pages/s": _f(x["pages_per_s"], ".2f"),
+                          "ms/page": _f(x["ms_per_page"]),
+                          "cores": _f(x["cpu_cores_used"], ".2f"),
+                          "peak RSS MiB": _f(x.get("max_peak_rss_total_mib",
+                                                   x["peak_rss_total_mib"]), ".0f"),
+                          "render s": _f(x.get("render_s"), ".2f"),
+                          "rounds pages/s": " ".join(_f(v, ".1f") for v in
+                                                     x.get("rounds_pages_per_s", [])),
+                          "load": " ".join(str(v) for v in (x.get("load_average_before") or [])[:1])})
+    print_table(table, ["pages", "threads", "side", "pages/s", "ms/page", "cores",
+                        "peak RSS MiB", "render s", "rounds pages/s", "load"])
+    backends = cfg["hf_backends"]
+    print("\nspeedup = baseline time / vlmprep time; x floor = vlmprep time / pypdfium2 render "
+          "alone; bound = baseline time / render alone")
+    print_table([{"pages": str(r["pages"]), "threads": str(r["threads"]),
+                  **{f"vs {b}": _x(r, f"speedup_vs_{b}") for b in backends},
+                  "x floor": _x(r, "x_render_floor"),
+                  **{f"bound {b}": _x(r, f"speedup_bound_{b}") for b in backends}}
+                 for r in result["results"]],
+                ["pages", "threads", *[f"vs {b}" for b in backends], "x floor",
+                 *[f"bound {b}" for b in backends]])
+    if any("rss_growth_mib" in x for x in result["memory"]):
+        print("\npeak RSS (MiB, subprocess + its workers) against page count")
+        counts = [str(c) for c in cfg["page_counts"]]
+        print_table([{"threads": str(x["threads"]), "side": x["side"],
+                      **{f"{c} pages": _f(x["peak_rss_total_mib"].get(c), ".0f") for c in counts},
+                      "growth": _f(x.get("rss_growth_mib")),
+                      "KiB/page": _f(x.get("per_page_kib"), ".0f")} for x in result["memory"]],
+                    ["threads", "side", *[f"{c} pages" for c in counts], "growth", "KiB/page"])
+    t = result["target"]
+    print(f"\ntarget {t['speedup']:g}x the fastest baseline at {t['pages']} pages: "
+          + ("met" if t["met"] else "not met") + "; "
+          + ", ".join(f"{x['threads']} thread(s): {x['speedup']:.2f}x vs {x['fastest_baseline']} "
+                      f"(bound by the render alone: {x['speedup_bound']:.2f}x)"
+                      for x in t["per_thread"]))
+    print(f"wall time {result.get('wall_s')} s")

@@ -7,6 +7,7 @@ Examples::
         --json out.json --plot out.png
     vlmprep bench --preset internvl --images photos/ --backend all --batch-size 8
     vlmprep bench --video --compare hf --threads 1,2 --json bench/results/video_qwen2-vl.json
+    vlmprep bench --documents --threads 1,2 --json bench/results/documents_cpu2.json
     vlmprep bench --preset qwen2-vl --synthetic 1080p --format jpeg,png,webp --threads 1,2 \
         --dtype float32,uint8 --row-form full,compact        # issue 20's floors and ratios
 
@@ -17,6 +18,10 @@ alone); "x lower bound" is the end-to-end time over their sum (vlmprep.bench.har
 ``--video`` measures one sampled clip instead of images (``vlmprep.bench.video``): clips/s and
 frames/s end to end, the decode alone, the rest alone, and the transformers video processor on
 the same decoded frames.
+
+``--documents`` measures one PDF made here (``vlmprep.bench.documents``): pages/s and peak RSS of
+``Processor.stream`` against a PDF renderer (PyMuPDF) plus the transformers image processor,
+with pypdfium2's render alone as the floor, at ``--pages`` and twice as many pages.
 
 This module is the argparse definition only: ``main`` hands the parsed flags to
 ``vlmprep.bench.command`` (checks, measuring by ``vlmprep.bench.harness`` / ``video``, the
@@ -123,6 +128,7 @@ def add_parser(sub) -> None:
     _add_measuring_flags(p)
     _add_output_flags(p)
     _add_video_flags(p)
+    _add_document_flags(p)
     _add_progress_flags(p)
     p.set_defaults(run=main)
 
@@ -213,6 +219,33 @@ def _add_video_flags(p: argparse.ArgumentParser) -> None:
                           "torchcodec, opencv, pyav, dali (default: auto)")
     vid.add_argument("--fourcc", default=None, metavar="CODE",
                      help="OpenCV VideoWriter codec of the clip (default: mp4v)")
+
+
+def _add_document_flags(p: argparse.ArgumentParser) -> None:
+    """--documents and its PDF's flags (their own help group)."""
+    doc = p.add_argument_group("documents (--documents)")
+    doc.add_argument("--documents", action="store_true",
+                     help="benchmark one PDF made here instead of images (US Letter pages of "
+                          "text and figures): pages/s and peak RSS of Processor.stream against "
+                          "a PDF renderer + the transformers image processors (pil and "
+                          "torchvision) on the same pages, pypdfium2's render alone as the "
+                          "floor, each in its own subprocess, at --pages and twice as many "
+                          "(default threads 1,2; --batch-size is the pages per call)")
+    doc.add_argument("--pages", type=_positive_int, default=100, metavar="N",
+                     help="pages of the PDF (default: 100; also measured at 2N)")
+    doc.add_argument("--dpi", type=_positive_float, default=150.0, metavar="DPI",
+                     help="render resolution of every side (default: 150)")
+    doc.add_argument("--baseline-renderer", default="auto", metavar="NAME",
+                     help="the baseline's PDF renderer: auto (pymupdf, else pdf2image with "
+                          "poppler, else pypdfium2), pymupdf, pdf2image, pypdfium2 "
+                          "(default: auto)")
+    doc.add_argument("--no-scaling", action="store_true",
+                     help="skip the 2x-pages run (peak RSS against page count)")
+    doc.add_argument("--rounds", type=_positive_int, default=1, metavar="N",
+                     help="measurements of each side per page count and thread count, "
+                          "round-robin; the median is reported (default: 1)")
+    doc.add_argument("--seed", type=_count, default=0, metavar="N",
+                     help="the PDF's text and figures (default: 0)")
 
 
 def _add_progress_flags(p: argparse.ArgumentParser) -> None:
