@@ -55,6 +55,7 @@ def test_the_timed_vlmprep_path_equals_proc_documents(tmp_path):
     assert len(floor) == PAGES and floor[0].shape[:2] == tuple(plan.images[0].source_hw)
 
 
+@pytest.mark.slow  # ~40 s: every side in its own subprocess, each importing torch (make test-slow)
 def test_bench_documents_json(tmp_path, capsys):
     out = tmp_path / "documents.json"
     rc = main(["bench", "--documents", "--pages", str(PAGES), "--threads", "1", "--warmup", "1",
