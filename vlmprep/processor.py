@@ -417,8 +417,9 @@ class Processor:
     def stream(self, document: Any, pages_per_batch: int = 1) -> Iterator["PackedBatch"]:
         """One ``vlmprep.Document`` (or a PDF path / bytes) -> an iterator of PackedBatch, one
         per group of ``pages_per_batch`` selected pages in its ``pages`` order. Part ``g`` equals
-        ``self(documents=[Document(source, pages=<group g>, dpi=..., ...)])`` and only its pages
-        are rendered while it runs: memory is bounded by one group, however long the document.
+        ``self(documents=[Document(source, pages=<group g>, dpi=..., ...)])``; while it runs the
+        next group is rendered (in the render worker: the two overlap), so memory is bounded by
+        two groups, however long the document.
 
         The whole document is planned here, once, from its page tree (nothing rasterized):
         with ``errors="raise"`` a bad page (or document) raises from this call, before any page
@@ -440,12 +441,28 @@ class Processor:
 
     def _stream_parts(self, sources: list, plans: list[ImagePlan], n: int
                       ) -> Iterator["PackedBatch"]:
-        for a in range(0, len(plans), n):
-            # through a call: the rendered pages die with its frame, not held across the yield
-            yield self._part(sources[a:a + n], [_shifted(p, a) for p in plans[a:a + n]])
+        """Part by part, the next group rendered while this one runs: a PDF page renders in a
+        worker process (``io.page_render``), so its render overlaps this process's resize and
+        normalize instead of adding to them. At most two groups' pages are alive: the one
+        running and the next."""
+        from concurrent.futures import ThreadPoolExecutor
+        groups = [(a, min(a + n, len(plans))) for a in range(0, len(plans), n)]
+        if not groups:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="vlmprep-render") as ahead:
+            queue = [ahead.submit(self._rendered, sources, plans, *groups[0])]
+            for g in range(len(groups)):
+                if g + 1 < len(groups):
+                    queue.append(ahead.submit(self._rendered, sources, plans, *groups[g + 1]))
+                # popped into a call: group g's pages die with it, not held across the yield
+                yield self._run_part(queue.pop(0))
 
-    def _part(self, sources: list, plans: list[ImagePlan]) -> "PackedBatch":
-        return self.execute(*self.render_documents(sources, plans))
+    def _rendered(self, sources: list, plans: list[ImagePlan], a: int, b: int) -> tuple:
+        return self.render_documents(sources[a:b], [_shifted(p, a) for p in plans[a:b]])
+
+    def _run_part(self, rendered: Any) -> "PackedBatch":
+        # a render error of this group raises here, as this part's
+        return self.execute(*rendered.result())
 
     def execute(self, sources: Sequence[Any], plans: Sequence[ImagePlan]):
         """``prepare``'s output -> PackedBatch, without probing again (the Batcher plans a
