@@ -14,8 +14,9 @@ leaves out have no row (the plan says which: ``Processor.plan(documents=...).doc
     Given  "scans/a.pdf" of 3 pages      Output rows "scans/a.pdf#p0", "#p1", "#p2"
     Given  the same, --pages 2,0         Output rows "scans/a.pdf#p2", "#p0"
 
-The pages are rendered ``_PAGES_PER_CALL`` at a time (``Processor.stream``): a long PDF holds
-one group of rendered pages, not all of them (its rows are held until the shard is written).
+The pages are rendered ``_PAGES_PER_CALL`` at a time (``Processor.stream``, the next group
+rendered ahead): a long PDF holds two groups of rendered pages, not all of them (its rows are
+held until the shard is written).
 """
 from __future__ import annotations
 
