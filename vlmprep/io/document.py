@@ -83,19 +83,13 @@ class Document:
                               or not math.isfinite(d) or not 0 < d <= _MAX_DPI):
             raise ImageError(f"Document(dpi=...): expected a number in (0, {_MAX_DPI:g}] or None, "
                              f"got {d!r}; pass e.g. dpi=144 (None: {DEFAULT_DPI:g})")
-        n = self.max_pages
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ImageError(f"Document(max_pages=...): expected an int >= 1 or None, got {n!r}; "
-                             f"pass e.g. max_pages=50")
+        _count_or_none("max_pages", self.max_pages, 50)
         t = self.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                               or not math.isfinite(t) or not t > 0):
             raise ImageError(f"Document(timeout_s=...): expected seconds > 0 or None, got {t!r}; "
                              f"pass e.g. timeout_s=30 (None: {DEFAULT_PAGE_TIMEOUT_S:g})")
-        b = self.max_tokens
-        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
-            raise ImageError(f"Document(max_tokens=...): expected an int >= 1 or None, got {b!r}; "
-                             f"pass e.g. max_tokens=16384")
+        _count_or_none("max_tokens", self.max_tokens, 16384)
         if self.password is not None and not isinstance(self.password, str):
             raise ImageError(f"Document(password=...): expected a str or None, got "
                              f"{type(self.password).__name__}")
@@ -108,6 +102,12 @@ class Document:
     def scale(self) -> float:
         """Pixels per PDF point: ``dpi / 72`` (pypdfium2's ``render(scale=...)``)."""
         return (self.dpi if self.dpi is not None else DEFAULT_DPI) / 72.0
+
+
+def _count_or_none(name: str, n: Any, example: int) -> None:
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ImageError(f"Document({name}=...): expected an int >= 1 or None, got {n!r}; pass "
+                         f"e.g. {name}={example}")
 
 
 def _pages_ok(p: Any) -> bool:

@@ -55,6 +55,14 @@ def _store(frame: Any, meta: VideoMeta, dst: np.ndarray) -> None:
     dst[...] = x
 
 
+def _place(frame: Any, meta: VideoMeta, at: list[int], out: np.ndarray) -> None:
+    """One decoded frame into every position ``at`` of ``out`` that asks for it."""
+    first, *rest = at
+    _store(frame, meta, out[first])
+    for k in rest:
+        out[k] = out[first]
+
+
 def read_frames(stream: DeadlineStream, meta: VideoMeta, indices: Sequence[int], out: np.ndarray,
                 timeout_s: float, threads: int, skip: bool) -> None:
     """Decode frames ``indices`` (any order, repeats allowed) into ``out`` ``(T, H, W, 3)`` uint8
@@ -89,10 +97,7 @@ def read_frames(stream: DeadlineStream, meta: VideoMeta, indices: Sequence[int],
                 i = index(fr.pts) if skip and fr.pts is not None else count
                 count += 1
                 if i in where and i not in done:
-                    first, *rest = where[i]
-                    _store(fr, meta, out[first])
-                    for k in rest:
-                        out[k] = out[first]
+                    _place(fr, meta, where[i], out)
                     done.add(i)
 
         for pkt in container.demux(st):
@@ -168,10 +173,7 @@ def _decode_run(stream: DeadlineStream, meta: VideoMeta, run: list[tuple[int, li
                 for fr in cc.decode(pkt):
                     i = index(fr.pts) if fr.pts is not None else -1
                     if i in want and i not in done:
-                        first, *rest = where[i]
-                        _store(fr, meta, out[first])
-                        for k in rest:
-                            out[k] = out[first]
+                        _place(fr, meta, where[i], out)
                         done.add(i)
                 if want <= done:
                     break
