@@ -298,20 +298,18 @@ def _reporter(opts: BenchOptions) -> tuple[Callable[[str], None], Callable[[], N
 def measure(opts: BenchOptions, load_pipeline: Callable[[str], "Pipeline"] | None = None) -> dict:
     """Options -> the result dict (what ``--json`` writes); files of ``--images`` that cannot be
     measured are named on stderr."""
-    if opts.documents:
-        dcfg = documents_config(opts)
-        log, close = _reporter(opts)
-        try:
-            return bench_documents.run_documents(dcfg, log=log)
-        finally:
-            close()
-    if opts.video:
-        vcfg = video_config(opts)
-        log, close = _reporter(opts)
-        try:
-            return bench_video.run_video(vcfg, log=log)
-        finally:
-            close()
+    # one clip or one PDF instead of images: their own config, run and report
+    single: list[tuple[bool, Callable[[BenchOptions], Any], Callable[..., dict]]] = [
+        (opts.documents, documents_config, bench_documents.run_documents),
+        (opts.video, video_config, bench_video.run_video)]
+    for asked, make_config, run_one in single:
+        if asked:
+            one = make_config(opts)
+            log, close = _reporter(opts)
+            try:
+                return run_one(one, log=log)
+            finally:
+                close()
     cfg = config(opts, load_pipeline)
     for s in cfg.image_sets:
         for name, reason in s.skipped:
