@@ -217,6 +217,35 @@ def test_placeholder_equals_processor_expansion():
         assert set(out) == {"input_ids", "attention_mask", "pixel_values", "target_sizes"}
 
 
+@pytest.mark.hf
+@pytest.mark.parametrize("use_image_id", [None, False])
+def test_model_inputs_and_expand_prompts_equal_the_processor(use_image_id):
+    """Two texts (two images, one image): ``model_inputs`` / ``expand_prompts`` number each
+    text's images from 0 as ``MiniCPMV4_6Processor`` does (``<image_id>k</image_id>`` before each
+    replacement; none with use_image_id=False): the same text replacements, the same input_ids."""
+    from PIL import Image
+
+    from vlmprep.adapters.transformers import expand_prompts, model_inputs
+    proc = _minicpm_processor()
+    arrs = [crop("astronaut", 500, 450), crop("chelsea", 37, 451), tiled("hopper", 1010, 1390)]
+    texts = ["describe <|image_pad|> a <|image_pad|>", "a <|image_pad|> describe"]
+    kw = {} if use_image_id is None else {"use_image_id": use_image_id}
+    want = proc(text=texts, images=[Image.fromarray(a) for a in arrs], return_tensors="pt",
+                return_text_replacement_offsets=True, padding=True, **kw)
+    batch = _proc()(arrs)
+    got = model_inputs(proc, texts, batch, **kw)
+    assert torch.equal(torch.as_tensor(got["input_ids"]), torch.as_tensor(want["input_ids"]))
+    expanded, counts = expand_prompts(texts, batch, image_ids=use_image_id is None)
+    assert counts == [2, 1]
+    for text, offsets in zip(expanded, want["text_replacement_offsets"], strict=True):
+        for o in offsets:  # each of the processor's replacements at its place in our text
+            a, b = o["new_span"]
+            assert text[a:b] == o["replacement"]
+    if use_image_id is None:
+        assert expanded[1].startswith("a <image_id>0</image_id><image>")
+        assert expanded[0].count("<image_id>1</image_id>") == 1 and "<image_id>2" not in expanded[0]
+
+
 # -- pixels and to_hf ------------------------------------------------------------------------------
 PHOTOS = [("astronaut", 301, 453), ("hopper", 560, 480), ("chelsea", 17, 451), ("coffee", 399, 37)]
 

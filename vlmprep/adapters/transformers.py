@@ -149,8 +149,14 @@ def expand_video_prompts(texts: Sequence[str], batch: Any, video_token: str | No
 
 
 def expand_prompts(texts: Sequence[str], batch_or_plan: "PackedBatch | Plan | Sequence[str]",
-                   image_token: str | None = None) -> tuple[list[str], list[int]]:
+                   image_token: str | None = None, image_ids: bool = True
+                   ) -> tuple[list[str], list[int]]:
     """Expand every text; returns ``(expanded texts, images per text)``.
+
+    ``image_ids``: for a family whose processor numbers the images of each text
+    (``FormSpec.prompt_image_ids``: MiniCPM-V's ``<image_id>k</image_id>``, its checkpoint's
+    ``use_image_id``), write that number before each placeholder, ``k`` counting from 0 in each
+    text; False: leave it out (the processor's ``use_image_id=False``).
 
     Raises ValueError (expected / got / fix) when the texts' image tokens do not match the
     batch's good images one to one.
@@ -166,14 +172,28 @@ def expand_prompts(texts: Sequence[str], batch_or_plan: "PackedBatch | Plan | Se
             f"processed image, in order), got {sum(counts)} (per text: {counts}); write the "
             f"family's image token once per image (skipped images have none), or pass "
             f"image_token= if your prompt uses another")
+    ids = _image_ids(batch_or_plan) if image_ids else ()
+    if ids:  # numbered per text, as the processor's _prepend_local_ids
+        firsts = [sum(counts[:b]) for b in range(len(counts))]
+        placeholders = [f"{ids[0]}{k - firsts[b]}{ids[1]}{placeholders[k]}"
+                        for b, n in enumerate(counts) for k in range(firsts[b], firsts[b] + n)]
     pattern = re.compile(re.escape(token))
     it = iter(placeholders)
     out = [pattern.sub(lambda _m: next(it), t) for t in texts]
     return out, counts
 
 
+def _image_ids(batch_or_plan: Any) -> tuple[str, ...]:
+    """The family's ``FormSpec.prompt_image_ids`` (() for placeholder strings given as such)."""
+    pipeline = getattr(batch_or_plan, "pipeline", None)
+    if pipeline is None:
+        return ()
+    spec = presets.forms().get(hf_output(pipeline))
+    return spec.prompt_image_ids if spec is not None else ()
+
+
 def expand_prompt(text: str, batch_or_plan: "PackedBatch | Plan | Sequence[str]",
-                  image_token: str | None = None) -> str:
+                  image_token: str | None = None, image_ids: bool = True) -> str:
     """Replace each image token in ``text`` by that image's exact ``placeholder``, in order.
 
     Args:
@@ -182,12 +202,13 @@ def expand_prompt(text: str, batch_or_plan: "PackedBatch | Plan | Sequence[str]"
         batch_or_plan: a PackedBatch, a Plan, or the placeholder strings themselves.
         image_token: the token to replace; default: the family's processor ``image_token``
             (see ``prompt_image_token``).
+        image_ids: as ``expand_prompts`` (MiniCPM-V's per-text ``<image_id>k</image_id>``).
 
     Returns the text the family's transformers processor tokenizes (its
     ``get_text_with_replacements`` output). Raises ValueError if the token count differs from
     the number of processed images.
     """
-    return expand_prompts([text], batch_or_plan, image_token)[0][0]
+    return expand_prompts([text], batch_or_plan, image_token, image_ids)[0][0]
 
 
 def _tokenizer_of(processor: Any) -> Any:
@@ -233,7 +254,8 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
             (``batch.full_rows(device)``: no full-size host copy for a GPU device); video rows
             are moved.
         **text_kwargs: passed to the tokenizer (default ``return_tensors="pt"``,
-            ``padding=True`` when there is more than one text).
+            ``padding=True`` when there is more than one text); ``use_image_id`` (MiniCPM-V) is
+            taken as its processor takes it (default: the processor's ``default_use_image_id``).
 
     Returns a dict:
         input_ids ``(B, L)`` int64, attention_mask ``(B, L)`` int64; the ``batch.to_hf(
@@ -261,7 +283,10 @@ def model_inputs(processor: Any, texts: Sequence[str] | str, batch: "PackedBatch
     vtoken = (video_token or getattr(processor, "video_token", None)
               or (prompt_video_token(vids) if has_videos else None))
     originals = list(texts)
-    expanded, counts = expand_prompts(texts, batch, token)
+    # MiniCPM-V's per-text image numbers: use_image_id= as its processor takes it, else its default
+    ids = text_kwargs.pop("use_image_id", None)
+    ids = getattr(processor, "default_use_image_id", True) if ids is None else bool(ids)
+    expanded, counts = expand_prompts(texts, batch, token, ids)
     if has_videos:  # after the images: InternVL / SmolVLM video placeholders hold image tokens
         expanded, _ = expand_video_prompts(expanded, batch, vtoken)
     text_kwargs.setdefault("return_tensors", "pt")

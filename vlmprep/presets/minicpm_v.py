@@ -5,8 +5,10 @@ the checkpoint's values (``checkpoints/minicpm-v.json``): the source image resiz
 sequence per tile (``to_hf`` puts them side by side as transformers' ``(1, C, 14, L)``).
 Prompt: each ``<|image_pad|>`` becomes ``<image>`` + n ``<|image_pad|>`` + ``</image>``, then
 per slice ``<slice>`` + n + ``</slice>``, rows joined by a newline (n = the tile's patches / 16);
-the processor's ``<image_id>k</image_id>`` prefix (its per-sample image index) is not part of
-the plan's placeholder. Values and sources: docs/presets/minicpm-v.md.
+the processor's ``<image_id>k</image_id>`` prefix (its per-text image index) is not part of
+the plan's placeholder (a plan does not know the texts: transformers' ``replace_image_token``
+leaves it out too); ``adapters.transformers.expand_prompts`` writes it, as the processor does.
+Values and sources: docs/presets/minicpm-v.md.
 """
 from __future__ import annotations
 
@@ -78,6 +80,8 @@ FAMILY = FamilySpec(
     from_config=from_config, processor_forces=processor_forces,
     forms=(FormSpec(
         "minicpmv",  # the prompt holds <|image_pad|> once per image, expanded to the placeholder
+        # MiniCPMV4_6Processor._prepend_local_ids (use_image_id, the checkpoint's value)
+        prompt_image_ids=("<image_id>", "</image_id>"),
         # minicpmv.py MiniCPMVMultiModalDataParser.embedding_fields: {image_embeds, image_sizes}
         vllm_embeds="sized",
         # its model would pass the feature through (minicpmv.py MiniCPMV4_6.get_image_feature)

@@ -52,6 +52,9 @@ class FormSpec:
             ``pack.image_token`` itself (Gemma 3: ``<start_of_image>``); "": ``pack.image_token``.
         prompt_video_token: the processor's ``video_token`` a prompt holds once per video;
             "": the family takes no video.
+        prompt_image_ids: ``(start, end)``: the processor writes ``start + k + end`` before
+            each image's replacement, ``k`` the image's index within its text (MiniCPM-V's
+            ``use_image_id``; ``expand_prompts`` does the same); (): nothing.
         vllm_embeds: one of ``EMBED_LAYOUTS``: how vLLM takes the image embeddings.
         vllm_no_embeds: why vLLM takes no image embeddings of this form (exclusive with
             ``vllm_embeds``).
@@ -66,6 +69,7 @@ class FormSpec:
     name: str
     prompt_image_token: str = ""
     prompt_video_token: str = ""
+    prompt_image_ids: tuple[str, ...] = ()
     vllm_embeds: str = ""
     vllm_no_embeds: str = ""
     vllm_no_video_embeds: str = ""
@@ -78,6 +82,11 @@ class FormSpec:
         if not isinstance(self.name, str) or not self.name.isidentifier() or self.name == "auto":
             raise _fail(where, "name", "a to_hf form name (snake_case, not 'auto')", self.name,
                         "use the name its @hf_form registers")
+        ids = tuple(self.prompt_image_ids)
+        if ids and (len(ids) != 2 or not all(isinstance(t, str) and t for t in ids)):
+            raise _fail(where, "prompt_image_ids", "() or (start, end) tokens", ids,
+                        "declare the two tokens the processor wraps an image index in")
+        object.__setattr__(self, "prompt_image_ids", ids)
         if self.vllm_embeds and self.vllm_embeds not in EMBED_LAYOUTS:
             raise _fail(where, "vllm_embeds", f"one of {EMBED_LAYOUTS} or ''", self.vllm_embeds,
                         "say how vLLM takes the embeddings, or why not in vllm_no_embeds")
