@@ -87,14 +87,23 @@ OLD_PROMPT_IMAGE_TOKENS = {"gemma3": "<start_of_image>", "ovis2": "<image>"}
 OLD_PROMPT_VIDEO_TOKENS = {"qwen2_vl": "<|video_pad|>", "llava_onevision": "<video>",
                            "got_ocr2": "<video>", "idefics3": "<video>"}
 OLD_QWEN = ("Qwen2VisionTransformerPretrainedModel", "Qwen2_5_VisionTransformerPretrainedModel",
-            "Qwen3VLVisionModel", "Qwen3VLMoeVisionModel")
+            "Qwen3VLVisionModel", "Qwen3VLMoeVisionModel",
+            # added since the split (issue 30): GLM-4.1V / 4.5V, after qwen in FAMILIES order
+            "Glm4vVisionModel", "Glm4vMoeVisionModel")
 OLD_QWEN_FULL = ("Qwen2VLModel", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLModel",
                  "Qwen2_5_VLForConditionalGeneration", "Qwen3VLModel",
                  "Qwen3VLForConditionalGeneration",
-                 "Qwen3VLMoeModel", "Qwen3VLMoeForConditionalGeneration")
-OLD_TILE_TOWERS = ("SiglipVisionModel", "CLIPVisionModel", "InternVLVisionModel")
+                 "Qwen3VLMoeModel", "Qwen3VLMoeForConditionalGeneration",
+                 # added since the split (issue 30)
+                 "Glm4vModel", "Glm4vForConditionalGeneration", "Glm4vMoeModel",
+                 "Glm4vMoeForConditionalGeneration")
+OLD_TILE_TOWERS = ("SiglipVisionModel", "CLIPVisionModel", "InternVLVisionModel",
+                   # added since the split (issue 30)
+                   "Ovis2VisionModel", "Llama4VisionModel")
 OLD_FULL_TILES = ("InternVLModel", "InternVLForConditionalGeneration", "LlavaModel",
-                  "LlavaForConditionalGeneration")
+                  "LlavaForConditionalGeneration",
+                  # added since the split (issue 30)
+                  "Ovis2Model", "Ovis2ForConditionalGeneration")
 OLD_SUPPORTED_TOWERS = {
     **{n: "merged embeddings (tokens_i, out_hidden) per image" for n in OLD_QWEN + OLD_QWEN_FULL},
     **{n: "last_hidden_state (tiles_i, L, D) per image" for n in OLD_TILE_TOWERS},
@@ -104,6 +113,9 @@ OLD_SUPPORTED_TOWERS = {
     **{n: "get_image_features packed (num_embeddings_i, D_llm) per image"
        for n in ("LlavaNextModel", "LlavaNextForConditionalGeneration", "LlavaOnevisionModel",
                  "LlavaOnevisionForConditionalGeneration")},
+    # added since the split (issue 30): LFM2-VL models, projected tokens per image
+    **{n: "get_image_features (tokens_i, D_llm) per image, tiles concatenated"
+       for n in ("Lfm2VlModel", "Lfm2VlForConditionalGeneration")},
 }
 #: plan.video.VIDEO_PRESET (family -> the preset it planned with) and the VIDEO_DEFAULTS keys.
 OLD_VIDEO_PRESET = {"qwen2-vl": "qwen2-vl", "qwen3-vl": "qwen3-vl", "qwen2.5-vl": "qwen2-vl",

@@ -553,3 +553,195 @@ def test_internvl_encode_output_feeds_the_engine_adapters():
     assert img.shape == (1, 1792, 48) and torch.equal(img[0], got[0].flatten(0, 1))
     item = sg.precomputed_embedding(got, batch, [1] * 1794)
     assert torch.equal(item["feature"], got[0].flatten(0, 1))
+
+
+# -- issue 30 families: GLM-4.1V (Qwen-like), Llama 4 and Ovis2 (tiles), LFM2-VL (NaFlex) ------
+def _glm4v_tower():
+    cfg = transformers.Glm4vVisionConfig(depth=1, hidden_size=32, out_hidden_size=48,
+                                         intermediate_size=64, num_heads=2)
+    return _tower(transformers.Glm4vVisionModel, cfg)
+
+
+def _glm4v_full():
+    cfg = transformers.Glm4vConfig(
+        vision_config=dict(depth=1, hidden_size=32, out_hidden_size=48, intermediate_size=64,
+                           num_heads=2),
+        text_config=dict(hidden_size=48, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, vocab_size=128))
+    return _tower(transformers.Glm4vModel, cfg)
+
+
+def test_glm4v_matches_transformers():
+    """Glm4vVisionModel takes Qwen's inputs (rows + grid_thw, the precomputed positions and
+    cu_seqlens popped); its learned position table is resampled per image from the grid."""
+    tower, images = _glm4v_tower(), _images(((56, 84), (84, 56), (112, 140)))
+    hf = hf_outputs("glm4v", "pil", images)
+    batch = _batch("glm4v", images)
+    assert torch.equal(batch.pixel_values, hf["pixel_values"])
+    assert torch.equal(batch.grid_thw, hf["image_grid_thw"])
+    with torch.no_grad():
+        ref = tower(hf["pixel_values"], grid_thw=hf["image_grid_thw"]).pooler_output
+        got = vit.encode(tower, batch)
+    sizes = (hf["image_grid_thw"].prod(-1) // 4).tolist()
+    assert [g.shape for g in got] == [(n, 48) for n in sizes]
+    for g, r in zip(got, ref.split(sizes)):
+        assert torch.equal(g, r), _maxdiff(g, r)
+    with torch.no_grad():
+        _check_packed_and_uint8(tower, "glm4v", images, got)
+        # Compact rows (the temporal kernel folded, as for Qwen): float rounding only. Bound
+        # 1e-5 relative to max |embedding|: float32 sums of half the terms (the Qwen tests above
+        # bound it a priori); measured 1.6e-6 (3.8e-9 on embeddings of max 2.4e-3).
+        comp = vit.encode(tower, _batch("glm4v", images, row_form="compact"))
+    mag = max(float(g.abs().max()) for g in got)
+    for c, g in zip(comp, got):
+        assert c.shape == g.shape and _maxdiff(c, g) <= 1e-5 * mag, _maxdiff(c, g) / mag
+
+
+def test_glm4v_full_model_images_and_videos_equal_get_features():
+    """The full model: its ``visual``; videos as ``get_video_features`` runs them (one (1, h, w)
+    grid row per frame group, which GLM's position-table resampling reads per segment)."""
+    from vlmprep import Video
+    model = _glm4v_full()
+    images = _images()
+    rng = np.random.default_rng(1)
+    frames = [rng.integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+              for n, h, w in ((4, 56, 112), (6, 112, 56))]
+    batch = vlmprep.Processor("glm4v", backend="reference")(
+        images, videos=[Video(f, source_fps=2.0) for f in frames])
+    v = batch.videos
+    assert v.grid_thw[:, 0].max() > 1  # t > 1: the per-frame grid matters
+    with torch.no_grad():
+        want = model.get_image_features(batch.pixel_values, batch.grid_thw).pooler_output
+        got = vit.encode(model, batch)
+        want_v = model.get_video_features(v.pixel_values, v.grid_thw).pooler_output
+        got_v = vit.encode(model, v)
+    assert len(got) == 2 and all(torch.equal(g, w) for g, w in zip(got, want))
+    assert len(got_v) == 2 and all(torch.equal(g, w) for g, w in zip(got_v, want_v))
+
+
+def _llama4_tower():
+    # fc1 of the pixel-shuffle MLP takes hidden * 4 (ratio 0.5): intermediate_size = 4 * 32
+    cfg = transformers.Llama4VisionConfig(hidden_size=32, intermediate_size=128,
+                                          num_hidden_layers=1, num_attention_heads=2,
+                                          image_size=336, patch_size=14, vision_output_dim=48,
+                                          projector_input_dim=48, projector_output_dim=48)
+    return _tower(transformers.Llama4VisionModel, cfg)
+
+
+def test_llama4_matches_transformers():
+    """Llama4VisionModel per tile (canvas tiles, then the global view). The oracle is the
+    torchvision processor (transformers has no PIL one): its bfloat16 pixels, which
+    ``match="torchvision"`` float32 output holds exactly; the tower runs in float32 on both."""
+    tower, images = _llama4_tower(), _images(((56, 84), (400, 200)))
+    hf = hf_outputs("llama4", "torchvision", images)
+    batch = vlmprep.Processor("llama4", backend="torch", match="torchvision")(images)
+    assert torch.equal(batch.pixel_values.to(torch.bfloat16), hf["pixel_values"])
+    with torch.no_grad():
+        ref = tower(pixel_values=hf["pixel_values"].float()).last_hidden_state
+        got = vit.encode(tower, batch)
+    counts = torch.bincount(batch.image_index, minlength=len(images)).tolist()
+    assert counts[1] > 1  # a multi-tile image (tiles + global view)
+    assert [g.shape for g in got] == [(c, 144, 48) for c in counts]  # 24x24 patches, shuffled 0.5
+    for g, r in zip(got, ref.split(counts)):
+        assert torch.equal(g, r), _maxdiff(g, r)
+
+
+def _ovis2_vision_config():
+    return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                image_size=448, patch_size=14, hidden_stride=2, vocab_size=64)
+
+
+def _ovis2_tower():
+    from transformers.models.ovis2.modeling_ovis2 import Ovis2VisionModel
+    return _tower(Ovis2VisionModel,
+                  transformers.Ovis2VisionConfig(**_ovis2_vision_config()))
+
+
+def _ovis2_full():
+    cfg = transformers.Ovis2Config(
+        vision_config=_ovis2_vision_config(), hidden_size=48, vocab_size=128,
+        text_config=dict(hidden_size=48, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, vocab_size=128))
+    return _tower(transformers.Ovis2Model, cfg)
+
+
+@pytest.mark.parametrize("name", ["tower", "full"])
+def test_ovis2_matches_transformers(name):
+    """Ovis2VisionModel: last_hidden_state per tile (32x32 patches, hidden_stride 2: 256 rows of
+    4 * hidden); Ovis2Model: get_image_features, the visual-vocabulary embeddings per tile."""
+    tower = _ovis2_tower() if name == "tower" else _ovis2_full()
+    images = _images(((56, 84), (84, 56)))
+    hf = hf_outputs("ovis2", "pil", images)
+    batch = _batch("ovis2", images)
+    assert torch.equal(batch.pixel_values, hf["pixel_values"])
+    with torch.no_grad():
+        if name == "tower":
+            ref = tower(pixel_values=hf["pixel_values"]).last_hidden_state
+        else:
+            ref = tower.get_image_features(pixel_values=hf["pixel_values"]).pooler_output
+        got = vit.encode(tower, batch)
+    counts = torch.bincount(batch.image_index, minlength=len(images)).tolist()
+    assert [g.shape for g in got] == [(c, 256, 128 if name == "tower" else 48) for c in counts]
+    for g, r in zip(got, ref.split(counts)):
+        assert torch.equal(g, r), _maxdiff(g, r)
+    with torch.no_grad():
+        _check_packed_and_uint8(tower, "ovis2", images, got)
+
+
+def _lfm2_vision_config():
+    return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                patch_size=16, num_patches=256)
+
+
+def _lfm2_images():
+    return _images(((56, 84), (700, 700)))  # one sequence; 2x2 tiles + thumbnail
+
+
+def _lfm2_batch_and_hf(images):
+    hf = hf_outputs("lfm2-vl", "torchvision", images)
+    batch = vlmprep.Processor("lfm2-vl", backend="torch", match="torchvision")(images)
+    inp = vit.naflex_inputs(batch)
+    for k in ("pixel_values", "pixel_attention_mask", "spatial_shapes"):
+        assert torch.equal(inp[k], hf[k]), k
+    assert hf["pixel_values"].shape[:2] == (6, 1024)  # padded to the processor's 1024 rows
+    return batch, hf
+
+
+def test_lfm2_vl_model_matches_get_image_features():
+    """Lfm2VlModel: get_image_features (tower, unshuffle by downsample_factor, projector) on the
+    processor's tensors: one (tokens, D) per tile; an image's tiles (thumbnail last) concatenated,
+    the order its placeholder holds them."""
+    cfg = transformers.Lfm2VlConfig(
+        vision_config=dict(model_type="siglip2_vision_model", **_lfm2_vision_config()),
+        projector_hidden_size=64,
+        text_config=dict(model_type="lfm2", hidden_size=48, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         vocab_size=512))
+    model = _tower(transformers.Lfm2VlModel, cfg)
+    images = _lfm2_images()
+    batch, hf = _lfm2_batch_and_hf(images)
+    with torch.no_grad():
+        ref = model.get_image_features(**hf).pooler_output           # one per tile
+        got = vit.encode(model, batch)
+    assert [g.shape[0] for g in got] == batch.num_embeddings
+    want = [torch.cat(ref[:1]), torch.cat(ref[1:])]
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and torch.equal(g, w), _maxdiff(g, w)
+
+
+def test_lfm2_vl_siglip2_tower_matches_transformers():
+    """LFM2-VL's vision tower is a Siglip2VisionModel (``Lfm2VlModel.vision_tower``): the naflex
+    kind, padded to the processor's 1024 rows, one sequence per tile (a tiled image: its tiles
+    then its thumbnail, concatenated). The oracle: the torchvision processor (no PIL class),
+    which ``match="torchvision"`` equals bit for bit."""
+    cfg = transformers.Siglip2VisionConfig(**_lfm2_vision_config())
+    tower = _tower(transformers.Siglip2VisionModel, cfg)
+    batch, hf = _lfm2_batch_and_hf(_lfm2_images())
+    with torch.no_grad():
+        ref = tower(**hf).last_hidden_state
+        got = vit.encode(tower, batch)
+    rows = [ref[i, :n] for i, n in enumerate(batch.seqlens)]
+    want = [torch.cat(rows[:1]), torch.cat(rows[1:])]
+    assert [g.shape[0] for g in got] == [sum(batch.seqlens[:1]), sum(batch.seqlens[1:])]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w), _maxdiff(g, w)

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import presets
-from ..hf_forms import HF_FORMS
+from ..hf_forms import HF_FORMS, hf_output
 
 if TYPE_CHECKING:
     import torch
@@ -154,16 +154,22 @@ def rotary_position_ids(batch: "PackedBatch") -> "torch.Tensor":
     return patch_positions(batch)
 
 
+#: The ``to_hf`` forms of naflex batches (their padded width is the processor's).
+_NAFLEX_FORMS = ("siglip2", "lfm2_vl")
+
+
 def naflex_inputs(batch: "PackedBatch") -> dict[str, "torch.Tensor"]:
     """``Siglip2VisionModel`` inputs on batch.device: ``pixel_values (S, L, P*P*C)`` (each image's
     ``[py, px, c]`` rows then zero rows, ``L = max(max_num_patches, max_seqlen)``),
     ``pixel_attention_mask (S, L)`` int32 (1 on a real patch), ``spatial_shapes (S, 2)`` int64
-    ``(h_p, w_p)``. The same tensors as ``Siglip2ImageProcessor`` gives."""
+    ``(h_p, w_p)``. The same tensors as ``Siglip2ImageProcessor`` gives (``lfm2-vl``: as
+    ``Lfm2VlImageProcessor`` gives, one sequence per tile, ``L`` = its 1024)."""
     _check_batch(batch)
     if _patchify(batch).order != "naflex":
         raise ValueError(f"naflex_inputs: expected a naflex batch (preset 'siglip2-naflex'), got "
                          f"order {_patchify(batch).order!r}")
-    out = HF_FORMS["siglip2"](batch)
+    form = hf_output(batch.pipeline)
+    out = HF_FORMS[form if form in _NAFLEX_FORMS else "siglip2"](batch)
     out["spatial_shapes"] = out["spatial_shapes"].to(batch.device, non_blocking=True)
     return out
 
@@ -317,8 +323,13 @@ def _encode_qwen(model: Any, batch: "PackedBatch", deepstack: bool) -> list["tor
     if batch.num_seqs == 0:
         return [torch.empty(0) for _ in range(batch.num_images)]
     kw = qwen_vision_kwargs(batch, tower)
-    # grid_thw only feeds what kw already holds, but the signature requires it: on the device.
-    grid = batch.grid_thw.to(batch.device, non_blocking=True)
+    # One (1, h, w) row per frame, as Glm4vModel.get_video_features hands its tower (GLM's
+    # position-table interpolation reads the grid per attention segment, one per frame); Qwen
+    # towers read the grid only through kw (popped). Images (t = 1): the grid itself.
+    grid = batch.grid_thw
+    grid = torch.cat([torch.ones_like(grid[:, :1]), grid[:, 1:]], 1)
+    grid = grid.repeat_interleave(batch.grid_thw[:, 0], 0)
+    grid = grid.to(batch.device, non_blocking=True)
     pv = batch.pixel_values.to(_param_dtype(tower))
     run = _folded_tower(tower, kind) if compact else tower
     out = run(pv, grid_thw=grid, return_dict=True, **kw)
@@ -437,6 +448,26 @@ def _encode_siglip2(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]:
     return _pad_images(batch, [hidden[i, :n] for i, n in enumerate(batch.seqlens)])
 
 
+def _encode_naflex_model(model: Any, batch: "PackedBatch") -> list["torch.Tensor"]:
+    """Lfm2VlModel (or its *ForConditionalGeneration): ``get_image_features`` on
+    ``naflex_inputs`` (the SigLIP2 tower, the ``downsample_factor`` unshuffle, the projector):
+    ``(tokens, D_llm)`` per sequence; an image's tiles, then its thumbnail, concatenated."""
+    kind = type(model).__name__
+    op = _patchify(batch)
+    fix = "process the images with this model's preset ('lfm2-vl')"
+    _expect(kind, "order", op.order, "naflex", fix)
+    _expect(kind, "patch_size", op.patch_size, model.config.vision_config.patch_size, fix)
+    _expect(kind, "downsample_factor", op.merge_size, model.config.downsample_factor, fix)
+    if batch.num_seqs == 0:
+        return _pad_images(batch, [])
+    inp = naflex_inputs(batch)
+    out = model.get_image_features(pixel_values=inp["pixel_values"].to(_param_dtype(model)),
+                                   spatial_shapes=inp["spatial_shapes"],
+                                   pixel_attention_mask=inp["pixel_attention_mask"],
+                                   return_dict=True)
+    return _pad_images(batch, list(out.pooler_output))
+
+
 #: How ``encode`` runs each kind of class (``vlmprep.presets.spec.VIT_KINDS``): what it returns.
 _KIND_RETURNS = {
     "qwen_tower": "merged embeddings (tokens_i, out_hidden) per image",
@@ -445,6 +476,7 @@ _KIND_RETURNS = {
     "tile_model": "get_image_features (tiles_i, tokens, D_llm) per image",
     "anyres_model": "get_image_features packed (num_embeddings_i, D_llm) per image",
     "naflex": "last_hidden_state valid rows (patches_i, D) per image",
+    "naflex_model": "get_image_features (tokens_i, D_llm) per image, tiles concatenated",
 }
 # The classes of each kind are declared by the families (``FamilySpec.vit_towers`` in each
 # ``presets/<family>.py``) and read from ``vlmprep.presets.vit_towers()`` on access: the dispatch
@@ -489,10 +521,15 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
       Qwen3-VL also returns deepstack features (one ``(tokens, out_hidden)`` per
       ``deepstack_visual_indexes`` layer): left out by default; ``deepstack=True`` concatenates
       them on the last dim, ``(tokens, out_hidden * (1 + levels))`` (vLLM's image_embeds layout).
-    - ``SiglipVisionModel``, ``CLIPVisionModel`` (LLaVA-1.5), ``InternVLVisionModel``:
-      ``last_hidden_state`` per tile, ``(tiles_i, L, hidden)`` per image (CLIP / InternVL: L
-      includes CLS; LLaVA takes ``hidden_states[-2][:, 1:]``: pass the full model for that).
-    - ``InternVLModel`` / ``LlavaModel`` (or their ``*ForConditionalGeneration``):
+      GLM-4.1V / 4.5V (``Glm4vVisionModel``, ``Glm4vModel``, ...) run the same way: the grid is
+      passed one ``(1, h, w)`` row per frame group, as ``Glm4vModel.get_video_features`` does.
+    - ``SiglipVisionModel``, ``CLIPVisionModel`` (LLaVA-1.5), ``InternVLVisionModel``,
+      ``Ovis2VisionModel``, ``Llama4VisionModel`` (``model.vision_model``; its pixel-shuffle
+      adapter included): ``last_hidden_state`` per tile, ``(tiles_i, L, hidden)`` per image
+      (CLIP / InternVL: L includes CLS; LLaVA takes ``hidden_states[-2][:, 1:]``: pass the full
+      model for that).
+    - ``InternVLModel`` / ``LlavaModel`` / ``Ovis2Model`` (or their
+      ``*ForConditionalGeneration``):
       ``get_image_features`` (config's feature layer and select strategy, InternVL's pixel
       shuffle, the projector): ``(tiles_i, tokens_per_tile, text_hidden)``; ``.flatten(0, 1)`` is
       the order the LLM consumes.
@@ -500,8 +537,13 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
       ``get_image_features`` on the batch's transformers form: each image's crops through the
       tower and projector, packed as the model packs them (unpadding, ``image_newline``):
       ``(num_embeddings_i, text_hidden)`` per image, vLLM's embedding rows.
-    - ``Siglip2VisionModel`` (NaFlex): padded to ``naflex_inputs``; the valid rows
-      ``(patches_i, hidden)`` per image.
+    - ``Siglip2VisionModel`` (NaFlex; also LFM2-VL's ``vision_tower``): padded to
+      ``naflex_inputs``; the valid rows ``(patches_i, hidden)`` per image (an LFM2-VL image's
+      tiles, then its thumbnail, concatenated).
+    - ``Lfm2VlModel`` (or its ``*ForConditionalGeneration``): ``get_image_features`` on
+      ``naflex_inputs`` (tower, unshuffle, projector): ``(num_embeddings_i, text_hidden)`` per
+      image, its tiles' rows concatenated in placeholder order.
+    Not run (docs/presets/<name>.md says why): MiniCPM-V 4.6, Phi-4-multimodal.
 
     Videos: pass ``batch.videos`` (the ``"video"`` PackedBatch of ``proc(images, videos=...)``):
     one tensor per video, what the model's ``get_video_features`` gives for it. Qwen: the merger
@@ -544,6 +586,8 @@ def encode(vision_tower: Any, batch: "PackedBatch", *, deepstack: bool = False
         return _encode_full_tiles(vision_tower, batch)
     if kind == "anyres_model":
         return _encode_anyres(vision_tower, batch)
+    if kind == "naflex_model":
+        return _encode_naflex_model(vision_tower, batch)
     return _encode_siglip2(vision_tower, batch)
 
 

@@ -154,4 +154,8 @@ FAMILY = FamilySpec(
                           "feature"),),
     videos={"glm4v": VideoSpec(functools.partial(video_defaults, "glm4v"), "glm4v")},
     video_from_config=video_from_config,
+    # Qwen-like towers: hidden_states rows + grid_thw, the merger's rows (tests/adapters/test_vit.py)
+    vit_towers={"qwen_tower": ("Glm4vVisionModel", "Glm4vMoeVisionModel"),
+                "qwen_model": ("Glm4vModel", "Glm4vForConditionalGeneration", "Glm4vMoeModel",
+                               "Glm4vMoeForConditionalGeneration")},
 )

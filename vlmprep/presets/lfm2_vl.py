@@ -94,4 +94,7 @@ FAMILY = FamilySpec(
     name="lfm2_vl", presets=PRESETS, image_processor_types=IMAGE_PROCESSOR_TYPES,
     from_config=from_config, processor_forces=processor_forces,
     forms=(FormSpec("lfm2_vl", vllm_no_embeds=_NOT_CHECKED, sglang_not_passed=_SGLANG),),
+    # The tower alone is a Siglip2VisionModel (declared by siglip2: the naflex kind, which pads
+    # to this family's 1024 rows); the models: get_image_features (tests/adapters/test_vit.py)
+    vit_towers={"naflex_model": ("Lfm2VlModel", "Lfm2VlForConditionalGeneration")},
 )

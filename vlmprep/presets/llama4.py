@@ -85,4 +85,8 @@ FAMILY = FamilySpec(
     from_config=from_config, processor_forces=processor_forces,
     forms=(FormSpec("llama4", prompt_image_token=PROMPT_IMAGE_TOKEN,
                     vllm_no_embeds=_NOT_CHECKED, sglang_not_passed=_SGLANG),),
+    # The vision model only: its last_hidden_state (pixel shuffle + adapter MLP) per tile. The
+    # full model's get_image_features is that same output (no pooler_output; the projector runs
+    # in forward), so it is not declared (docs/presets/llama4.md).
+    vit_towers={"tile_tower": ("Llama4VisionModel",)},
 )

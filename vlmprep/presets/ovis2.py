@@ -85,4 +85,8 @@ FAMILY = FamilySpec(
                        "the engines the images",
         sglang_not_passed="SGLang 0.5.23 has no Ovis2 model",
     ),),
+    # last_hidden_state per tile (hidden_stride merged); the models' get_image_features: the
+    # visual-vocabulary embeddings per tile (tests/adapters/test_vit.py)
+    vit_towers={"tile_tower": ("Ovis2VisionModel",),
+                "tile_model": ("Ovis2Model", "Ovis2ForConditionalGeneration")},
 )

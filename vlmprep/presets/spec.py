@@ -32,8 +32,10 @@ EMBED_LAYOUTS = ("flat", "stacked", "sized")
 #: merged embeddings per image), ``tile_tower`` (``last_hidden_state`` per tile), ``tile_model``
 #: (``get_image_features`` per tile), ``anyres_model`` (LLaVA-NeXT / OneVision
 #: ``get_image_features``: each image's packed rows, newlines included), ``naflex`` (SigLIP2
-#: NaFlex: valid rows per image).
-VIT_KINDS = ("qwen_tower", "qwen_model", "tile_tower", "tile_model", "anyres_model", "naflex")
+#: NaFlex: valid rows per image), ``naflex_model`` (LFM2-VL ``get_image_features`` on the naflex
+#: inputs: projected tokens per tile, an image's tiles concatenated).
+VIT_KINDS = ("qwen_tower", "qwen_model", "tile_tower", "tile_model", "anyres_model", "naflex",
+             "naflex_model")
 
 
 def _fail(where: str, what: str, expected: str, got: Any, fix: str) -> ValueError:
