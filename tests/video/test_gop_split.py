@@ -128,3 +128,14 @@ def test_auto_takes_the_gop_split_opencv_does_not(clip, monkeypatch):
     with local_threads(2):
         np.testing.assert_array_equal(decode_frames(clip, idx), want)
     assert calls == [1]
+
+
+def test_auto_on_a_codec_it_does_not_split_leaves_opencvs_reader_alone(monkeypatch):
+    """MPEG-4 Part 2 (OpenCV VideoWriter's usual codec) in an MP4 of several GOPs: "auto" asks
+    PyAV for the codec on a fork of the stream, never moving the stream OpenCV's open capture
+    reads (it did once: OpenCV then saw the stream end after 2 frames)."""
+    data = _h264(n=48, gop=8, codec="mpeg4")
+    monkeypatch.setattr(pyav_mod, "read_frames_split", lambda *a, **k: pytest.fail("split"))
+    ref = decode_frames(data, list(range(48)), decoder="opencv")
+    with local_threads(2):
+        np.testing.assert_array_equal(decode_frames(data, [3, 20, 47, 9]), ref[[3, 20, 47, 9]])

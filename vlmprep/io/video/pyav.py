@@ -192,10 +192,13 @@ def read_frames_split(stream: DeadlineStream, meta: VideoMeta, indices: Sequence
     from concurrent.futures import ThreadPoolExecutor
     where = positions(indices)
     runs = gop_runs(sorted(where), sorted(keyframes), threads)
-    if len(runs) == 1:  # one thread: the GOPs in order, seeking over the ones nobody wants
-        stream.seek(0)
-        return set(where) - _decode_run(stream, meta, runs[0], where, out, timeout_s)
+    # every reader a fork: the caller's stream may be an open OpenCV capture's (decoder "auto")
     forks = [stream.fork() for _ in runs]
+    if len(runs) == 1:  # one thread: the GOPs in order, seeking over the ones nobody wants
+        try:
+            return set(where) - _decode_run(forks[0], meta, runs[0], where, out, timeout_s)
+        finally:
+            forks[0].close()
     try:  # libavcodec and swscale run without the GIL: the threads decode at once
         with ThreadPoolExecutor(len(runs), thread_name_prefix="vlmprep-gop") as pool:
             found = list(pool.map(lambda a: _decode_run(a[0], meta, a[1], where, out, timeout_s),
@@ -221,13 +224,13 @@ def splits(stream: DeadlineStream, keyframes: Sequence[int], indices: Sequence[i
     gops = {bisect.bisect_right(keyframes, int(i)) for i in indices}
     if len(gops) < 2:
         return False
-    stream.seek(0)
+    probe = stream.fork()  # not the caller's stream: an OpenCV capture may be reading it
     try:
-        with av.open(stream, mode="r") as container:
+        with av.open(probe, mode="r") as container:
             st = container.streams.video[0]
             name = st.codec_context.name if meta_ok(st) else None
     except Exception:  # noqa: BLE001 (the one-pass reader then reports what is wrong)
         return False
     finally:
-        stream.seek(0)
+        probe.close()
     return name in SPLIT_CODECS
