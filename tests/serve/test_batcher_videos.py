@@ -124,7 +124,11 @@ def test_close_waits_for_a_clip_in_flight(clip):
         await b.start()
         task = asyncio.ensure_future(b.submit(videos=[clip]))
         await asyncio.sleep(0)
-        while not b._videos._pending:  # admitted: planned and started on the video lane
+        deadline = asyncio.get_running_loop().time() + WATCHDOG_S
+        # admitted: planned and started on the video lane (a request that failed first ends
+        # the wait: its error is the test's failure, not a hang; CI once hung here)
+        while not b._videos._pending and not task.done():
+            assert asyncio.get_running_loop().time() < deadline, "the clip was never admitted"
             await asyncio.sleep(0.01)
         await asyncio.wait_for(b.close(), WATCHDOG_S)
         return task.done(), await task
