@@ -9,6 +9,20 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+def warm_on_first_seed(test_one_input, seeds: str):
+    """A ``warm`` for ``main``: the harness on the first file of fuzz/seeds/<seeds>/ (first-use
+    costs: decoders, workers), a failure left to the fuzzer, which reports it with its input."""
+    def warm() -> None:
+        import glob
+        for f in sorted(glob.glob(os.path.join(ROOT, "fuzz", "seeds", seeds, "*")))[:1]:
+            try:
+                with open(f, "rb") as fh:
+                    test_one_input(fh.read())
+            except Exception:  # noqa: BLE001 (a failing seed is reported by the fuzzer)
+                pass
+    return warm
+
+
 def main(test_one_input, instrument: tuple[str, ...] = (), funcs: tuple = (), warm=None) -> None:
     """atheris.Setup + Fuzz; ``instrument``: modules imported under coverage instrumentation
     (vlmprep's own Python code; the compiled decoders and kernels are not instrumented, so

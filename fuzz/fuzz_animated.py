@@ -81,14 +81,6 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    def warm():
-        # the first probe loads the decoders (vlmprep.io.warm: seconds): not the first input's time
-        import glob
-        import os
-        for f in sorted(glob.glob(os.path.join(_common.ROOT, "fuzz", "seeds", "animated", "*")))[:1]:
-            try:
-                test_one_input(open(f, "rb").read())
-            except Exception:  # noqa: BLE001 (a failing seed is reported by the fuzzer, with its input)
-                pass
+    warm = _common.warm_on_first_seed(test_one_input, "animated")
     _common.main(test_one_input, instrument=("vlmprep.io.video.animated", "PIL.GifImagePlugin",
                                             "PIL.WebPImagePlugin"), funcs=(_pick,), warm=warm)

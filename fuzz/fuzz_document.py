@@ -68,13 +68,5 @@ def test_one_input(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    def warm():
-        # the Processor, pypdfium2 and the first render worker start once, not in the first input
-        import glob
-        import os
-        for f in sorted(glob.glob(os.path.join(_common.ROOT, "fuzz", "seeds", "document", "*")))[:1]:
-            try:
-                test_one_input(open(f, "rb").read())
-            except Exception:  # noqa: BLE001 (a failing seed is reported by the fuzzer, with its input)
-                pass
+    warm = _common.warm_on_first_seed(test_one_input, "document")
     _common.main(test_one_input, instrument=("vlmprep.io.document",), warm=warm)
