@@ -46,23 +46,27 @@ __attribute__((target("avx2"), always_inline)) inline __m128i load16(const V* p)
 }
 
 // ELEM: output bytes per value (4: lut32 as is, 2: its low 16 bits, 1: the source byte).
+// fs == 0: one source, its values stored to all TT temporal slots; else TT sources (frame t at
+// base + t * fs), each stored to its own slot.
 template <int P, int TT, int ELEM>
 __attribute__((target("avx2")))
-void row_k(const uint8_t* base, int64_t stride, uint8_t* dst, const int32_t* lut32) {
+void row_k(const uint8_t* base, int64_t stride, int64_t fs, uint8_t* dst, const int32_t* lut32) {
   static const Picks picks(P);
   constexpr int S = P - 8;  // the second group's first pixel
   constexpr int64_t plane = int64_t(P) * P;
+  const int sources = fs ? TT : 1, copies = fs ? 1 : TT;
+  for (int k = 0; k < sources; ++k)
   for (int py = 0; py < P; ++py) {
-    const uint8_t* line = base + int64_t(py) * stride;
+    const uint8_t* line = base + k * fs + int64_t(py) * stride;
     const __m128i a = load16(line), b = load16(line + 16), e = load16(line + 3 * P - 16);
     for (int c = 0; c < 3; ++c) {
       const __m128i i0 = _mm_or_si128(_mm_shuffle_epi8(a, load16(picks.lo_a[c])),
                                       _mm_shuffle_epi8(b, load16(picks.lo_b[c])));
       const __m128i i1 = _mm_or_si128(_mm_shuffle_epi8(b, load16(picks.hi_b[c])),
                                       _mm_shuffle_epi8(e, load16(picks.hi_e[c])));
-      uint8_t* d = dst + (int64_t(c) * TT * plane + int64_t(py) * P) * ELEM;
+      uint8_t* d = dst + (int64_t(c) * TT * plane + k * plane + int64_t(py) * P) * ELEM;
       if constexpr (ELEM == 1) {
-        for (int t = 0; t < TT; ++t) {
+        for (int t = 0; t < copies; ++t) {
           _mm_storel_epi64(reinterpret_cast<__m128i*>(d + t * plane), i0);
           _mm_storel_epi64(reinterpret_cast<__m128i*>(d + t * plane + S), i1);
         }
@@ -71,13 +75,13 @@ void row_k(const uint8_t* base, int64_t stride, uint8_t* dst, const int32_t* lut
         const __m256i v0 = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(i0), 4);
         const __m256i v1 = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(i1), 4);
         if constexpr (ELEM == 4) {
-          for (int t = 0; t < TT; ++t) {
+          for (int t = 0; t < copies; ++t) {
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + t * plane * 4), v0);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + (t * plane + S) * 4), v1);
           }
         } else {  // 16-bit values: [v0 0-3, v1 0-3 | v0 4-7, v1 4-7] -> v0 then v1
           const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(v0, v1), 0xD8);
-          for (int t = 0; t < TT; ++t) {
+          for (int t = 0; t < copies; ++t) {
             _mm_storeu_si128(reinterpret_cast<__m128i*>(d + t * plane * 2), _mm256_castsi256_si128(w));
             _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (t * plane + S) * 2), _mm256_extracti128_si256(w, 1));
           }
@@ -88,24 +92,26 @@ void row_k(const uint8_t* base, int64_t stride, uint8_t* dst, const int32_t* lut
 }
 
 template <int ELEM>
-void row_elem(int P, int TT, const uint8_t* base, int64_t stride, uint8_t* dst, const int32_t* lut32) {
-  if (P == 14) return TT == 2 ? row_k<14, 2, ELEM>(base, stride, dst, lut32) : row_k<14, 1, ELEM>(base, stride, dst, lut32);
-  return TT == 2 ? row_k<16, 2, ELEM>(base, stride, dst, lut32) : row_k<16, 1, ELEM>(base, stride, dst, lut32);
+void row_elem(int P, int TT, const uint8_t* base, int64_t stride, int64_t fs, uint8_t* dst,
+              const int32_t* lut32) {
+  if (P == 14) return TT == 2 ? row_k<14, 2, ELEM>(base, stride, fs, dst, lut32) : row_k<14, 1, ELEM>(base, stride, 0, dst, lut32);
+  return TT == 2 ? row_k<16, 2, ELEM>(base, stride, fs, dst, lut32) : row_k<16, 1, ELEM>(base, stride, 0, dst, lut32);
 }
 
 }  // namespace
 
-void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, void* dst, const int32_t* lut32) {
+void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, int64_t frame_stride,
+                    void* dst, const int32_t* lut32) {
   uint8_t* d = static_cast<uint8_t*>(dst);
-  if (elem == 4) return row_elem<4>(P, TT, base, stride, d, lut32);
-  if (elem == 2) return row_elem<2>(P, TT, base, stride, d, lut32);
-  row_elem<1>(P, TT, base, stride, d, lut32);
+  if (elem == 4) return row_elem<4>(P, TT, base, stride, frame_stride, d, lut32);
+  if (elem == 2) return row_elem<2>(P, TT, base, stride, frame_stride, d, lut32);
+  row_elem<1>(P, TT, base, stride, frame_stride, d, lut32);
 }
 
 #else  // not x86-64: never usable, never called
 
 bool rows_avx2_usable() { return false; }
-void patch_row_avx2(int, int, int, const uint8_t*, int64_t, void*, const int32_t*) {}
+void patch_row_avx2(int, int, int, const uint8_t*, int64_t, int64_t, void*, const int32_t*) {}
 
 #endif
 

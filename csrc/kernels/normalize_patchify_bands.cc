@@ -232,12 +232,16 @@ VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const BandGather& g
                            const uint8_t* lut_planes, std::vector<uint8_t>& planes, const NPSample& s,
                            bool stream) {
   const int P = p.patch_size;
-  const int64_t plane_stride = int64_t(s.height) * s.width * kBytes;
-  if (planes.size() < size_t(3 * plane_stride)) planes.resize(size_t(3 * plane_stride));
-  for (int y = 0; y < s.height; ++y)
-    row_to_planes<kBytes>(g, s.src + int64_t(y) * s.row_stride, s.width, P, y, lut_planes,
-                          planes.data(), plane_stride);
   const int T = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
+  // A still image's planes once (its T slots repeat them); distinct frames: one set per frame.
+  const int frames = T > 1 && s.frame_stride ? T : 1;
+  const int64_t plane_stride = int64_t(s.height) * s.width * kBytes;
+  const int64_t frame_planes = 3 * plane_stride;
+  if (planes.size() < size_t(frames * frame_planes)) planes.resize(size_t(frames * frame_planes));
+  for (int f = 0; f < frames; ++f)
+    for (int y = 0; y < s.height; ++y)
+      row_to_planes<kBytes>(g, s.src + f * s.frame_stride + int64_t(y) * s.row_stride, s.width, P, y,
+                            lut_planes, planes.data() + f * frame_planes, plane_stride);
   const int cols = s.width / P;
   const int64_t rows = num_rows(p, s.height, s.width);
   const int64_t block = int64_t(P) * P * kBytes;
@@ -247,7 +251,7 @@ VLMPREP_VBMI void run_band(const NormalizePatchifyParams& p, const BandGather& g
     row_origin(p, s.width, r, &y0, &x0);
     const uint8_t* patch = planes.data() + (int64_t(y0 / P) * cols + x0 / P) * block;
     for (int c = 0; c < 3; ++c)
-      for (int t = 0; t < T; ++t) out.put(patch + c * plane_stride, block);
+      for (int t = 0; t < T; ++t) out.put(patch + (frames > 1 ? t * frame_planes : 0) + c * plane_stride, block);
   }
   out.finish();
 }

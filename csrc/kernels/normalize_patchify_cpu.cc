@@ -119,17 +119,21 @@ struct Map {
 };
 
 // The common patch sizes with the loops known at compile time: each value is stored to its
-// T places directly (no second pass over the row), lines of the source read once.
+// T places directly (no second pass over the row), lines of the source read once. fs != 0:
+// TT distinct frames (frame t at base + t * fs), each to its own slot.
 template <int P, int TT, typename T, typename M>
-void patch_row_fixed(const uint8_t* base, int64_t stride, T* dst, M map) {
+void patch_row_fixed(const uint8_t* base, int64_t stride, int64_t fs, T* dst, M map) {
   constexpr int64_t plane = int64_t(P) * P;
+  const int sources = fs ? TT : 1, copies = fs ? 1 : TT;
   for (int c = 0; c < kChannels; ++c) {
-    T* d0 = dst + int64_t(c) * TT * plane;
-    for (int py = 0; py < P; ++py) {
-      const uint8_t* line = base + int64_t(py) * stride + c;
-      T v[P];
-      for (int px = 0; px < P; ++px) v[px] = map(c, line[px * 3]);
-      for (int t = 0; t < TT; ++t) std::memcpy(d0 + t * plane + py * P, v, sizeof(v));
+    for (int k = 0; k < sources; ++k) {
+      T* d0 = dst + int64_t(c) * TT * plane + k * plane;
+      for (int py = 0; py < P; ++py) {
+        const uint8_t* line = base + k * fs + int64_t(py) * stride + c;
+        T v[P];
+        for (int px = 0; px < P; ++px) v[px] = map(c, line[px * 3]);
+        for (int t = 0; t < copies; ++t) std::memcpy(d0 + t * plane + py * P, v, sizeof(v));
+      }
     }
   }
 }
@@ -175,20 +179,27 @@ void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T
   }
   const int32_t T_ = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
   const int64_t plane = int64_t(P) * P;
+  const int64_t fs = T_ > 1 ? s.frame_stride : 0;  // check_sample: 0 unless merge_grouped
   if (v.avx2 && (P == 14 || P == 16) && (T_ == 1 || T_ == 2))
-    return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, dst, v.lut32);
-  if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, dst, map);
-  if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, dst, map);
-  if (T_ == 1 && P == 16) return patch_row_fixed<16, 1>(base, s.row_stride, dst, map);
-  if (T_ == 1 && P == 14) return patch_row_fixed<14, 1>(base, s.row_stride, dst, map);
-  for (int c = 0; c < kChannels; ++c) {  // [c, t, py, px]: t = 0 computed, later t copied
+    return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, fs, dst, v.lut32);
+  if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, fs, dst, map);
+  if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, fs, dst, map);
+  if (T_ == 1 && P == 16) return patch_row_fixed<16, 1>(base, s.row_stride, 0, dst, map);
+  if (T_ == 1 && P == 14) return patch_row_fixed<14, 1>(base, s.row_stride, 0, dst, map);
+  // [c, t, py, px]: a still image's t = 0 computed, later t copied; distinct frames each read
+  for (int c = 0; c < kChannels; ++c) {
     T* d0 = dst + int64_t(c) * T_ * plane;
-    for (int32_t py = 0; py < P; ++py) {
-      const uint8_t* line = base + int64_t(py) * s.row_stride + c;
-      T* d = d0 + int64_t(py) * P;
-      for (int32_t px = 0; px < P; ++px) d[px] = map(c, line[px * 3]);
+    for (int32_t t = 0; t < T_; ++t) {
+      if (t > 0 && fs == 0) {
+        std::memcpy(d0 + t * plane, d0, plane * sizeof(T));
+        continue;
+      }
+      for (int32_t py = 0; py < P; ++py) {
+        const uint8_t* line = base + t * fs + int64_t(py) * s.row_stride + c;
+        T* d = d0 + t * plane + int64_t(py) * P;
+        for (int32_t px = 0; px < P; ++px) d[px] = map(c, line[px * 3]);
+      }
     }
-    for (int32_t t = 1; t < T_; ++t) std::memcpy(d0 + t * plane, d0, plane * sizeof(T));
   }
 }
 
@@ -277,7 +288,8 @@ void run_bands(const NormalizePatchifyParams& p, int num_threads) {
       const NPSample& s = p.samples[i];
       const int64_t k = u - band_start[i];
       const NPSample part{s.src + k * band * s.row_stride, s.row_stride, band, s.width,
-                          s.out_offset + k * num_rows(p, band, s.width) * row_length(p, band, s.width)};
+                          s.out_offset + k * num_rows(p, band, s.width) * row_length(p, band, s.width),
+                          s.frame_stride};
       path.run(part, stream);
     }
   };

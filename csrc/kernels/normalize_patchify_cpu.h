@@ -22,11 +22,13 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
 
 // The row path's AVX2 patch rows (normalize_patchify_avx2.cc): whether this CPU has AVX2 and
 // VLMPREP_CPU_ISA allows it; and one output row of merge_grouped / raster for P in {14, 16},
-// TT in {1, 2} (the temporal copies) into dst ([c][t][py][px] values of `elem` bytes: 4 and 2
+// TT in {1, 2} (the temporal slots) into dst ([c][t][py][px] values of `elem` bytes: 4 and 2
 // from lut32[c][v], the lut widened to int32 bits, 1 the source bytes). base: the patch's
-// top-left pixel; stride: the source's row stride in bytes.
+// top-left pixel; stride: the source's row stride in bytes; frame_stride: 0 repeats the one
+// image in every slot, else slot t reads the frame at base + t * frame_stride (TT == 2).
 bool rows_avx2_usable();
-void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, void* dst, const int32_t* lut32);
+void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, int64_t frame_stride,
+                    void* dst, const int32_t* lut32);
 
 }  // namespace vlmprep
 

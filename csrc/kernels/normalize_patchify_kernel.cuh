@@ -49,7 +49,7 @@ VLMPREP_HD void column_offset(const NormalizePatchifyParams& p, const NPSample& 
   }
   int32_t dy, dx, c;
   column_source(p, s.height, s.width, j, &dy, &dx, &c);
-  *off = int64_t(dy) * s.row_stride + int64_t(dx) * 3 + c;
+  *off = int64_t(dy) * s.row_stride + int64_t(dx) * 3 + c + column_frame_offset(p, s, j);
   *lut_base = c * 256;
 }
 

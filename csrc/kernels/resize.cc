@@ -652,10 +652,11 @@ int ResizeRows::first_source_row(int y0) const {
   return w_->cv.bounds[y0 * 2];
 }
 
-void ResizeRows::rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache) const {
+void ResizeRows::rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache,
+                      int64_t src_offset) const {
   const Weights& w = *w_;
   const ResizeParams& p = p_;
-  const uint8_t* src = p.src;
+  const uint8_t* src = p.src + src_offset;
   if (!w.need_h && !w.need_v) {
     for (int y = y0; y < y1; ++y)
       std::memcpy(dst + int64_t(y - y0) * dst_stride, src + int64_t(y) * p.src_stride, size_t(3) * p.out_w);

@@ -28,8 +28,11 @@ struct Bands {
   int count = 0;         // bands
   int64_t band_rows = 0, row_len = 0, out_bytes = 0;  // out_bytes: the whole sample's output
   bool stream = false, vector_path = false;
+  int frames = 1;            // distinct source frames (a video's temporal group) or 1
+  int64_t frame_stride = 0;  // bytes from one source frame to the next
 
-  Bands(const ResizeRows& rr_, const NormalizePatchifyParams& p_, const NPSample& s_) : rr(rr_), p(p_), s(s_) {
+  Bands(const ResizeRows& rr_, const NormalizePatchifyParams& p_, const NPSample& s_, int64_t frame_stride_ = 0)
+      : rr(rr_), p(p_), s(s_), frames(frame_stride_ ? p_.temporal_patch_size : 1), frame_stride(frame_stride_) {
     // A band's output rows are contiguous, and it is the unit the row order needs whole.
     band = p.patch_size * (p.order == Order::kMergeGrouped ? p.merge_size : 1);
     count = s.height / band;
@@ -41,31 +44,35 @@ struct Bands {
   }
   // Source rows band b (and all before it) read.
   int source_rows(int b) const { return rr.source_rows((b + 1) * band); }
-  int64_t resized_bytes() const { return int64_t(s.height) * s.width * 3; }
+  int64_t resized_bytes() const { return int64_t(frames) * s.height * s.width * 3; }
 };
 
-// One thread's working state: the resize cache, the band buffer, the band path.
+// One thread's working state: the resize caches (one per frame), the band buffer (the band of
+// every frame, one after another), the band path.
 struct Worker {
   const Bands& j;
-  ResizeCache cache;
+  std::vector<ResizeCache> caches;
   std::vector<uint8_t> buf;
   std::unique_ptr<BandPath> path;
 
   explicit Worker(const Bands& bands)
-      : j(bands), buf(size_t(bands.band) * 3 * bands.s.width),
+      : j(bands), caches(size_t(bands.frames)), buf(size_t(bands.frames) * bands.band * 3 * bands.s.width),
         path(bands.vector_path ? new BandPath(bands.p) : nullptr) {}
 
   void run(int b) {
-    const int64_t stride = int64_t(3) * j.s.width;
-    j.rr.rows(b * j.band, (b + 1) * j.band, buf.data(), stride, cache);
-    const NPSample part{buf.data(), stride, j.band, j.s.width, j.s.out_offset + b * j.band_rows * j.row_len};
+    const int64_t stride = int64_t(3) * j.s.width, band_bytes = j.band * stride;
+    for (int f = 0; f < j.frames; ++f)
+      j.rr.rows(b * j.band, (b + 1) * j.band, buf.data() + f * band_bytes, stride, caches[f],
+                f * j.frame_stride);
+    const NPSample part{buf.data(), stride, j.band, j.s.width, j.s.out_offset + b * j.band_rows * j.row_len,
+                        j.frames > 1 ? band_bytes : 0};
     if (path) path->run(part, j.stream);
     else normalize_patchify_sample_cpu(j.p, part, j.stream);
   }
 };
 
 // Checks the sample against the resize and the order; nullptr when they agree.
-const char* check(const ResizeParams& r, const NormalizePatchifyParams& p) {
+const char* check(const ResizeParams& r, const NormalizePatchifyParams& p, int64_t frame_stride = 0) {
   if (const char* bad = ResizeRows::check(r)) return bad;
   if (p.order == Order::kTiles) return "the tiles order is not fused: resize, then normalize_patchify";
   if (p.num_samples != 1) return "expected exactly one sample";
@@ -74,16 +81,17 @@ const char* check(const ResizeParams& r, const NormalizePatchifyParams& p) {
   NPSample whole = s;
   whole.src = nullptr;
   whole.row_stride = int64_t(3) * s.width;
+  whole.frame_stride = frame_stride;
   return check_sample(p, whole);
 }
 
 }  // namespace
 
 const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
-                                          int num_threads) {
-  if (const char* bad = check(r, p)) return bad;
+                                          int num_threads, int64_t frame_stride) {
+  if (const char* bad = check(r, p, frame_stride)) return bad;
   const ResizeRows rr(r);
-  const Bands j(rr, p, p.samples[0]);
+  const Bands j(rr, p, p.samples[0], frame_stride);
   parallel_ranges(j.count, j.resized_bytes(), num_threads, [&](int64_t b0, int64_t b1) {
     Worker w(j);
     for (int64_t b = b0; b < b1; ++b) w.run(int(b));

@@ -38,7 +38,10 @@ class ResizeRows {
 
   // Output rows [y0, y1) into dst (rows dst_stride bytes apart). Any order is correct; calls
   // in increasing y0 with one cache reuse the source rows that neighbouring bands share.
-  void rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache) const;
+  // src_offset: read the source at p.src + src_offset instead (another frame of the same size
+  // and stride: one set of weights for a video's frames; one cache per frame).
+  void rows(int y0, int y1, uint8_t* dst, int64_t dst_stride, ResizeCache& cache,
+            int64_t src_offset = 0) const;
 
  private:
   struct Weights;

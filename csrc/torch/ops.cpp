@@ -105,9 +105,28 @@ const void* lut_pointer(const char* op, const std::optional<at::Tensor>& lut, co
   return t.data_ptr();
 }
 
-// images[i]: (h, w, 3) uint8 with pixel stride 3 (a crop of a contiguous HWC canvas is fine);
-// lut: (3, 256) of out's dtype (None for uint8 out); out: contiguous, offsets[i] its first
-// element for image i. Every element the images' rows cover is written exactly once.
+// A video's temporal group, (T, h, w, 3) uint8 with T == temporal_patch_size >= 2 (merge_grouped):
+// its frame 0 as an (h, w, 3) view, and the bytes from one frame to the next (frames apart, in
+// order: stride(0) >= h * stride(1)). An (h, w, 3) image is itself with frame stride 0.
+at::Tensor frames_arg(const char* op, const std::string& what, const at::Tensor& im,
+                      int64_t temporal_patch_size, const std::string& order, int64_t* frame_stride) {
+  *frame_stride = 0;
+  if (im.dim() != 4) return im;
+  TORCH_CHECK(order == "merge_grouped" && temporal_patch_size >= 2 && im.size(0) == temporal_patch_size,
+              op, ": ", what, ": expected (h, w, 3), or a temporal group (T, h, w, 3) of T == "
+              "temporal_patch_size >= 2 frames in the merge_grouped order, got ", im.sizes(), " with order ",
+              order, " and temporal_patch_size ", temporal_patch_size, "; pass one frame group at a time");
+  TORCH_CHECK(im.size(1) < 1 || im.stride(0) >= im.size(1) * im.stride(1), op, ": ", what,
+              ": expected frames apart in memory (stride(0) >= h * stride(1)), got strides ", im.strides(),
+              "; pass .contiguous() frames");
+  *frame_stride = im.stride(0);
+  return im.select(0, 0);
+}
+
+// images[i]: (h, w, 3) uint8 with pixel stride 3 (a crop of a contiguous HWC canvas is fine), or
+// a video's temporal group (T, h, w, 3) (frames_arg); lut: (3, 256) of out's dtype (None for
+// uint8 out); out: contiguous, offsets[i] its first element for image i. Every element the
+// images' rows cover is written exactly once.
 void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& lut,
                         at::Tensor out, at::IntArrayRef offsets, std::string order,
                         int64_t patch_size, int64_t merge_size, int64_t temporal_patch_size,
@@ -121,7 +140,10 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
   std::vector<vlmprep::NPSample> samples(images.size());
   int64_t max_rows = 0;
   for (size_t i = 0; i < images.size(); ++i) {
-    const at::Tensor& im = images[i];
+    int64_t frame_stride = 0;
+    const at::Tensor im = frames_arg("normalize_patchify", "images[" + std::to_string(i) + "]", images[i],
+                                     temporal_patch_size, order, &frame_stride);
+    const int64_t last_frame = frame_stride * (images[i].dim() == 4 ? images[i].size(0) - 1 : 0);
     TORCH_CHECK(im.scalar_type() == at::kByte && im.dim() == 3 && im.size(2) == 3 &&
                     im.stride(2) == 1 && im.stride(1) == 3,
                 "normalize_patchify: images[", i, "]: expected (h, w, 3) uint8 with pixel stride 3, got ",
@@ -135,7 +157,7 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
       // The kernels read images and write out as non-aliasing (__restrict__): refuse an out
       // that shares bytes with an image rather than compute garbage.
       const auto* a0 = static_cast<const char*>(im.data_ptr());
-      const auto* a1 = a0 + (im.size(0) - 1) * im.stride(0) + (im.size(1) - 1) * 3 + 3;
+      const auto* a1 = a0 + last_frame + (im.size(0) - 1) * im.stride(0) + (im.size(1) - 1) * 3 + 3;
       const auto* b0 = static_cast<const char*>(out.data_ptr());
       const auto* b1 = b0 + out.numel() * out.element_size();
       TORCH_CHECK(a1 <= b0 || b1 <= a0, "normalize_patchify: images[", i, "] and out share memory; "
@@ -147,6 +169,7 @@ void normalize_patchify(at::TensorList images, const std::optional<at::Tensor>& 
     s.height = int32_t(im.size(0));
     s.width = int32_t(im.size(1));
     s.out_offset = offsets[i];
+    s.frame_stride = frame_stride;
     const char* bad = vlmprep::check_sample(p, s);
     TORCH_CHECK(bad == nullptr, "normalize_patchify: images[", i, "] (", im.size(0), "x", im.size(1),
                 ", patch_size ", patch_size, ", merge_size ", p.merge_size, "): ", bad ? bad : "");
@@ -247,13 +270,17 @@ vlmprep::NormalizePatchifyParams one_sample_params(const char* op, int64_t heigh
 }
 
 // image: (h, w, 3) uint8 CPU -> the rows of its (height, width) resize in `order`, written
-// to out from element `offset`: the bytes of resize then normalize_patchify, band by band.
-void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t width,
+// to out from element `offset`: the bytes of resize then normalize_patchify, band by band. A
+// video's temporal group (T, h, w, 3) (frames_arg): each frame resized, frame t's values in the
+// rows' t-th slots.
+void resize_normalize_patchify(const at::Tensor& frames, int64_t height, int64_t width,
                                std::string interpolation, const std::optional<at::Tensor>& lut,
                                at::Tensor out, int64_t offset, std::string order, int64_t patch_size,
                                int64_t merge_size, int64_t temporal_patch_size, int64_t num_threads,
                                std::string match) {
   const char* op = "resize_normalize_patchify";
+  int64_t frame_stride = 0;
+  const at::Tensor image = frames_arg(op, "image", frames, temporal_patch_size, order, &frame_stride);
   check_resize_input(op, image, height, width);
   TORCH_CHECK(out.is_cpu(), op, ": expected a CPU out, got ", out.device(),
               "; on a GPU, resize there and call normalize_patchify");
@@ -265,7 +292,7 @@ void resize_normalize_patchify(const at::Tensor& image, int64_t height, int64_t 
   const vlmprep::ResizeParams r{image.data_ptr<uint8_t>(), image.stride(0), int32_t(image.size(0)),
                                 int32_t(image.size(1)), nullptr, int32_t(height), int32_t(width),
                                 interp, match_arg(op, match)};
-  const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, threads_arg(num_threads));
+  const char* bad = vlmprep::resize_normalize_patchify_cpu(r, p, threads_arg(num_threads), frame_stride);
   TORCH_CHECK(bad == nullptr, op, " (", height, "x", width, ", patch_size ", patch_size, ", merge_size ",
               p.merge_size, "): ", bad ? bad : "");
 }

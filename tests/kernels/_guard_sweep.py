@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from tests._support.guarded import guarded, guarded_copy, guarded_view
-from tests.kernels.oracle import rows
+from tests.kernels.oracle import group_rows, rows
 
 ISAS = ("native", "avx2", "scalar")  # VLMPREP_CPU_ISA, read by the kernels at every call
 FILTERS = ("bilinear", "bicubic", "lanczos")
@@ -171,6 +171,38 @@ def sweep_normalize_patchify() -> None:
                         kernels.normalize_patchify(srcs, lut, out, [0, n0], order, P, m, T)
                         _expect(_same(out, want), f"normalize_patchify {h}x{w} {order} P{P} m{m} T{T} "
                                                   f"{dtype} {where} {isa}")
+    _sweep_groups(rng)
+
+
+def _groups(frames: np.ndarray):
+    """A (T, h, w, 3) temporal group flush against a guard page: at its end (the last frame's last
+    row), at its start, and as a view whose rows and frames are further apart than they span."""
+    yield "end", torch.from_numpy(guarded_copy(frames, "end"))
+    yield "start", torch.from_numpy(guarded_copy(frames, "start"))
+    T, h, w, _ = frames.shape
+    wide = guarded((T, h + 1, w + 3, 3), np.uint8, "end")[:, 1:, 3:]
+    wide[...] = frames
+    yield "crop", torch.from_numpy(wide)
+
+
+def _sweep_groups(rng: np.random.Generator) -> None:
+    """normalize_patchify and resize_normalize_patchify of a video's temporal groups (frame t to
+    slot t), every path; each result against the oracle."""
+    from vlmprep import kernels
+    for P, m, T in ((14, 2, 2), (16, 2, 2), (2, 2, 3), (8, 1, 2)):
+        for dtype in DTYPES:
+            lut, lut_np = _lut(dtype)
+            for h, w in _np_sizes("merge_grouped", P, m)[::2]:
+                frames = rng.integers(0, 256, (T, h, w, 3), dtype=np.uint8)
+                want = torch.from_numpy(group_rows(frames, lut_np, P, m)).to(DTYPES[dtype][1])
+                for where, src in _groups(frames):
+                    for isa in ISAS:
+                        _isa(isa)
+                        out = _out(want.numel(), dtype, "start" if where == "start" else "end")
+                        _case(f"normalize_patchify group {T}x{h}x{w} P{P} m{m} {dtype} at the {where} {isa}")
+                        kernels.normalize_patchify([src], lut, out, [0], "merge_grouped", P, m, T)
+                        _expect(_same(out, want), f"normalize_patchify group {T}x{h}x{w} P{P} {dtype} "
+                                                  f"{where} {isa}")
 
 
 # ----------------------------------------------------------------- resize_normalize_patchify
@@ -205,6 +237,23 @@ def sweep_resize_normalize_patchify(match: str = "pillow") -> None:
                         kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, order, P, m, T, match=match)
                         _expect(_same(out, want), f"{op} {H}x{W} -> {hw} {f} "
                                                   f"{order} P{P} {dtype} {where} {isa}")
+    for H, W in srcs[::2]:  # a video's temporal group of two frames, Qwen2-VL's order
+        frames = rng.integers(0, 256, (2, H, W, 3), dtype=np.uint8)
+        for a, b in ((1, 1), (2, 3)):
+            k += 1
+            hw, f, dtype = (28 * a, 28 * b), filters[k % len(filters)], list(DTYPES)[k % 3]
+            lut, lut_np = _lut(dtype)
+            resized = np.stack([_oracle(match)(fr, hw, f) for fr in frames])
+            want = torch.from_numpy(group_rows(resized, lut_np, 14, 2)).to(DTYPES[dtype][1])
+            for where, src in _groups(frames):
+                for isa in ISAS:
+                    _isa(isa)
+                    kernels.set_num_threads(1 + k % 2)
+                    out = _out(want.numel(), dtype, "start" if where == "start" else "end")
+                    _case(f"{op} group 2x{H}x{W} -> {hw} {f} {dtype} at the {where} {isa}")
+                    kernels.resize_normalize_patchify(src, hw, f, lut, out, 0, "merge_grouped", 14, 2, 2,
+                                                      match=match)
+                    _expect(_same(out, want), f"{op} group 2x{H}x{W} -> {hw} {f} {dtype} {where} {isa}")
 
 
 # ------------------------------------------------------------------------------------ JPEG

@@ -34,3 +34,16 @@ def isa(request, monkeypatch):
     else:
         monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
     return request.param
+
+
+@pytest.fixture(params=["band", "row", "row-scalar"])
+def cpu_path(request, monkeypatch):
+    """Which CPU path normalize_patchify's twin may take (read by the kernel at every call): the
+    band path (AVX-512 VBMI), the row path with its AVX2 patch rows, the row path in plain C++."""
+    if request.param == "row":
+        monkeypatch.setenv("VLMPREP_CPU_ISA", "avx2")
+    elif request.param == "row-scalar":
+        monkeypatch.setenv("VLMPREP_CPU_ISA", "scalar")
+    else:
+        monkeypatch.delenv("VLMPREP_CPU_ISA", raising=False)
+    return request.param

@@ -21,3 +21,14 @@ def rows(img: np.ndarray, lut: np.ndarray | None, order: str, P: int, m: int, T:
         y = x.reshape(gh // m, m, P, gw // m, m, P, C).transpose(0, 3, 1, 4, 6, 2, 5)
         y = np.broadcast_to(y[:, :, :, :, :, None], y.shape[:5] + (T,) + y.shape[5:])
     return np.ascontiguousarray(y).reshape(-1)
+
+
+def group_rows(frames: np.ndarray, lut: np.ndarray | None, P: int, m: int) -> np.ndarray:
+    """uint8 (T, h, w, 3), a video's temporal group -> its flat merge_grouped elements: rows
+    (bh, bw, mh, mw), columns [c, t, py, px] with frame t's values in slot t (Qwen2-VL's video
+    patchify)."""
+    x = frames if lut is None else lut[np.arange(3)[None, None, None, :], frames]  # (T, h, w, 3)
+    T, h, w, C = x.shape
+    gh, gw = h // P, w // P
+    y = x.reshape(T, gh // m, m, P, gw // m, m, P, C).transpose(1, 4, 2, 5, 7, 0, 3, 6)
+    return np.ascontiguousarray(y).reshape(-1)

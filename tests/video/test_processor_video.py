@@ -134,20 +134,20 @@ def test_dtypes_bfloat16_and_uint8(videos):
     assert tiles.dtype == torch.uint8 and tiles.shape == (6, 3, 448, 448)
 
 
-@pytest.mark.parametrize("bands_per_step", [1, 3])
-def test_kernel_bands_and_threads_equal_transformers(bands_per_step, videos, monkeypatch):
-    """The compiled path writes a group's frames band by band (backends/video.BAND_BYTES) and
-    resizes the frames on a thread pool: one band a step, three (the last step partial), 1 and
-    2 threads all give transformers' pixels."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_kernel_paths_and_threads_equal_transformers(fused, videos, monkeypatch, kernels):
+    """Both compiled paths of a Qwen video give transformers' pixels on 1 and 2 threads: the fused
+    one (backends/video._fused_rows: each temporal group resized band by band straight into its
+    rows; the one a qwen2-vl video takes here, checked) and the frames resized first, then
+    normalize_patchify over (2, h, w, 3) groups (_kernel_rows)."""
     from vlmprep.backends import video as vx
     from vlmprep.kernels.threads import local_threads
     clip = videos.get("mjpg_avi")
     item = Video(clip.path, fps=2.0)
     proc = vlmprep.Processor("qwen2-vl")
-    h, w = proc.plan(videos=[item]).videos[0].resized_hw
-    assert h // 28 >= 4  # 4 bands of 2 x 14 rows: steps of 1 and of 3 + 1
-    band = 2 * (2 * (w // 14)) * 3 * 14 * 14 * 4  # both frames' band of float32 rows
-    monkeypatch.setattr(vx, "BAND_BYTES", bands_per_step * band)
+    taken = []
+    fuse = vx._fusable
+    monkeypatch.setattr(vx, "_fusable", lambda *a: taken.append(fuse(*a)) or (fused and taken[-1]))
     ref = _reference("Qwen2VLVideoProcessor", qwen.video_configs()["qwen2-vl"], clip.path,
                      {"do_sample_frames": True, "fps": 2.0, "cap_pixels_per_frame": False})
     for n in (1, 2):
@@ -157,6 +157,7 @@ def test_kernel_bands_and_threads_equal_transformers(bands_per_step, videos, mon
         with local_threads(n):
             bf16 = vlmprep.Processor("qwen2-vl", dtype="bfloat16")(videos=[item]).videos.pixel_values
         assert torch.equal(bf16, got.to(torch.bfloat16)), n
+    assert taken and all(taken)  # the fused path applies to this video
 
 
 @pytest.mark.parametrize("kind", ["qwen2-vl", "qwen3-vl", "internvl", "llava-onevision"])

@@ -23,9 +23,13 @@ The execution path of a video, decided here in one place (``run_video``):
    merge-grouped order, exactly ``Qwen2VLVideoProcessor.patchify``; ``"tiles"`` (LLaVA-OneVision,
    InternVL, SmolVLM): one ``(C, S, S)`` tile per frame.
 
-Steps 3-4 run in vlmprep's compiled ``normalize_patchify`` with the torchvision normalize as a
-lut (``_kernel_rows``: the same arithmetic applied to every level, so the same bits), or, when
-the kernels are not loaded, op by op in torch as transformers runs them (``_torch_rows``).
+With the kernels loaded, steps 2-4 of a ``"patches"`` video run as one compiled op per temporal
+group (``_fused_rows``: the torchvision-exact resize band by band, each band of every frame
+written straight into the group's rows, the normalize a lut: the same arithmetic applied to
+every level, so the same bits); otherwise the frames are resized first and steps 3-4 run in the
+compiled ``normalize_patchify`` (``_kernel_rows``: tiles, SmolVLM, hosts where the compiled
+resize does not stand in for torchvision's) or, without the kernels, op by op in torch as
+transformers runs them (``_torch_rows``, the twin all three are tested against).
 
 transformers 5.24's video processors all run on torchvision (there is no PIL video path), so a
 video's pixels are the torchvision processor's, bit for bit on the CPU in float32, whatever
@@ -152,17 +156,70 @@ def frames_to_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipelin
     """uint8 ``(T, H, W, 3)`` frames (the plan's ``frame_indices``, in order) -> the video's rows
     (``row_shape``) in ``dtype`` on the CPU: resize, normalize, lay out (module docstring).
 
-    ``threads``: frames resized at once (default: vlmprep's thread count,
-    ``kernels.threads.get_num_threads``). The normalize + layout runs in vlmprep's compiled
-    ``normalize_patchify`` when it is loaded (``_kernel_rows``), else op by op in torch
-    (``_torch_rows``); both give the torchvision processor's bits."""
-    resized = _resize_frames(frames, plan, _interpolation(pipeline),
-                             threads if threads is not None else get_num_threads())
+    ``threads``: vlmprep's thread count for this call (default ``kernels.threads
+    .get_num_threads``). Three paths, one pick, the same bits (tests/video): ``_fused_rows``
+    (``"patches"``, the compiled torchvision-exact resize: each temporal group's frames resized
+    band by band and written straight into its rows), else the frames resized first
+    (``_resize_frames``) and laid out by the compiled ``normalize_patchify`` (``_kernel_rows``)
+    or, without the kernels, op by op in torch as transformers runs it (``_torch_rows``, the
+    twin)."""
+    threads = threads if threads is not None else get_num_threads()
     norm = pipeline.normalize_for(dtype)
-    # the kernel writes lut values or uint8 levels: a float output with no normalize op is torch's
-    if (norm is not None or dtype == "uint8") and _kernels_loaded():
+    mode = _interpolation(pipeline)
+    # the kernels write lut values or uint8 levels: a float output with no normalize op is torch's
+    compiled = (norm is not None or dtype == "uint8") and _kernels_loaded()
+    if compiled and _fusable(plan, pipeline, mode):
+        return _fused_rows(frames, plan, pipeline, dtype, norm, threads)
+    resized = _resize_frames(frames, plan, mode, threads)
+    if compiled:
         return _kernel_rows(resized, plan, pipeline, dtype, norm)
     return _torch_rows(resized, plan, pipeline, dtype, norm)
+
+
+def _fusable(plan: "VideoPlan", pipeline: "Pipeline", mode: str) -> bool:
+    """Whether ``_fused_rows`` gives this video's bits: the ``"patches"`` layout, one resize
+    (not SmolVLM's two) and the compiled resize standing in for torchvision's here."""
+    from . import tv_exact  # deferred: imports torch and torchvision
+    return video_layout(pipeline) == "patches" and plan.first_resize_hw is None \
+        and tv_exact.host_compiles(mode)
+
+
+def _lut(norm: Any, dtype: str) -> "torch.Tensor | None":
+    """The torchvision normalize as a per-level lut of ``dtype`` (``tv_exact.normalize_levels``
+    applied to every level: the same arithmetic, so the same bits); None for uint8."""
+    import torch
+
+    from . import tv_exact  # deferred: imports torch and torchvision
+    from .normalize_lut import lut_tensor  # deferred: imports numpy
+    if norm is None:
+        return None
+    return lut_tensor(norm, getattr(torch, dtype), "cpu", normalize=tv_exact.normalize_levels)
+
+
+def _fused_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
+                norm: Any, threads: int) -> "torch.Tensor":
+    """The compiled ``"patches"`` path: per temporal group, one ``kernels.resize_normalize_patchify``
+    of its ``(tps, H, W, 3)`` frames with ``match="torchvision"``. Each band of ``m * p`` resized
+    rows of every frame of the group stays in cache and goes straight into the group's output rows
+    ``[c, t, py, px]``: each distinct frame read once, no resized frames, no interleave copy. The
+    bands are split over ``threads``."""
+    import torch
+
+    from ..kernels import local_threads
+    pf = pipeline.patchify
+    p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
+    _check_groups(plan, len(frames), tps)
+    h, w = (int(plan.resized_hw[0]), int(plan.resized_hw[1]))
+    gt, group_rows = len(frames) // tps, (h // p) * (w // p)
+    out = kernels.empty((gt * group_rows, 3 * tps * p * p), getattr(torch, dtype))
+    lut, flat = _lut(norm, dtype), out.view(-1)
+    frames = frames if frames.is_contiguous() else frames.contiguous()
+    with local_threads(threads):
+        for g in range(gt):
+            kernels.resize_normalize_patchify(
+                frames[g * tps:(g + 1) * tps], (h, w), _interpolation(pipeline), lut, flat,
+                g * group_rows * out.shape[1], "merge_grouped", p, m, tps, match="torchvision")
+    return out
 
 
 def _kernels_loaded() -> bool:
@@ -237,32 +294,16 @@ def _check_groups(plan: "VideoPlan", t: int, tps: int) -> None:
                              f"temporal patch {tps} (the plan pads it)")
 
 
-#: Output bytes one band of ``_kernel_rows`` writes to its scratch before the interleave
-#: (small enough to stay in the cache between the kernel and the copy).
-BAND_BYTES = 1 << 20
-
-
 def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
                  dtype: str, norm: Any) -> "torch.Tensor":
-    """The compiled path: ``kernels.normalize_patchify`` with the torchvision normalize lut
-    (``tv_exact.normalize_levels`` applied to every level: the same arithmetic, so the same
-    bits), written into a ``kernels.empty`` output (a reused host buffer is not faulted in again).
-
-    ``"tiles"``: one call, a frame per tile. ``"patches"``: the kernel's merge-grouped rows repeat
-    ONE image over the temporal patch, while a video row holds ``tps`` distinct frames
-    (``[c, t, py, px]``). So each group of ``tps`` frames goes in horizontal bands of ``m * p``
-    source rows (a band is a whole block row of merged patches): the kernel writes every frame's
-    band with ``temporal_patch_size=1`` (``[c, py, px]`` rows) into a small scratch, and one copy
-    interleaves them into the output rows ``[c, t, py, px]``.
-    """
-    import numpy as np
+    """Resized frames -> rows by the compiled ``kernels.normalize_patchify`` (one call; the lut
+    of ``_lut``), written into a ``kernels.empty`` output (a reused host buffer is not faulted in
+    again). ``"tiles"``: a frame per tile. ``"patches"``: each temporal group's ``tps`` frames
+    stacked into one ``(tps, h, w, 3)`` sample, whose frame t the kernel writes to the rows'
+    t-th slots ``[c, t, py, px]``."""
     import torch
-
-    from . import tv_exact  # deferred: imports torch and torchvision
-    from .normalize_lut import lut_tensor  # deferred: imports numpy
     tdt = getattr(torch, dtype)
-    lut = lut_tensor(norm, tdt, "cpu", normalize=tv_exact.normalize_levels) if norm is not None \
-        else None
+    lut = _lut(norm, dtype)
     h, w = resized[0].shape[:2]
     if video_layout(pipeline) == "tiles":
         out = kernels.empty((len(resized), 3, h, w), tdt)
@@ -272,30 +313,12 @@ def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pi
     pf = pipeline.patchify
     p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
     _check_groups(plan, len(resized), tps)
-    gt, gh, gw = len(resized) // tps, h // p, w // p
-    pp = p * p
-    band_rows = m * gw  # output rows of one band (m source patch rows)
-    frame_band = band_rows * 3 * pp  # elements one frame's band gives
-    per = max(1, min(gh // m, BAND_BYTES // (tps * frame_band * tdt.itemsize)))  # bands a step
-    out = kernels.empty((gt * gh * gw, 3 * tps * pp), tdt)
-    scratch = torch.empty((tps, per * band_rows, 3, pp), dtype=tdt)
-    # the interleave is numpy's copy (one thread, no pool to wake: torch's parallel copy of these
-    # small blocks thrashed against the kernel's threads, 4-10x slower on 2 busy cores); numpy
-    # has no bfloat16, so 2-byte values move as int16 (a copy moves bits)
-    as_np = (lambda x: x.view(torch.int16).numpy()) if tdt == torch.bfloat16 else \
-        (lambda x: x.numpy())
-    out_np, scratch_np = as_np(out), as_np(scratch)
-    for g in range(gt):
-        frames = resized[g * tps:(g + 1) * tps]
-        for b0 in range(0, gh // m, per):
-            nb = min(per, gh // m - b0)
-            y0, y1 = b0 * m * p, (b0 + nb) * m * p
-            kernels.normalize_patchify([f[y0:y1] for f in frames], lut, scratch.view(-1),
-                                       [t * per * frame_band for t in range(tps)],
-                                       "merge_grouped", p, m, 1)
-            r0 = g * gh * gw + b0 * band_rows
-            np.copyto(out_np[r0:r0 + nb * band_rows].reshape(nb * band_rows, 3, tps, pp),
-                      scratch_np[:, :nb * band_rows].transpose(1, 2, 0, 3))
+    gt, group_rows = len(resized) // tps, (h // p) * (w // p)
+    out = kernels.empty((gt * group_rows, 3 * tps * p * p), tdt)
+    groups = [torch.stack(resized[g * tps:(g + 1) * tps]) for g in range(gt)]
+    kernels.normalize_patchify(groups, lut, out.view(-1),
+                               [g * group_rows * out.shape[1] for g in range(gt)],
+                               "merge_grouped", p, m, tps)
     return out
 
 

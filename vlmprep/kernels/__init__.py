@@ -129,7 +129,9 @@ def normalize_patchify(images: Sequence["torch.Tensor"], lut: "torch.Tensor | No
                        merge_size: int = 1, temporal_patch_size: int = 1) -> None:
     """Fill ``out`` (contiguous; float32 / bfloat16 / uint8) with every image's rows in
     ``order`` starting at element ``offsets[i]``; ``lut[c, v]`` is channel c's output for
-    level v (None for uint8). One call per batch; CPU twin or CUDA kernel by ``out.device``."""
+    level v (None for uint8). One call per batch; CPU twin or CUDA kernel by ``out.device``.
+    An image may be a video's temporal group, ``(T, h, w, 3)`` with T == temporal_patch_size
+    >= 2 (merge_grouped): frame t's values go to each row's t-th ``[py, px]`` slots."""
     import torch
     _require()
     op = "normalize_patchify"
@@ -173,7 +175,9 @@ def resize_normalize_patchify(image: "torch.Tensor", hw: tuple[int, int], interp
     """``(H, W, 3)`` uint8 CPU image -> its rows in ``order`` (merge_grouped / raster / naflex)
     written into ``out`` from element ``offset``: the bytes of ``resize`` then
     ``normalize_patchify``, made one band of patch rows at a time (the resized image is never
-    whole in memory)."""
+    whole in memory). ``image`` may be a video's temporal group ``(T, H, W, 3)`` (T ==
+    temporal_patch_size >= 2, merge_grouped): each frame resized, frame t to the rows' t-th
+    slots, each band of every frame written straight into the rows."""
     import torch
     _require()
     op = "resize_normalize_patchify"

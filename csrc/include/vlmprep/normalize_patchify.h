@@ -36,12 +36,15 @@ enum class DType : int32_t { kFloat32 = 0, kBFloat16 = 1, kUInt8 = 2 };
 VLMPREP_HD int dtype_size(DType d) { return d == DType::kFloat32 ? 4 : d == DType::kBFloat16 ? 2 : 1; }
 
 // One image (or tile) of the batch. Given a 28x56 image, patch 14: rows 8, row_length 588*T.
+// A video's temporal group (merge_grouped, T > 1) is one sample of T distinct frames of the same
+// size: frame t at src + t * frame_stride, its pixels in the row's t-th [py, px] planes.
 struct NPSample {
   const uint8_t* src;   // (height, width, 3) uint8, pixel stride 3, rows `row_stride` bytes apart
   int64_t row_stride;   // bytes between image rows (>= 3 * width; a crop of a canvas is a view)
   int32_t height;
   int32_t width;
   int64_t out_offset;   // first output element of this sample (in elements, not bytes)
+  int64_t frame_stride = 0;  // bytes from frame t to t + 1; 0: a still image, repeated T times
 };
 
 struct NormalizePatchifyParams {
@@ -126,6 +129,14 @@ VLMPREP_HD void column_source(const NormalizePatchifyParams& p, int32_t h, int32
   }
 }
 
+// Source byte offset of column j's frame (merge_grouped: t = (j / P^2) % T; 0 for a still
+// image, frame_stride 0, and every other order).
+VLMPREP_HD int64_t column_frame_offset(const NormalizePatchifyParams& p, const NPSample& s, int64_t j) {
+  if (s.frame_stride == 0 || p.order != Order::kMergeGrouped) return 0;
+  const int64_t pp = int64_t(p.patch_size) * p.patch_size;
+  return ((j / pp) % p.temporal_patch_size) * s.frame_stride;
+}
+
 // Output elements of one h x w sample (num_rows * row_length), false when they overflow int64
 // (the parameters come from callers: checked, not trusted).
 inline bool sample_elements(const NormalizePatchifyParams& p, int64_t h, int64_t w, int64_t* n) {
@@ -144,6 +155,9 @@ inline const char* check_sample(const NormalizePatchifyParams& p, const NPSample
   if (s.height < 1 || s.width < 1) return "sample has an empty size";
   if (s.height > kMaxSide || s.width > kMaxSide) return "sample side is over the kernels' limit of 2^28";
   if (s.row_stride < int64_t(3) * s.width) return "row_stride is smaller than 3 * width";
+  if (s.frame_stride != 0 && (p.order != Order::kMergeGrouped || p.temporal_patch_size < 2))
+    return "distinct frames (frame_stride) need the merge_grouped order with temporal_patch_size >= 2";
+  if (s.frame_stride < 0) return "frame_stride is negative";
   if (p.order != Order::kTiles) {
     if (p.patch_size < 1 || p.merge_size < 1 || p.temporal_patch_size < 1)
       return "patch_size, merge_size and temporal_patch_size must be >= 1";

@@ -25,8 +25,14 @@ namespace vlmprep {
 // sample whose height and width are r.out_h and r.out_w (its src and row_stride unused) and
 // whose out_offset says where its rows go. Returns nullptr on success, else a static message
 // (nothing written). `num_threads` <= 1 runs inline; more split the bands across std::threads.
+// frame_stride != 0: a video's temporal group, p.temporal_patch_size distinct frames of r's
+// size and stride, frame t at r.src + t * frame_stride (merge_grouped only): each frame is
+// resized band by band into the band buffer and its values go to the rows' t-th slots.
+//
+//   Given qwen2-vl, frames (2, 720, 1280, 3) -> 728x1288: 26 bands, each 2 frames x 28 rows
+//   resized, then 184 output rows [c, t, py, px] written once (no interleave copy).
 const char* resize_normalize_patchify_cpu(const ResizeParams& r, const NormalizePatchifyParams& p,
-                                          int num_threads);
+                                          int num_threads, int64_t frame_stride = 0);
 
 // One 8-bit JPEG -> the rows of its (r.out_h, r.out_w) resize in p's order (one sample, as
 // resize_normalize_patchify_cpu takes it; r.src is ignored: the decoded image is used). The
