@@ -564,8 +564,23 @@ def test_segment_length_past_the_end():
     assert (probe(bytes(data)).width, probe(bytes(data)).height) == Image.open(io.BytesIO(data)).size == (31, 45)
     sof = data.index(b"\xff\xc0")
     data[sof + 2:sof + 4] = b"\x00\x01"  # a frame header cannot be skipped
-    with pytest.raises(ImageError, match="declares 1 bytes"):
+    with pytest.raises(ImageError, match="frame header of 8 bytes or more .* length field says 1"):
         probe(bytes(data))
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 5, 7])
+def test_short_frame_header_after_the_frame_is_refused_as_pillow_refuses(length):
+    """Oracle: Pillow. A second frame header (SOF) shorter than 8 bytes, after a good one: Pillow
+    reads every SOF and cannot read this one (what the CI mutation run met at seed 2205593598:
+    an SOS marker turned into SOF9 with length 1); the probe refuses it too."""
+    data = encode(crop("chelsea", 31, 45), "JPEG")
+    sos = data.index(b"\xff\xda")
+    body = bytes([8, 0, 45, 0, 31])[:max(length - 2, 0)]  # what fits of precision, height, width
+    bad = data[:sos] + b"\xff\xc9" + struct.pack(">H", length) + body + data[sos:]
+    with pytest.raises(Image.UnidentifiedImageError):
+        Image.open(io.BytesIO(bad))
+    with pytest.raises(ImageError, match=f"frame header of 8 bytes or more .* length field says {length};"):
+        probe(bad)
 
 
 def test_scan_before_frame_header():

@@ -177,6 +177,12 @@ def probe_jpeg(d) -> ProbeResult:
         if 0 <= length < 2 and marker not in _SOF_MARKERS:
             pos += 2  # libjpeg and Pillow read nothing and resync at the next marker
             continue
+        if marker in _SOF_MARKERS and 0 <= length < 8:
+            # Pillow reads every frame header, a later one too, and refuses one under 6 bytes
+            raise ImageError(
+                f"expected a JPEG frame header of 8 bytes or more at byte {pos - 2}; its length "
+                f"field says {length}; Pillow (and so transformers) cannot read the file; {CORRUPT}"
+            )
         if length < 2 or pos + length > d.size:
             if sof is not None:
                 break  # size already known; the rest is decode's business
