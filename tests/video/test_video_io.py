@@ -533,3 +533,31 @@ def test_torchcodec_time_bound(videos):
     for src in (case.path, case.data):
         with pytest.raises(ImageError, match="timeout_s"):
             _decode_frames(src, [29], VideoLimits(timeout_s=1e-9), decoder="torchcodec")
+
+
+@pytest.mark.parametrize("ffmpeg, usable", [(None, False), (7, True)])
+def test_torchcodec_without_ffmpeg_is_not_picked(ffmpeg, usable, monkeypatch):
+    """torchcodec >= 0.16 imports without FFmpeg (``ffmpeg_major_version`` None; met on a fresh
+    machine without the FFmpeg libraries) and then fails on every video: "auto" must not pick it
+    and decoder="torchcodec" must say what is missing (transformers' is_torchcodec_usable too)."""
+    import sys
+    import types
+
+    from vlmprep.io.video import tcodec
+    from vlmprep.io.video.decode import resolve_decoder
+    fake = types.ModuleType("torchcodec")
+    fake.ffmpeg_major_version = ffmpeg  # type: ignore[attr-defined]
+    decoders = types.ModuleType("torchcodec.decoders")
+    decoders.VideoDecoder = object  # type: ignore[attr-defined]
+    fake.decoders = decoders  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torchcodec", fake)
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", decoders)
+    tcodec.available.cache_clear()
+    try:
+        assert tcodec.available() is usable
+        assert resolve_decoder("auto") == ("torchcodec" if usable else "opencv")
+        if not usable:
+            with pytest.raises(ValueError, match="expected torchcodec importable .with its FFmpeg"):
+                resolve_decoder("torchcodec")
+    finally:
+        tcodec.available.cache_clear()

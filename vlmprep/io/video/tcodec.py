@@ -21,12 +21,16 @@ _CHUNK = 32
 
 @functools.lru_cache(maxsize=1)
 def available() -> bool:
-    """Whether torchcodec imports (checked once per process)."""
+    """Whether torchcodec imports and has found FFmpeg (checked once per process)."""
     try:
+        import torchcodec
         from torchcodec.decoders import VideoDecoder  # noqa: F401
     except Exception:  # noqa: BLE001 (not installed, or its FFmpeg libraries are missing)
         return False
-    return True
+    # since 0.16 torchcodec imports without FFmpeg (its image decoders need none) and says so here;
+    # its video decoder then fails on every file, so "auto" must not pick it (transformers'
+    # is_torchcodec_usable makes the same check)
+    return getattr(torchcodec, "ffmpeg_major_version", 0) is not None
 
 
 def open_decoder(stream: DeadlineStream, container: str, timeout_s: float) -> Any:
