@@ -95,13 +95,16 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _resize_sizes():
     """(H, W) -> [(h, w)]: 1x1, 1xN, Nx1, 17x9 / 9x17, widths 1..80, widths whose rows are near
-    16/32/64/128/192 bytes, upscales, and downscales by more than 8 (where AVX-512 declines)."""
+    16/32/64/128/192 bytes, upscales, downscales by 4 and 6 and by more than 8 (where AVX-512
+    declines)."""
     srcs = [(1, 1), (1, 2), (2, 1), (1, 80), (80, 1), (9, 17), (17, 9), (4, 700), (5, 1000), (700, 3)]
     srcs += [(3, w) for w in range(1, 81)]
     srcs += [(2, b // 3 + d) for b in (16, 32, 64, 128, 192, 256) for d in (-1, 0, 1, 2)]
     out = {}
     for H, W in srcs:
-        outs = {(H, max(1, W // 9)), (H, 2 * W + 1), (max(1, H // 9), W), (H + 3, W), (1, 1),
+        # W // 4, W // 6: the horizontal pass's unrolled 8-13 tap pairs (bicubic, lanczos)
+        outs = {(H, max(1, W // 9)), (H, max(1, W // 4)), (H, max(1, W // 6)), (H, 2 * W + 1),
+                (max(1, H // 9), W), (H + 3, W), (1, 1),
                 (H, 1), (2 * H, 3 * W), (H, max(1, W - 1))}
         out[(H, W)] = sorted(outs - {(H, W)})
     return out

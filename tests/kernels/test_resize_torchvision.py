@@ -106,6 +106,27 @@ def test_extreme_ratios_match_torchvision(kernels, isa, f, src_hw, dst_hw):
     _check(kernels, img, dst_hw, f, isa)
 
 
+def test_every_unrolled_tap_pair_count_matches_torchvision(kernels, isa, f):
+    """The horizontal pass unrolls its tap-pair loop for 2..13 pairs (beyond: one loop): a
+    downscale of a 37-row strip to each width whose window gives each count, plus wider ones
+    (2-12x: 720p or 1080p frames to 384-512 tiles), at 1 and 2 threads."""
+    g = torch.Generator().manual_seed(SEED)
+    img = torch.randint(0, 256, (37, 2048, 3), dtype=torch.uint8, generator=g)
+    support = {"bilinear": 1.0, "bicubic": 2.0, "lanczos": 3.0}[f]
+    widths = set()
+    for pairs in range(2, 16):  # the window is about 2 * support * scale + 1 taps
+        scale = (2 * pairs - 1) / (2 * support)
+        if scale > 1:
+            widths.add(max(1, round(2048 / scale)))
+    for threads in (1, 2):
+        kernels.set_num_threads(threads)
+        try:
+            for w in sorted(widths | {384, 448, 512}):
+                _check(kernels, img, (37, w), f, f"{isa} width {w} threads {threads}")
+        finally:
+            kernels.set_num_threads(None)
+
+
 @pytest.mark.parametrize("name,src_hw,dst_hw", [
     ("astronaut", (1080, 1920), (1092, 1932)),  # Qwen2-VL's 1080p
     ("chelsea", (300, 451), (224, 224)),
