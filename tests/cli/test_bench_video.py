@@ -76,19 +76,60 @@ def test_video_json_schema_and_same_output_as_transformers(capsys, tmp_path):
     assert "Qwen2VLVideoProcessor" in stdout and "speedup vs transformers" in stdout
 
 
+#: every video family the bench takes -> (transformers class, pipeline, vlmprep's output shape for
+#: TINY's four 96x64 frames: Qwen-layout rows, or one tile per frame)
+FAMILIES = {
+    "qwen2.5-vl": ("Qwen2VLVideoProcessor", "qwen2-vl", [48, 1176]),
+    "qwen3-vl": ("Qwen3VLVideoProcessor", "qwen3-vl", [48, 1536]),
+    "glm4v": ("Glm4vVideoProcessor", "glm4v", [48, 1176]),
+    "llava-onevision": ("LlavaOnevisionVideoProcessor", "llava-onevision", [4, 3, 384, 384]),
+    "internvl": ("InternVLVideoProcessor", "internvl", [4, 3, 448, 448]),
+    "smolvlm": ("SmolVLMVideoProcessor", "idefics3", [4, 3, 512, 512]),
+}
+
+
+def test_video_families_are_every_declared_video_family():
+    """The bench takes each video family whose checkpoint video config is declared (SmolVLM2's,
+    declared under its pipeline name idefics3, as smolvlm)."""
+    assert bench_video.video_families() == sorted({"qwen2-vl", *FAMILIES})
+
+
 @pytest.mark.hf
-@pytest.mark.parametrize("preset, cls", [("qwen3-vl", "Qwen3VLVideoProcessor"),
-                                         ("qwen2.5-vl", "Qwen2VLVideoProcessor")])
-def test_video_other_qwen_presets_same_output(preset, cls, capsys):
-    """Qwen3-VL samples by itself: the processor gets the sampled frames with
-    do_sample_frames=False, so both sides do the same work (equal output)."""
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_video_other_families_same_output(family, capsys):
+    """Each family against its real transformers video processor, both built from the same
+    checkpoint folder (``write_checkpoint``): the sampled frames with do_sample_frames=False
+    give the same output keys, dtypes and values (the tile families' pixels carry a batch dim
+    there)."""
     pytest.importorskip("transformers")
-    rc, stdout, _ = _main([*TINY, "--preset", preset, "--compare", "hf", "--json"], capsys)
+    cls, pipeline, shape = FAMILIES[family]
+    rc, stdout, _ = _main([*TINY, "--preset", family, "--compare", "hf", "--json"], capsys)
     assert rc == 0
     r = json.loads(stdout)
     (row,) = r["results"]
     assert r["hf_class"] == cls and r["clip"]["sampled_frames"] == 4
-    assert row["same_grid_thw"] and row["max_abs_diff_vs_transformers"] == 0.0
+    assert r["preset"]["name"] == pipeline and r["preset"]["family"] == family
+    assert row["same_output"] and row["max_abs_diff_vs_transformers"] == 0.0
+    assert row["rest_equals_end_to_end"] and row["output_shape"] == shape
+    assert row["same_grid_thw"] is (True if len(shape) == 2 else None)
+    if r["config"]["hf_file_decoder"] is not None:  # torchcodec imports: transformers from the file
+        assert row["file_same_frame_indices"] and row["file_same_output"]
+
+
+def test_write_checkpoint_is_what_both_sides_read(tmp_path):
+    """The folder holds the image config and, where the checkpoint ships one, the video config;
+    vlmprep reads back the family's declared video options."""
+    import vlmprep
+    from vlmprep import presets
+    (tmp_path / "q").mkdir()
+    qwen2 = bench_video.write_checkpoint("qwen2.5-vl", str(tmp_path / "q"))
+    assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["preprocessor_config.json"]
+    assert vlmprep.Processor.from_pretrained(qwen2).video_options == presets.video_defaults("qwen2.5-vl")
+    (tmp_path / "s").mkdir()
+    smol = bench_video.write_checkpoint("smolvlm", str(tmp_path / "s"))
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [
+        "preprocessor_config.json", "video_preprocessor_config.json"]
+    assert vlmprep.Processor.from_pretrained(smol).video_options == presets.video_defaults("idefics3")
 
 
 def test_video_without_compare_and_json_on_stdout(capsys):
@@ -100,7 +141,7 @@ def test_video_without_compare_and_json_on_stdout(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--preset", "internvl"], "--video: expected --preset one of"),
+    (["--preset", "siglip"], "--video: expected --preset one of"),
     (["--images", "."], "--video: expected no --images"),
     (["--synthetic", "720p"], "--video: expected no --synthetic"),
     (["--batch-size", "2"], "--video: expected --device cpu, --backend auto, --batch-size 1"),

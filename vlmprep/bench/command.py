@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import backends, presets, progress
 from ..pack import execution_pipeline
-from ..presets import qwen as preset_qwen
 from ..processor import DEVICE_RE
 from . import documents as bench_documents
 from . import harness
@@ -204,10 +203,10 @@ def config(opts: BenchOptions, load_pipeline: Callable[[str], "Pipeline"] | None
 
 def video_config(opts: BenchOptions) -> VideoBenchConfig:
     """Validate the ``--video`` options -> ``video.VideoBenchConfig``."""
-    qwen = sorted(preset_qwen.video_configs())
-    if opts.preset not in qwen:
-        raise ValueError(f"--video: expected --preset one of {qwen} (the Qwen checkpoints whose "
-                         f"video processor config the comparison uses), got {opts.preset!r}")
+    families = bench_video.video_families()
+    if opts.preset not in families:
+        raise ValueError(f"--video: expected --preset one of {families} (the video families whose "
+                         f"checkpoint video config both sides read), got {opts.preset!r}")
     for flag, given in (("--images", opts.images), ("--synthetic", opts.synthetic),
                         ("--num-images", opts.num_images), ("--plot", opts.plot)):
         if given:

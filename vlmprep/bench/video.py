@@ -3,7 +3,9 @@ transformers video processor, with the decode timed apart.
 
 The clip is written here, deterministically, from the photos scikit-image ships (a slow pan and
 zoom over a mosaic, so consecutive frames differ): by default 10 s of 1280x720 at 30 fps, sampled
-at 2 fps -> 20 frames, the Qwen2-VL checkpoint config (``Video(clip, fps=2.0)``). The default
+at 2 fps -> 20 frames (``Video(clip, fps=2.0)``). Both sides are built from one checkpoint
+folder (``write_checkpoint``: the family's public image and video processor configs), Qwen2-VL's
+by default; ``video_families()`` lists the families taken. The default
 codec is H.264 (``avc1``), written with PyAV's libx264 at its defaults (a keyframe every 250
 frames, 3 B-frames; preset veryfast, one encoder thread and, on AVX-512 CPUs, x264's AVX2
 code, so the bytes are the same every time): this OpenCV's FFmpeg has no H.264 encoder (avc1 /
@@ -20,8 +22,8 @@ Measured per thread count (torch, OpenCV and vlmprep's own threads, ``timing.thr
 - ``transformers``: the family's real video processor (``AutoVideoProcessor.from_pretrained`` on a
   folder holding the checkpoint's config) called on the SAME decoded frames (a ``(T, C, H, W)``
   uint8 tensor, its fastest input form), ``do_sample_frames=False`` (they are sampled already),
-  ``return_tensors="pt"``; its outputs are checked equal in shape (and reported max abs
-  difference) to vlmprep's;
+  ``return_tensors="pt"``; every key of its output is checked equal (dtype, shape, values)
+  to vlmprep's ``to_hf()`` (``same_output``; the pixels' max abs difference is reported);
 - ``transformers_file``: the same processor end to end from the file as its users call it
   (``processor(videos=[path], do_sample_frames=True, fps=...)``: its default video decoder,
   torchcodec, its own sampling), when torchcodec imports (without it transformers 5.x cannot
@@ -54,7 +56,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import kernels, presets
 from ..backends import video as vx
-from ..presets import qwen as preset_qwen
 from ..processor import Processor
 from . import env as bench_env
 from .images import mosaic
@@ -65,7 +66,8 @@ if TYPE_CHECKING:
 
     from ..pipeline import Pipeline
 
-__all__ = ["VideoBenchConfig", "make_clip", "hf_video_processor", "run_video", "DEFINITIONS",
+__all__ = ["VideoBenchConfig", "make_clip", "video_families", "write_checkpoint",
+           "hf_video_processor", "run_video", "DEFINITIONS",
            "SCHEMA_VERSION", "FOURCC_DEFAULT"]
 
 SCHEMA_VERSION = 2
@@ -99,7 +101,10 @@ DEFINITIONS = {
     "speedup_file": "transformers_file p50_ms / vlmprep p50_ms: both end to end from the file "
                     "(speedup_file_min: min_ms)",
     "file_same_frame_indices": "transformers_file sampled the plan's frame_indices",
-    "file_same_output": "transformers_file's pixel_values_videos equal vlmprep's end to end output",
+    "same_output": "every key of the transformers output (decoded frames) equals vlmprep's "
+                   "to_hf() key: dtype, shape and values (float32 only)",
+    "file_same_output": "every key of transformers_file's output equals vlmprep's end to end "
+                        "to_hf() key (float32 only)",
     "load_average_before": "os.getloadavg() before the thread count's rounds (after: _after)",
     "cpu_cores_used": "process CPU time / wall time over the timed calls",
 }
@@ -110,8 +115,9 @@ class VideoBenchConfig:
     """What ``run_video`` measures.
 
     Fields:
-        preset: "qwen2-vl" (default), "qwen2.5-vl" or "qwen3-vl": the checkpoint config both
-            sides use.
+        preset: a ``video_families()`` name ("qwen2-vl", the default, "qwen2.5-vl", "qwen3-vl",
+            "glm4v", "internvl", "llava-onevision", "smolvlm"): the checkpoint both sides are
+            built from (``write_checkpoint``).
         width, height, source_fps, seconds: the clip written; fps: the sampling rate asked
             (``Video(clip, fps=fps)``; 20 frames for 10 s at 2 fps).
         fourcc: the codec (``FOURCC_DEFAULT``: H.264 through PyAV; others through OpenCV).
@@ -236,26 +242,56 @@ def _write_cv2(path: str, fourcc: str, width: int, height: int, fps: float, n: i
 
 
 # -- transformers -------------------------------------------------------------------------------
-def hf_video_processor(preset: str) -> Any:
-    """The real transformers video processor of ``preset``'s checkpoint: ``AutoVideoProcessor.
-    from_pretrained`` on a temporary folder holding the config the public checkpoint ships
-    (Qwen2-VL: its preprocessor_config.json only, which transformers reads for video too)."""
+def video_families() -> list[str]:
+    """The names ``--video --preset`` takes: every video family that declares its checkpoint's
+    video config (``presets.video_checkpoint``), SmolVLM2's as ``smolvlm``."""
+    out = []
+    for f, spec in presets.video_families().items():
+        if spec.config is not None:
+            out.append(VIDEO_NAMES.get(f, f))
+    return sorted(out)
+
+
+#: a video family's name in the bench where its family key is another family's pipeline name
+VIDEO_NAMES = {"idefics3": "smolvlm"}
+
+
+def _family(name: str) -> str:
+    """A ``video_families()`` name -> its ``presets.video_families()`` key."""
+    back = {v: k for k, v in VIDEO_NAMES.items()}
+    if name not in video_families():
+        raise ValueError(f"--video: expected --preset one of {video_families()} (the video "
+                         f"families whose checkpoint video config both sides read), got {name!r}")
+    return back.get(name, name)
+
+
+def write_checkpoint(name: str, folder: str) -> str:
+    """Write video family ``name``'s public checkpoint configs into ``folder`` as the hub
+    checkpoint holds them: ``preprocessor_config.json`` (the image config) and
+    ``video_preprocessor_config.json``; Qwen2-VL / Qwen2.5-VL ship no video config, and
+    transformers reads their image config for video too. -> ``folder``."""
+    from .hf import checkpoint_config  # deferred: the image bench's checkpoint files
+    image_name, video_cfg = presets.video_checkpoint(_family(name))
+    files = {"preprocessor_config.json": checkpoint_config(image_name)}
+    if "video_processor_type" in video_cfg:
+        files["video_preprocessor_config.json"] = video_cfg
+    else:
+        files["preprocessor_config.json"] = video_cfg
+    for fname, cfg in files.items():
+        with open(os.path.join(folder, fname), "w", encoding="utf-8") as f:
+            json.dump(cfg, f)
+    return folder
+
+
+def hf_video_processor(folder: str) -> Any:
+    """The real transformers video processor of the checkpoint in ``folder``
+    (``write_checkpoint``): ``AutoVideoProcessor.from_pretrained``, as its users build it."""
     try:
         import transformers  # deferred: optional, heavy
     except ImportError as e:
         raise ValueError(f"--video compares with the transformers video processor: pip install "
                          f"transformers, or pass --no-compare ({e})") from None
-    configs = preset_qwen.video_configs()
-    if preset not in configs:
-        raise ValueError(f"--video: expected a Qwen preset with a checkpoint video config, one of "
-                         f"{sorted(configs)}, got {preset!r}")
-    cfg = configs[preset]
-    with tempfile.TemporaryDirectory(prefix="vlmprep-bench-") as d:
-        name = ("video_preprocessor_config.json" if "video_processor_type" in cfg
-                else "preprocessor_config.json")
-        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
-            json.dump(cfg, f)
-        return transformers.AutoVideoProcessor.from_pretrained(d)
+    return transformers.AutoVideoProcessor.from_pretrained(folder)
 
 
 # -- timing -------------------------------------------------------------------------------------
@@ -305,7 +341,7 @@ def run_video(cfg: VideoBenchConfig, log: Callable[[str], None] | None = None) -
         path = os.path.join(d, "clip.avi" if cfg.fourcc.upper() in ("MJPG", "XVID") else "clip.mp4")
         with open(path, "wb") as f:
             f.write(clip)
-        return _measure(cfg, path, len(clip), log)
+        return _measure(cfg, path, len(clip), write_checkpoint(cfg.preset, d), log)
 
 
 def _hf_file_backend() -> str | None:
@@ -345,20 +381,20 @@ class _Subject:
     hf_backend: str | None  # transformers' decoder from the file, or None
 
 
-def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, log: Callable[[str], None]) -> dict:
+def _measure(cfg: VideoBenchConfig, path: str, nbytes: int, checkpoint: str,
+             log: Callable[[str], None]) -> dict:
     import torch  # noqa: F401  # deferred: heavy; loaded first, so machine() sees CUDA devices
 
     from ..io.video import Video, probe_video  # deferred: imports numpy
-    # qwen2.5-vl is the qwen2-vl pipeline with Qwen2.5-VL's video options (second_per_grid_ts)
-    pipe: "Pipeline" = presets.video_pipeline(cfg.preset)
+    # both sides are built from the same checkpoint folder, as their users build them
+    proc = Processor.from_pretrained(checkpoint, dtype=cfg.dtype, video_decoder=cfg.decoder)
+    pipe: "Pipeline" = proc.pipeline
     item = Video(path, fps=cfg.fps)
-    proc = Processor(pipe, dtype=cfg.dtype, video_options=presets.video_defaults(cfg.preset),
-                     video_decoder=cfg.decoder)
     plan = proc.plan(videos=[item]).videos[0]
     if plan.error is not None:
         raise plan.error
     meta = probe_video(item, proc.video_limits, decoder=proc.video_decoder)
-    hf_proc = hf_video_processor(cfg.preset) if cfg.compare_hf else None
+    hf_proc = hf_video_processor(checkpoint) if cfg.compare_hf else None
     hf_backend = _hf_file_backend() if hf_proc is not None else None
     sub = _Subject(cfg, path, pipe, item, proc, plan, hf_proc, hf_backend)
     out_shape = vx.row_shape(pipe, plan)
@@ -387,7 +423,8 @@ def _new_result(sub: _Subject, meta: Any, nbytes: int, out_shape: tuple[int, ...
         "machine": bench_env.machine(),
         "versions": bench_env.versions(),
         "kernels": kernels.summary(),
-        "preset": {"name": sub.pipe.name, "video_options": _options(proc.video_options)},
+        "preset": {"name": sub.pipe.name, "family": cfg.preset,
+                   "video_options": _options(proc.video_options)},
         "clip": {"width": cfg.width, "height": cfg.height, "source_fps": cfg.source_fps,
                  "seconds": cfg.seconds, "fourcc": cfg.fourcc, "bytes": nbytes,
                  "codec_probed": meta.codec, "container": meta.container,
@@ -475,14 +512,32 @@ def _thread_row(sub: _Subject, calls: dict[str, Callable[[], Any]], n: int | Non
     return r
 
 
+def _pixels(out: Any) -> Any:
+    """A transformers video output's pixel tensor (SmolVLM's is ``pixel_values``)."""
+    return out["pixel_values_videos" if "pixel_values_videos" in out else "pixel_values"]
+
+
+def _same_keys(hf: Any, ours: dict) -> bool:
+    """Every key of transformers' output is in ``ours`` (vlmprep's ``to_hf()``) with the same
+    dtype, shape and values."""
+    return set(hf.keys()) <= set(ours) and all(
+        ours[k].dtype == hf[k].dtype and ours[k].shape == hf[k].shape and _torch_equal(ours[k], hf[k])
+        for k in hf.keys())
+
+
 def _compare(r: dict, last: dict, mine: "Any", dtype: str, indices: list[int]) -> None:
-    """The transformers parts' outputs against vlmprep's, and the speedups (into ``r``)."""
-    theirs = last["transformers"]["pixel_values_videos"]
+    """The transformers parts' outputs against vlmprep's, and the speedups (into ``r``).
+    ``mine`` is vlmprep's rows; transformers' pixel tensor is compared in its own shape (a
+    batch dim for the tile families)."""
+    ours = dict(last["vlmprep"].to_hf())
+    theirs = _pixels(last["transformers"])
     r["transformers_output_shape"] = list(theirs.shape)
-    r["same_grid_thw"] = (last["transformers"]["video_grid_thw"].tolist()
-                          == last["vlmprep"].videos.grid_thw.tolist())
-    if theirs.shape == mine.shape and dtype == "float32":
-        r["max_abs_diff_vs_transformers"] = float((theirs - mine).abs().max())
+    grid = last["transformers"].get("video_grid_thw")
+    r["same_grid_thw"] = (grid.tolist() == last["vlmprep"].videos.grid_thw.tolist()
+                          if grid is not None else None)
+    if theirs.numel() == mine.numel() and dtype == "float32":
+        r["max_abs_diff_vs_transformers"] = float((theirs.reshape(mine.shape) - mine).abs().max())
+    r["same_output"] = dtype == "float32" and _same_keys(last["transformers"], ours)
     hf_ms, rest_ms = r["transformers"]["p50_ms"], r["vlmprep_rest"]["p50_ms"]
     r["speedup_rest"] = round(hf_ms / rest_ms, 2)
     r["speedup_end_to_end"] = round((r["decode"]["p50_ms"] + hf_ms) / r["vlmprep"]["p50_ms"], 2)
@@ -491,9 +546,8 @@ def _compare(r: dict, last: dict, mine: "Any", dtype: str, indices: list[int]) -
         f = last["transformers_file"]
         got = [int(i) for i in f["video_metadata"][0].frames_indices]
         r["file_same_frame_indices"] = got == [int(i) for i in indices]
-        ff = f["pixel_values_videos"]
-        r["file_same_output"] = bool(ff.shape == mine.shape and dtype == "float32"
-                                     and _torch_equal(ff, mine))
+        r["file_same_output"] = bool(dtype == "float32" and _same_keys(
+            {k: v for k, v in f.items() if k != "video_metadata"}, ours))
         r["speedup_file"] = round(r["transformers_file"]["p50_ms"] / r["vlmprep"]["p50_ms"], 2)
         r["speedup_file_min"] = round(r["transformers_file"]["min_ms"] / r["vlmprep"]["min_ms"], 2)
 

@@ -200,11 +200,13 @@ def _add_video_flags(p: argparse.ArgumentParser) -> None:
     vid = p.add_argument_group("video (--video)")
     vid.add_argument("--video", action="store_true",
                      help="benchmark one video clip instead of images: a clip written here from "
-                          "package photos with OpenCV (mp4v: this OpenCV has no H.264 encoder), "
+                          "package photos (H.264 through PyAV; --fourcc for OpenCV's codecs), "
                           "sampled with Video(clip, fps=--video-fps); clips/s and frames/s end to "
                           "end, decode alone and the rest alone; --compare hf adds the "
-                          "transformers video processor on the same decoded frames (Qwen "
-                          "presets; default threads 1,2; --repeat default 5)")
+                          "transformers video processor on the same decoded frames and from the "
+                          "file. --preset a video family: qwen2-vl, qwen2.5-vl, qwen3-vl, glm4v, "
+                          "internvl, llava-onevision or smolvlm, both sides built from its "
+                          "checkpoint's configs (default threads 1,2; --repeat default 5)")
     vid.add_argument("--video-size", default="720p", metavar="SIZE",
                      help="clip size: 720p, 1080p, 4k or WIDTHxHEIGHT (default: 720p)")
     vid.add_argument("--video-seconds", type=_positive_float, default=10.0, metavar="S",

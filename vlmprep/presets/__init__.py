@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["names", "get", "family", "from_config", "load_config", "FAMILIES", "path_shaped",
            "unknown_preset", "FamilySpec", "FormSpec", "VideoSpec", "spec", "forms",
-           "video_families", "video_defaults", "video_pipeline", "video_reader",
+           "video_families", "video_defaults", "video_checkpoint", "video_pipeline", "video_reader",
            "video_options_from_config", "vit_towers",
            "register"]
 
@@ -196,6 +196,17 @@ def video_defaults(family: str) -> "VideoOptions":
     """The public checkpoint's video options of ``family`` (e.g. ``"qwen3-vl"``), as declared in
     its preset module (``FAMILY.videos``)."""
     return _video_spec(family).defaults()
+
+
+def video_checkpoint(family: str) -> tuple[str, dict[str, Any]]:
+    """``family``'s public checkpoint as a folder would hold it: (the ``checkpoints/`` image
+    config shipped beside its video config, that video processor config as transformers reads
+    it; ``VideoSpec.config``). ValueError for a family that declares no config."""
+    s = _video_spec(family)
+    if s.config is None:
+        raise ValueError(f"video: expected a family that declares its checkpoint's video config "
+                         f"(VideoSpec.config), got {family!r}; declare it in its preset module")
+    return s.checkpoint or s.preset, dict(s.config())
 
 
 def video_pipeline(family: str, **overrides: Any) -> Pipeline:

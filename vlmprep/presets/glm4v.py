@@ -152,7 +152,8 @@ FAMILY = FamilySpec(
         vllm_no_video_embeds=_NOT_CHECKED,
         sglang_not_passed="SGLang 0.5.23's glm4v.py get_image_feature runs self.visual on the "
                           "feature"),),
-    videos={"glm4v": VideoSpec(functools.partial(video_defaults, "glm4v"), "glm4v")},
+    videos={"glm4v": VideoSpec(functools.partial(video_defaults, "glm4v"), "glm4v",
+                               lambda: video_configs()["glm4v"])},
     video_from_config=video_from_config,
     # Qwen-like towers: hidden_states rows + grid_thw, the merger's rows (tests/adapters/test_vit.py)
     vit_towers={"qwen_tower": ("Glm4vVisionModel", "Glm4vMoeVisionModel"),

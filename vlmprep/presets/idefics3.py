@@ -154,6 +154,7 @@ FAMILY = FamilySpec(
         sglang_not_passed="SGLang 0.5.23 has no Idefics3 model",
     ),),
     # SmolVLM2's video processor; registered as "idefics3", the pipeline name of SmolVLM checkpoints
-    videos={"idefics3": VideoSpec(video_defaults, "idefics3")},
+    videos={"idefics3": VideoSpec(video_defaults, "idefics3", lambda: video_configs()["idefics3"],
+                                  checkpoint="smolvlm")},
     video_from_config=video_from_config,
 )

@@ -118,7 +118,7 @@ FAMILY = FamilySpec(
                              "returns (embedding items have none)",
         sglang_precomputed=("InternVLChatModel",),  # any non-4-D feature
     ),),
-    videos={"internvl": VideoSpec(video_defaults, "internvl")},
+    videos={"internvl": VideoSpec(video_defaults, "internvl", lambda: video_configs()["internvl"])},
     video_from_config=video_from_config,
     vit_towers={"tile_tower": ("InternVLVisionModel",),
                 "tile_model": ("InternVLModel", "InternVLForConditionalGeneration")},

@@ -130,6 +130,10 @@ def video_configs() -> dict[str, dict[str, Any]]:
     }
 
 
+def _video_config(family: str) -> dict[str, Any]:
+    return video_configs()[family]
+
+
 def video_family(cfg: Mapping[str, Any]) -> str:
     """``"qwen3-vl"``, ``"qwen2.5-vl"`` or ``"qwen2-vl"`` from a video (or image) config."""
     if cfg.get("video_processor_type") == "Qwen3VLVideoProcessor" or cfg.get(
@@ -186,7 +190,8 @@ FAMILY = FamilySpec(
             "Qwen3VLForConditionalGeneration": "qwen3_vl.py runs self.visual on the feature",
         }),),
     # "qwen2.5-vl": the qwen2-vl pipeline with Qwen2.5-VL's video processor (second_per_grid_ts)
-    videos={f: VideoSpec(functools.partial(video_defaults, f), preset)
+    videos={f: VideoSpec(functools.partial(video_defaults, f), preset,
+                         functools.partial(_video_config, f))
             for f, preset in (("qwen2-vl", "qwen2-vl"), ("qwen2.5-vl", "qwen2-vl"),
                               ("qwen3-vl", "qwen3-vl"))},
     video_from_config=video_from_config,

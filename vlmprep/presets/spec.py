@@ -110,10 +110,18 @@ class VideoSpec:
         defaults: () -> the public checkpoint's ``VideoOptions`` (its video processor config).
         preset: the preset whose pipeline its videos are planned with (``"qwen2.5-vl"`` plans
             with ``"qwen2-vl"``'s pipeline and Qwen2.5-VL's video processor).
+        config: () -> the public checkpoint's video processor config, as transformers reads it
+            (a ``video_preprocessor_config.json`` when it names ``video_processor_type``, else
+            the ``preprocessor_config.json`` transformers falls back to); None: not declared.
+        checkpoint: the ``presets/checkpoints/`` config shipped beside ``config`` (default
+            ``preset``; SmolVLM2's video rides on the ``smolvlm`` checkpoint, pipeline
+            ``idefics3``).
     """
 
     defaults: Callable[[], "VideoOptions"]
     preset: str
+    config: Callable[[], dict[str, Any]] | None = None
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)
