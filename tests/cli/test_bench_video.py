@@ -65,6 +65,10 @@ def test_video_json_schema_and_same_output_as_transformers(capsys, tmp_path):
     assert row["same_grid_thw"] and row["max_abs_diff_vs_transformers"] == 0.0
     assert row["rest_equals_end_to_end"]
     assert row["output_shape"] == row["transformers_output_shape"]
+    # the same-run bound: the decode of the needed frames plus the rest
+    bound = row["decode"]["p50_ms"] + row["vlmprep_rest"]["p50_ms"]
+    assert row["same_run_bound_ms"] == pytest.approx(bound, abs=0.01)
+    assert row["end_to_end_vs_bound"] == pytest.approx(row["vlmprep"]["p50_ms"] / bound, abs=1e-3)
     assert set(r["definitions"]) >= {"clips_per_s", "frames_per_s", "speedup_rest",
                                       "speedup_end_to_end", "speedup_file", "output_write_floor"}
     assert len(row["load_average_before"]) == 3
