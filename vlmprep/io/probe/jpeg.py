@@ -145,6 +145,22 @@ def _check_dqt(d, body: int, n: int, at: int) -> None:
         off += size
 
 
+def _segment_length(d, pos: int) -> int:
+    """The length field at ``pos`` (-1: the data ends inside it)."""
+    raw_len = d.at(pos, 2)
+    return (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
+
+
+def _check_frame_header_length(marker: int, length: int, at: int) -> None:
+    """Refuse a frame header (SOF) under 8 bytes: Pillow reads every one, a later one too, and
+    refuses it (the size it reads is cut off). Raises ImageError."""
+    if marker in _SOF_MARKERS and 0 <= length < 8:
+        raise ImageError(
+            f"expected a JPEG frame header of 8 bytes or more at byte {at}; its length field says "
+            f"{length}; Pillow (and so transformers) cannot read the file; {CORRUPT}"
+        )
+
+
 def probe_jpeg(d) -> ProbeResult:
     pos = 2
     sof = None  # (marker, precision, height, width, components)
@@ -172,17 +188,11 @@ def probe_jpeg(d) -> ProbeResult:
             what = "scan data (SOS)" if marker == 0xDA else f"invalid marker 0xFF{marker:02X}"
             want = "a JPEG marker" if sof is not None else "a JPEG frame header (SOF marker)"
             raise ImageError(f"expected {want}; found {what} at byte {pos - 2} first; {CORRUPT}")
-        raw_len = d.at(pos, 2)
-        length = (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
+        length = _segment_length(d, pos)
         if 0 <= length < 2 and marker not in _SOF_MARKERS:
             pos += 2  # libjpeg and Pillow read nothing and resync at the next marker
             continue
-        if marker in _SOF_MARKERS and 0 <= length < 8:
-            # Pillow reads every frame header, a later one too, and refuses one under 6 bytes
-            raise ImageError(
-                f"expected a JPEG frame header of 8 bytes or more at byte {pos - 2}; its length "
-                f"field says {length}; Pillow (and so transformers) cannot read the file; {CORRUPT}"
-            )
+        _check_frame_header_length(marker, length, pos - 2)
         if length < 2 or pos + length > d.size:
             if sof is not None:
                 break  # size already known; the rest is decode's business
