@@ -286,15 +286,19 @@ def write_checkpoint(name: str, folder: str) -> str:
     return folder
 
 
-def hf_video_processor(folder: str) -> Any:
-    """The real transformers video processor of the checkpoint in ``folder``
-    (``write_checkpoint``): ``AutoVideoProcessor.from_pretrained``, as its users build it."""
+def hf_video_processor(family_or_folder: str) -> Any:
+    """The real transformers video processor of a checkpoint folder (``write_checkpoint``), or of
+    a ``video_families()`` name's public checkpoint (written to a temporary folder):
+    ``AutoVideoProcessor.from_pretrained``, as its users build it."""
     try:
         import transformers  # deferred: optional, heavy
     except ImportError as e:
         raise ValueError(f"--video compares with the transformers video processor: pip install "
                          f"transformers, or pass --no-compare ({e})") from None
-    return transformers.AutoVideoProcessor.from_pretrained(folder)
+    if os.path.isdir(family_or_folder):
+        return transformers.AutoVideoProcessor.from_pretrained(family_or_folder)
+    with tempfile.TemporaryDirectory(prefix="vlmprep-bench-") as d:
+        return transformers.AutoVideoProcessor.from_pretrained(write_checkpoint(family_or_folder, d))
 
 
 # -- timing -------------------------------------------------------------------------------------
