@@ -160,6 +160,29 @@ def test_kernel_paths_and_threads_equal_transformers(fused, videos, monkeypatch,
     assert taken and all(taken)  # the fused path applies to this video
 
 
+@pytest.mark.parametrize("frames, threads, pooled", [(12, 2, True), (6, 2, False), (12, 1, False)])
+def test_fused_groups_on_the_pool_equal_the_twin(frames, threads, pooled, monkeypatch, kernels, seed):
+    """The fused path splits whole temporal groups over the kept image pool when there are at
+    least two per thread (one wake-up of the other threads per video), else each group's bands:
+    both give the op-by-op twin's bits (_torch_rows, transformers' own calls)."""
+    from vlmprep.backends import base
+    from vlmprep.backends import video as vx
+    proc = vlmprep.Processor("qwen2-vl")
+    rng = np.random.default_rng(seed)
+    thwc = torch.from_numpy(rng.integers(0, 256, (frames, 90, 150, 3), dtype=np.uint8))
+    clip = thwc.numpy()
+    plan = proc.plan(videos=[Video(list(clip), source_fps=2.0)]).videos[0]
+    assert len(plan.frame_indices) == frames and vx._fusable(plan, proc.pipeline, "bicubic")
+    used = []
+    real_pool = base.image_pool
+    monkeypatch.setattr(base, "image_pool", lambda n: used.append(n) or real_pool(n))
+    got = vx.frames_to_rows(thwc, plan, proc.pipeline, "float32", threads)
+    assert used == ([threads] if pooled else [])
+    resized = vx._resize_frames(thwc, plan, "bicubic", 1)
+    want = vx._torch_rows(resized, plan, proc.pipeline, "float32", proc.pipeline.normalize_for("float32"))
+    assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("kind", ["qwen2-vl", "qwen3-vl", "internvl", "llava-onevision"])
 def test_without_kernels_same_pixels(kind, videos, monkeypatch):
     """The op-by-op torch path (no compiled kernels) gives the compiled path's bits, every dtype."""

@@ -201,8 +201,9 @@ def _fused_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline",
     """The compiled ``"patches"`` path: per temporal group, one ``kernels.resize_normalize_patchify``
     of its ``(tps, H, W, 3)`` frames with ``match="torchvision"``. Each band of ``m * p`` resized
     rows of every frame of the group stays in cache and goes straight into the group's output rows
-    ``[c, t, py, px]``: each distinct frame read once, no resized frames, no interleave copy. The
-    bands are split over ``threads``."""
+    ``[c, t, py, px]``: each distinct frame read once, no resized frames, no interleave copy.
+    ``threads``: whole groups per thread on the kept image pool when there are at least two
+    groups per thread, else each group's bands split over them (the same bits either way)."""
     import torch
 
     from ..kernels import local_threads
@@ -214,11 +215,27 @@ def _fused_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline",
     out = kernels.empty((gt * group_rows, 3 * tps * p * p), getattr(torch, dtype))
     lut, flat = _lut(norm, dtype), out.view(-1)
     frames = frames if frames.is_contiguous() else frames.contiguous()
+    mode = _interpolation(pipeline)
+
+    def group(g: int) -> None:
+        kernels.resize_normalize_patchify(
+            frames[g * tps:(g + 1) * tps], (h, w), mode, lut, flat,
+            g * group_rows * out.shape[1], "merge_grouped", p, m, tps, match="torchvision")
+
+    if threads > 1 and gt >= 2 * threads:
+        # whole groups per thread, on the kept pool: one wake-up of the other threads per video
+        # instead of new threads for every group's bands (on the 2-core VM, 20 720p frames:
+        # after a decode had left the second core idle, the bands' split took 51-57 ms)
+        from .base import image_pool  # deferred: imports torch (the images' kept pool)
+
+        def pooled(g: int) -> None:
+            with local_threads(1):
+                group(g)
+        list(image_pool(threads).map(pooled, range(gt)))
+        return out
     with local_threads(threads):
         for g in range(gt):
-            kernels.resize_normalize_patchify(
-                frames[g * tps:(g + 1) * tps], (h, w), _interpolation(pipeline), lut, flat,
-                g * group_rows * out.shape[1], "merge_grouped", p, m, tps, match="torchvision")
+            group(g)
     return out
 
 
