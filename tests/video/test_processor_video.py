@@ -162,7 +162,7 @@ def test_kernel_paths_and_threads_equal_transformers(fused, videos, monkeypatch,
 
 @pytest.mark.parametrize("frames, threads, pooled", [(12, 2, True), (6, 2, False), (12, 1, False)])
 def test_fused_groups_on_the_pool_equal_the_twin(frames, threads, pooled, monkeypatch, kernels, seed):
-    """The fused path splits whole temporal groups over the kept image pool when there are at
+    """The fused path splits whole temporal groups over the kept video pool when there are at
     least two per thread (one wake-up of the other threads per video), else each group's bands:
     both give the op-by-op twin's bits (_torch_rows, transformers' own calls)."""
     from vlmprep.backends import base
@@ -174,13 +174,29 @@ def test_fused_groups_on_the_pool_equal_the_twin(frames, threads, pooled, monkey
     plan = proc.plan(videos=[Video(list(clip), source_fps=2.0)]).videos[0]
     assert len(plan.frame_indices) == frames and vx._fusable(plan, proc.pipeline, "bicubic")
     used = []
-    real_pool = base.image_pool
-    monkeypatch.setattr(base, "image_pool", lambda n: used.append(n) or real_pool(n))
+    real_pool = base.video_pool
+    monkeypatch.setattr(base, "video_pool", lambda n: used.append(n) or real_pool(n))
     got = vx.frames_to_rows(thwc, plan, proc.pipeline, "float32", threads)
     assert used == ([threads] if pooled else [])
     resized = vx._resize_frames(thwc, plan, "bicubic", 1)
     want = vx._torch_rows(resized, plan, proc.pipeline, "float32", proc.pipeline.normalize_for("float32"))
     assert torch.equal(got, want)
+
+
+def test_video_work_never_queues_on_the_image_pool(monkeypatch, kernels):
+    """A clip's groups and frames go to a kept pool of their own: a Batcher runs videos beside
+    its image batches (serve/videos.py), and a clip's hundreds of tasks queued on the images'
+    pool would hold every image request behind them. Oracle: the images' pool stays untouched
+    while a 2-thread video runs, and the two pools are distinct."""
+    from vlmprep.backends import base
+    from vlmprep.kernels.threads import local_threads
+    assert base.video_pool(2) is not base.image_pool(2) and base.video_pool(2) is base.video_pool(2)
+    monkeypatch.setattr(base, "image_pool", lambda n: pytest.fail("a video used the images' pool"))
+    frames = np.random.default_rng(0).integers(0, 256, (12, 60, 90, 3), dtype=np.uint8)
+    for kind in ("qwen2-vl", "llava-onevision"):  # groups (fused) and frames (_resize_frames)
+        with local_threads(2):
+            out = vlmprep.Processor(kind)(videos=[Video(list(frames), source_fps=2.0)])
+        assert out.videos.pixel_values.numel() > 0
 
 
 @pytest.mark.parametrize("kind", ["qwen2-vl", "qwen3-vl", "internvl", "llava-onevision"])

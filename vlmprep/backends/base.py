@@ -255,18 +255,29 @@ def _short(e: BaseException, n: int = 200) -> str:
     return s if len(s) <= n else s[:n - 3] + "..."
 
 
-_POOLS: dict[int, Any] = {}
+_POOLS: dict[tuple[str, int], Any] = {}
 _POOLS_LOCK = threading.Lock()
+
+
+def _kept_pool(name: str, n: int):
+    from concurrent.futures import ThreadPoolExecutor
+    with _POOLS_LOCK:
+        if (name, n) not in _POOLS:
+            _POOLS[(name, n)] = ThreadPoolExecutor(n, thread_name_prefix=f"{name}{n}")
+        return _POOLS[(name, n)]
 
 
 def image_pool(n: int):
     """A process-wide pool of ``n`` image threads, kept: the kernels' per-thread scratch buffers
     (and the OS threads) are reused instead of made again for every batch."""
-    from concurrent.futures import ThreadPoolExecutor
-    with _POOLS_LOCK:
-        if n not in _POOLS:
-            _POOLS[n] = ThreadPoolExecutor(n, thread_name_prefix=f"vlmprep{n}")
-        return _POOLS[n]
+    return _kept_pool("vlmprep", n)
+
+
+def video_pool(n: int):
+    """A process-wide pool of ``n`` threads for a video's frames and temporal groups, kept, and
+    apart from ``image_pool``: a clip's hundreds of tasks never queue ahead of the image
+    requests a Batcher runs beside it (serve/videos.py)."""
+    return _kept_pool("vlmprep-video", n)
 
 
 Resize = Callable[[Any, tuple[int, int], str], Any]

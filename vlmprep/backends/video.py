@@ -202,7 +202,7 @@ def _fused_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline",
     of its ``(tps, H, W, 3)`` frames with ``match="torchvision"``. Each band of ``m * p`` resized
     rows of every frame of the group stays in cache and goes straight into the group's output rows
     ``[c, t, py, px]``: each distinct frame read once, no resized frames, no interleave copy.
-    ``threads``: whole groups per thread on the kept image pool when there are at least two
+    ``threads``: whole groups per thread on the kept video pool when there are at least two
     groups per thread, else each group's bands split over them (the same bits either way)."""
     import torch
 
@@ -226,12 +226,12 @@ def _fused_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline",
         # whole groups per thread, on the kept pool: one wake-up of the other threads per video
         # instead of new threads for every group's bands (on the 2-core VM, 20 720p frames:
         # after a decode had left the second core idle, the bands' split took 51-57 ms)
-        from .base import image_pool  # deferred: imports torch (the images' kept pool)
+        from .base import video_pool  # deferred: imports torch
 
         def pooled(g: int) -> None:
             with local_threads(1):
                 group(g)
-        list(image_pool(threads).map(pooled, range(gt)))
+        list(video_pool(threads).map(pooled, range(gt)))
         return out
     with local_threads(threads):
         for g in range(gt):
@@ -247,7 +247,7 @@ def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
                    threads: int) -> list["torch.Tensor"]:
     """uint8 ``(T, H, W, 3)`` -> T uint8 ``(h, w, 3)`` C-contiguous frames, each by
     ``tv_exact.resize`` (SmolVLM: to the plan's ``first_resize_hw`` first). With ``threads`` > 1
-    the frames are spread over the images' thread pool (``base.image_pool``): torch's resize
+    the frames are spread over the videos' kept pool (``base.video_pool``): torch's resize
     releases the GIL, and one frame per thread scales better than torch's own split of one small
     frame (its rows)."""
     from . import tv_exact  # deferred: imports torch and torchvision
@@ -265,12 +265,12 @@ def _resize_frames(frames: "torch.Tensor", plan: "VideoPlan", mode: str,
     if threads <= 1 or len(frames) <= 1:
         return [one(f) for f in frames]
     from ..kernels import local_threads
-    from .base import image_pool  # deferred: imports torch (the images' kept pool)
+    from .base import video_pool  # deferred: imports torch
 
     def pooled(f: "torch.Tensor") -> "torch.Tensor":
         with local_threads(1):  # one frame per thread: the compiled resize splits nothing more
             return one(f)
-    return list(image_pool(threads).map(pooled, frames))
+    return list(video_pool(threads).map(pooled, frames))
 
 
 def _torch_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
