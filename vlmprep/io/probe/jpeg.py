@@ -50,6 +50,12 @@ def _next_marker(d, pos: int, budget: int = MAX_JUNK) -> tuple[int | None, int, 
     return None, pos, max(budget, 0)  # the junk budget is spent
 
 
+def _segment_length(d, pos: int) -> int:
+    """The length field at ``pos`` (-1: the data ends inside it)."""
+    raw_len = d.at(pos, 2)
+    return (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
+
+
 def jpeg_frame(data: bytes) -> tuple[int, int, int, list[tuple[int, int]], int]:
     """The frame of a JPEG, walked as Pillow walks it to the first scan, within the probe's
     bounds (segments and junk): ``(SOF marker, height, width, [(h, v) sampling per component],
@@ -74,8 +80,7 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int, list[tuple[int, int]], int]:
         if marker < 0xC0:
             raise ImageError(f"expected a JPEG marker at byte {pos - 2:,}; found the invalid marker "
                              f"0xFF{marker:02X}; {CORRUPT}")
-        raw_len = d.at(pos, 2)
-        length = (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
+        length = _segment_length(d, pos)
         if 0 <= length < 2 and marker not in _SOF_MARKERS and marker != 0xDA:
             pos += 2  # as the probe: nothing read, resync at the next marker
             continue
@@ -143,12 +148,6 @@ def _check_dqt(d, body: int, n: int, at: int) -> None:
             raise ImageError(f"expected whole quantization tables in the DQT segment at byte "
                              f"{at:,}; the last has {end - off} of its {size} bytes; {CORRUPT}")
         off += size
-
-
-def _segment_length(d, pos: int) -> int:
-    """The length field at ``pos`` (-1: the data ends inside it)."""
-    raw_len = d.at(pos, 2)
-    return (raw_len[0] << 8 | raw_len[1]) if len(raw_len) == 2 else -1
 
 
 def _check_frame_header_length(marker: int, length: int, at: int) -> None:
