@@ -169,7 +169,7 @@ def frames_to_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipelin
     # the kernels write lut values or uint8 levels: a float output with no normalize op is torch's
     compiled = (norm is not None or dtype == "uint8") and _kernels_loaded()
     if compiled and _fusable(plan, pipeline, mode):
-        return _fused_rows(frames, plan, pipeline, dtype, norm, threads)
+        return _fused_rows(frames, plan, pipeline, dtype, norm, mode, threads)
     resized = _resize_frames(frames, plan, mode, threads)
     if compiled:
         return _kernel_rows(resized, plan, pipeline, dtype, norm)
@@ -197,25 +197,19 @@ def _lut(norm: Any, dtype: str) -> "torch.Tensor | None":
 
 
 def _fused_rows(frames: "torch.Tensor", plan: "VideoPlan", pipeline: "Pipeline", dtype: str,
-                norm: Any, threads: int) -> "torch.Tensor":
+                norm: Any, mode: str, threads: int) -> "torch.Tensor":
     """The compiled ``"patches"`` path: per temporal group, one ``kernels.resize_normalize_patchify``
     of its ``(tps, H, W, 3)`` frames with ``match="torchvision"``. Each band of ``m * p`` resized
     rows of every frame of the group stays in cache and goes straight into the group's output rows
     ``[c, t, py, px]``: each distinct frame read once, no resized frames, no interleave copy.
     ``threads``: whole groups per thread on the kept video pool when there are at least two
     groups per thread, else each group's bands split over them (the same bits either way)."""
-    import torch
-
     from ..kernels import local_threads
-    pf = pipeline.patchify
-    p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
-    _check_groups(plan, len(frames), tps)
     h, w = (int(plan.resized_hw[0]), int(plan.resized_hw[1]))
-    gt, group_rows = len(frames) // tps, (h // p) * (w // p)
-    out = kernels.empty((gt * group_rows, 3 * tps * p * p), getattr(torch, dtype))
+    p, m, tps, group_rows, out = _group_rows_out(plan, pipeline, len(frames), (h, w), dtype)
+    gt = len(frames) // tps
     lut, flat = _lut(norm, dtype), out.view(-1)
     frames = frames if frames.is_contiguous() else frames.contiguous()
-    mode = _interpolation(pipeline)
 
     def group(g: int) -> None:
         kernels.resize_normalize_patchify(
@@ -311,6 +305,20 @@ def _check_groups(plan: "VideoPlan", t: int, tps: int) -> None:
                              f"temporal patch {tps} (the plan pads it)")
 
 
+def _group_rows_out(plan: "VideoPlan", pipeline: "Pipeline", t: int, hw: tuple[int, int],
+                    dtype: str) -> tuple[int, int, int, int, "torch.Tensor"]:
+    """The ``"patches"`` output of ``t`` frames resized to ``hw``: ``(patch, merge, temporal
+    patch, rows per temporal group, the uninitialised (groups * rows, 3 * tps * p * p) output)``
+    (``kernels.empty``: a reused host buffer is not faulted in again)."""
+    import torch
+    pf = pipeline.patchify
+    p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
+    _check_groups(plan, t, tps)
+    group_rows = (hw[0] // p) * (hw[1] // p)
+    out = kernels.empty((t // tps * group_rows, 3 * tps * p * p), getattr(torch, dtype))
+    return p, m, tps, group_rows, out
+
+
 def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pipeline",
                  dtype: str, norm: Any) -> "torch.Tensor":
     """Resized frames -> rows by the compiled ``kernels.normalize_patchify`` (one call; the lut
@@ -327,11 +335,8 @@ def _kernel_rows(resized: list["torch.Tensor"], plan: "VideoPlan", pipeline: "Pi
         kernels.normalize_patchify(resized, lut, out.view(-1), [i * 3 * h * w for i in
                                                                  range(len(resized))], "tiles", 1)
         return out
-    pf = pipeline.patchify
-    p, m, tps = pf.patch_size, pf.merge_size, pf.temporal_patch_size
-    _check_groups(plan, len(resized), tps)
-    gt, group_rows = len(resized) // tps, (h // p) * (w // p)
-    out = kernels.empty((gt * group_rows, 3 * tps * p * p), tdt)
+    p, m, tps, group_rows, out = _group_rows_out(plan, pipeline, len(resized), (h, w), dtype)
+    gt = len(resized) // tps
     groups = [torch.stack(resized[g * tps:(g + 1) * tps]) for g in range(gt)]
     kernels.normalize_patchify(groups, lut, out.view(-1),
                                [g * group_rows * out.shape[1] for g in range(gt)],
