@@ -261,11 +261,11 @@ VIDEO_NAMES = {"idefics3": "smolvlm"}
 
 def _family(name: str) -> str:
     """A ``video_families()`` name -> its ``presets.video_families()`` key."""
-    back = {v: k for k, v in VIDEO_NAMES.items()}
-    if name not in video_families():
-        raise ValueError(f"--video: expected --preset one of {video_families()} (the video "
-                         f"families whose checkpoint video config both sides read), got {name!r}")
-    return back.get(name, name)
+    names = video_families()
+    if name not in names:
+        raise ValueError(f"--video: expected --preset one of {names} (the video families whose "
+                         f"checkpoint video config both sides read), got {name!r}")
+    return {v: k for k, v in VIDEO_NAMES.items()}.get(name, name)
 
 
 def write_checkpoint(name: str, folder: str) -> str:
@@ -275,11 +275,9 @@ def write_checkpoint(name: str, folder: str) -> str:
     transformers reads their image config for video too. -> ``folder``."""
     from .hf import checkpoint_config  # deferred: the image bench's checkpoint files
     image_name, video_cfg = presets.video_checkpoint(_family(name))
-    files = {"preprocessor_config.json": checkpoint_config(image_name)}
-    if "video_processor_type" in video_cfg:
-        files["video_preprocessor_config.json"] = video_cfg
-    else:
-        files["preprocessor_config.json"] = video_cfg
+    files = ({"preprocessor_config.json": checkpoint_config(image_name),
+              "video_preprocessor_config.json": video_cfg}
+             if "video_processor_type" in video_cfg else {"preprocessor_config.json": video_cfg})
     for fname, cfg in files.items():
         with open(os.path.join(folder, fname), "w", encoding="utf-8") as f:
             json.dump(cfg, f)
