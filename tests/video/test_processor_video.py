@@ -161,26 +161,29 @@ def test_kernel_paths_and_threads_equal_transformers(fused, videos, monkeypatch,
 
 
 @pytest.mark.parametrize("frames, threads, pooled", [(12, 2, True), (6, 2, False), (12, 1, False)])
-def test_fused_groups_on_the_pool_equal_the_twin(frames, threads, pooled, monkeypatch, kernels, seed):
-    """The fused path splits whole temporal groups over the kept video pool when there are at
-    least two per thread (one wake-up of the other threads per video), else each group's bands:
-    both give the op-by-op twin's bits (_torch_rows, transformers' own calls)."""
+def test_fused_groups_on_the_pool_equal_transformers(frames, threads, pooled, monkeypatch, kernels, seed):
+    """The fused path splits whole temporal groups over the videos' kept pool when there are at
+    least two per thread (one wake-up of the other threads per video), else each group's bands.
+    Oracle: transformers' Qwen2VLVideoProcessor on the same frames, bit for bit."""
     from vlmprep.backends import base
     from vlmprep.backends import video as vx
+    from vlmprep.bench.video import hf_video_processor
     proc = vlmprep.Processor("qwen2-vl")
     rng = np.random.default_rng(seed)
     thwc = torch.from_numpy(rng.integers(0, 256, (frames, 90, 150, 3), dtype=np.uint8))
-    clip = thwc.numpy()
-    plan = proc.plan(videos=[Video(list(clip), source_fps=2.0)]).videos[0]
+    plan = proc.plan(videos=[Video(list(thwc.numpy()), source_fps=2.0)]).videos[0]
     assert len(plan.frame_indices) == frames and vx._fusable(plan, proc.pipeline, "bicubic")
     used = []
     real_pool = base.video_pool
     monkeypatch.setattr(base, "video_pool", lambda n: used.append(n) or real_pool(n))
     got = vx.frames_to_rows(thwc, plan, proc.pipeline, "float32", threads)
     assert used == ([threads] if pooled else [])
-    resized = vx._resize_frames(thwc, plan, "bicubic", 1)
-    want = vx._torch_rows(resized, plan, proc.pipeline, "float32", proc.pipeline.normalize_for("float32"))
-    assert torch.equal(got, want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = hf_video_processor("qwen2-vl")(videos=[thwc.permute(0, 3, 1, 2)], do_sample_frames=False,
+                                              return_tensors="pt")
+    assert ref["video_grid_thw"].tolist() == [list(g) for g in plan.grid_thw]
+    assert torch.equal(got, ref["pixel_values_videos"])
 
 
 def test_video_work_never_queues_on_the_image_pool(monkeypatch, kernels):
