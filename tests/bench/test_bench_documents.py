@@ -24,6 +24,9 @@ def test_make_pdf_is_deterministic_letter_pages_with_text_and_figures():
     import pypdfium2 as pdfium
     data = bench_documents.make_pdf(PAGES, seed=0)
     assert bench_documents.make_pdf(PAGES, seed=0) == data
+    # PDFium stamps the time of day (to the second) into the Info dictionary: a fixed one here,
+    # or two calls a second apart differ (the CI met it)
+    assert b"/CreationDate(D:20260101000000" in data
     assert bench_documents.make_pdf(PAGES, seed=1) != data
     pdf = pdfium.PdfDocument(data)
     assert len(pdf) == PAGES

@@ -224,10 +224,13 @@ def make_pdf(pages: int, seed: int = 0) -> bytes:
     out = io.BytesIO()
     pdf.save(out)
     pdf.close()
-    # PDFium writes a random file /ID into the trailer: the only byte that differs between runs
+    # PDFium writes a random file /ID into the trailer and the time of day, to the second, into
+    # the Info dictionary's /CreationDate: both are fixed here, in place (the same byte lengths,
+    # so the cross-reference offsets stay right); two calls a second apart differed before
     ident = hashlib.md5(f"vlmprep bench {seed} {pages}".encode()).hexdigest().upper().encode()
-    return re.sub(rb"/ID\s*\[\s*<[0-9A-Fa-f]{32}>\s*<[0-9A-Fa-f]{32}>\s*\]",
+    data = re.sub(rb"/ID\s*\[\s*<[0-9A-Fa-f]{32}>\s*<[0-9A-Fa-f]{32}>\s*\]",
                   b"/ID[<" + ident + b"><" + ident + b">]", out.getvalue())
+    return re.sub(rb"(/CreationDate\(D:)\d{14}", rb"\g<1>20260101000000", data)
 
 
 # -- the sides measured ----------------------------------------------------------------------------
