@@ -7,6 +7,7 @@
 // bytes, and 32 output bytes keep their eight sums in registers over all the taps.
 #include "resize_avx2.h"
 
+#include <algorithm>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -80,9 +81,132 @@ void vertical_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t
   }
 }
 
+// The horizontal pass as the vertical one: in a block of 32 rows every row has the same
+// weights for output pixel xx, so the block is transposed (source byte 3x + c becomes a line of
+// its 32 rows' values; pixel x is then a "row" of 96 bytes), run through the vertical pass's
+// madd sums above with the horizontal weights, and transposed back. The sums are Pillow's, so
+// the bytes are. Two 16x16 byte transposes per 32x16 block (one per 128-bit lane), 4 rounds of
+// 16 unpacks: each round rotates the 8-bit (row, column) index left by one.
+namespace {
+
+__attribute__((target("avx2"), always_inline)) inline void transpose16x2(__m256i r[16]) {
+  for (int round = 0; round < 4; ++round) {
+    __m256i t[16];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm256_unpacklo_epi8(r[i], r[i + 8]);
+      t[2 * i + 1] = _mm256_unpackhi_epi8(r[i], r[i + 8]);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+  }
+}
+
+// src rows [0, rows) (rows <= 32) of n bytes -> t: byte j of row y at t[32 j + y] (rows past
+// `rows` read as 0).
+__attribute__((target("avx2")))
+void to_columns(const uint8_t* src, int64_t stride, int rows, int64_t n, uint8_t* t) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256i r[16];
+    for (int i = 0; i < 16; ++i) {
+      const __m128i a = i < rows ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * stride + j))
+                                 : _mm_setzero_si128();
+      const __m128i b = i + 16 < rows
+                            ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + (i + 16) * stride + j))
+                            : _mm_setzero_si128();
+      r[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+    }
+    transpose16x2(r);
+    for (int i = 0; i < 16; ++i) _mm256_storeu_si256(reinterpret_cast<__m256i*>(t + (j + i) * 32), r[i]);
+  }
+  for (; j < n; ++j)
+    for (int y = 0; y < 32; ++y) t[j * 32 + y] = y < rows ? src[y * stride + j] : 0;
+}
+
+// The inverse: t[32 j + y] -> byte j of dst row y, rows [0, rows), n bytes each.
+__attribute__((target("avx2")))
+void from_columns(const uint8_t* t, int64_t n, uint8_t* dst, int64_t stride, int rows) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256i r[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + (j + i) * 32));
+    transpose16x2(r);
+    for (int i = 0; i < 16; ++i) {
+      if (i < rows) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i * stride + j), _mm256_castsi256_si128(r[i]));
+      if (i + 16 < rows)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (i + 16) * stride + j), _mm256_extracti128_si256(r[i], 1));
+    }
+  }
+  for (; j < n; ++j)
+    for (int y = 0; y < rows; ++y) dst[y * stride + j] = t[j * 32 + y];
+}
+
+}  // namespace
+
+HorizontalColumns::HorizontalColumns(const Coeffs& c, int out_w) : taps(c.ksize), pairs((c.ksize + 1) / 2) {
+  hi.resize(size_t(out_w) * pairs);
+  lo.resize(size_t(out_w) * pairs);
+  for (int xx = 0; xx < out_w; ++xx) {
+    const int32_t* k = &c.k[size_t(xx) * c.ksize];
+    for (int q = 0; q < pairs; ++q) {  // an odd last tap pairs with the previous one at weight 0
+      const int32_t wa = k[2 * q], wb = 2 * q + 1 < taps ? k[2 * q + 1] : 0;
+      hi[size_t(xx) * pairs + q] = pair16(wa >> 11, wb >> 11);
+      lo[size_t(xx) * pairs + q] = pair16(wa & 2047, wb & 2047);
+    }
+  }
+}
+
+__attribute__((target("avx2")))
+void horizontal_columns_avx2(const HorizontalColumns& hc, const uint8_t* src, int64_t src_stride, uint8_t* dst,
+                             int64_t dst_stride, int in_w, int out_w, const Coeffs& c, int rows) {
+  thread_local std::vector<uint8_t> tin, tout;  // the block's source and output pixels, 96 bytes each
+  tin.resize(size_t(in_w) * 96);
+  tout.resize(size_t(out_w) * 96);
+  const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  const int pairs = hc.pairs, taps = hc.taps;
+  for (int y0 = 0; y0 < rows; y0 += 32) {
+    const int n_rows = std::min(32, rows - y0);
+    to_columns(src + int64_t(y0) * src_stride, src_stride, n_rows, int64_t(in_w) * 3, tin.data());
+    for (int xx = 0; xx < out_w; ++xx) {
+      const uint8_t* px = tin.data() + int64_t(c.bounds[xx * 2]) * 96;
+      const int32_t* wh_ = &hc.hi[size_t(xx) * pairs];
+      const int32_t* wl_ = &hc.lo[size_t(xx) * pairs];
+      for (int j = 0; j < 96; j += 32) {  // vertical_avx2's sums over 32 bytes (rows of a channel)
+        __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
+        __m256i l0 = round, l1 = round, l2 = round, l3 = round;
+        for (int q = 0; q < pairs; ++q) {
+          const uint8_t* ra = px + int64_t(2 * q) * 96 + j;
+          const uint8_t* rb = 2 * q + 1 < taps ? ra + 96 : ra;  // an odd last tap: weight 0
+          const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb));
+          const __m256i wh = _mm256_set1_epi32(wh_[q]), wl = _mm256_set1_epi32(wl_[q]);
+          const __m256i ab_lo = _mm256_unpacklo_epi8(a, b), ab_hi = _mm256_unpackhi_epi8(a, b);
+          const __m256i v0 = _mm256_unpacklo_epi8(ab_lo, zero), v1 = _mm256_unpackhi_epi8(ab_lo, zero);
+          const __m256i v2 = _mm256_unpacklo_epi8(ab_hi, zero), v3 = _mm256_unpackhi_epi8(ab_hi, zero);
+          h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, wh));
+          h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, wh));
+          h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(v2, wh));
+          h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(v3, wh));
+          l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, wl));
+          l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, wl));
+          l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(v2, wl));
+          l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(v3, wl));
+        }
+        const __m256i p01 = _mm256_packs_epi32(total(h0, l0), total(h1, l1));
+        const __m256i p23 = _mm256_packs_epi32(total(h2, l2), total(h3, l3));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tout.data() + int64_t(xx) * 96 + j),
+                            _mm256_packus_epi16(p01, p23));
+      }
+    }
+    from_columns(tout.data(), int64_t(out_w) * 3, dst + int64_t(y0) * dst_stride, dst_stride, n_rows);
+  }
+}
+
 #else  // not x86-64: never called
 
 void vertical_avx2(const uint8_t*, int64_t, uint8_t*, int64_t, int, const Coeffs&, int, int, int) {}
+HorizontalColumns::HorizontalColumns(const Coeffs&, int) {}
+void horizontal_columns_avx2(const HorizontalColumns&, const uint8_t*, int64_t, uint8_t*, int64_t, int, int,
+                             const Coeffs&, int) {}
 
 #endif
 

@@ -65,6 +65,30 @@ def test_vertical_pass_extremes_match_pillow(kernels, isa, f):
             assert np.array_equal(got, _pil(img, (h, W), f)), f"{H}x{W} -> {h}x{W} {f} {isa}"
 
 
+@pytest.mark.parametrize("columns", ["on", "off"])
+@pytest.mark.parametrize("f", list(PIL_FILTER))
+def test_horizontal_pass_extremes_match_pillow(kernels, isa, f, columns, monkeypatch):
+    """The horizontal pass alone (height kept) on the AVX2 path's two forms, 32-row blocks
+    through a transpose (VLMPREP_RESIZE_COLUMNS on) and per row (off): column stripes of 0 and
+    255 (both clips), heights around the 32-row block and the 8-row cut below which a last block
+    goes per row, row lengths of every remainder modulo 16 bytes, upscales and downscales (3 to
+    dozens of taps, odd and even), and a width over the transposed form's 8192 pixels."""
+    monkeypatch.setenv("VLMPREP_RESIZE_COLUMNS", "1" if columns == "on" else "0")
+    rng = np.random.default_rng(SEED + 3)
+    for W, w in ((6, 16), (16, 7), (21, 22), (37, 100), (58, 13), (101, 99), (250, 1000), (333, 111)):
+        for H in (1, 7, 8, 31, 32, 33, 39, 40, 64, 95):
+            img = np.zeros((H, W, 3), np.uint8)
+            img[:, ::2] = 255  # column stripes
+            img[::3, :, 1] = rng.integers(0, 256, (len(range(0, H, 3)), W), dtype=np.uint8)
+            kernels.set_num_threads(1 + H % 2)
+            got = kernels.resize(torch.from_numpy(img), (H, w), f).numpy()
+            kernels.set_num_threads(None)
+            assert np.array_equal(got, _pil(img, (H, w), f)), f"{H}x{W} -> {H}x{w} {f} {isa} {columns}"
+    img = rng.integers(0, 256, (3, 8200, 3), dtype=np.uint8)
+    for w in (8193, 4100):
+        assert np.array_equal(kernels.resize(torch.from_numpy(img), (5, w), f).numpy(), _pil(img, (5, w), f))
+
+
 @pytest.mark.parametrize("src_hw,dst_hw", [
     ((1080, 1920), (1092, 1932)),   # qwen2-vl 1080p: horizontal first, slight upscale
     ((900, 600), (448, 448)),       # vertical first (height loses > 2x the width's pixels)
