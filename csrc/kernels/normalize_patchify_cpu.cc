@@ -74,7 +74,10 @@ class RowWriter {
   void finish() { flush(true); }
 
  private:
-  static constexpr size_t kChunk = 8 << 10;  // stays in L1 with the row being built
+  // Flushed after every row from 1 KiB: short bursts of streamed stores drain while the next
+  // row is built (8 KiB bursts stall the core; 1080p Qwen2-VL float32 rows, AVX2 cap, one
+  // thread: 3.38 -> 3.25 ms; a 50 MB stream against a gather loop in C: 3.2 -> 2.1 ms).
+  static constexpr size_t kChunk = 1 << 10;
 
   // Streams the staged bytes' whole lines; `all` also writes the partial head and tail.
   void flush(bool all) {

@@ -142,34 +142,43 @@ void from_columns(const uint8_t* t, int64_t n, uint8_t* dst, int64_t stride, int
 
 }  // namespace
 
-HorizontalColumns::HorizontalColumns(const Coeffs& c, int out_w) : taps(c.ksize), pairs((c.ksize + 1) / 2) {
-  hi.resize(size_t(out_w) * pairs);
-  lo.resize(size_t(out_w) * pairs);
+HorizontalColumns::HorizontalColumns(const Coeffs& c, int out_w) : first(out_w), taps(out_w) {
   for (int xx = 0; xx < out_w; ++xx) {
     const int32_t* k = &c.k[size_t(xx) * c.ksize];
-    for (int q = 0; q < pairs; ++q) {  // an odd last tap pairs with the previous one at weight 0
-      const int32_t wa = k[2 * q], wb = 2 * q + 1 < taps ? k[2 * q + 1] : 0;
-      hi[size_t(xx) * pairs + q] = pair16(wa >> 11, wb >> 11);
-      lo[size_t(xx) * pairs + q] = pair16(wa & 2047, wb & 2047);
+    int lo_tap = 0, hi_tap = c.bounds[xx * 2 + 1];
+    while (hi_tap > lo_tap + 1 && k[hi_tap - 1] == 0) --hi_tap;
+    while (hi_tap > lo_tap + 1 && k[lo_tap] == 0) ++lo_tap;
+    first[xx] = c.bounds[xx * 2] + lo_tap;
+    taps[xx] = hi_tap - lo_tap;
+    max_pairs = std::max(max_pairs, (taps[xx] + 1) / 2);
+  }
+  hi.assign(size_t(out_w) * max_pairs, 0);
+  lo.assign(size_t(out_w) * max_pairs, 0);
+  for (int xx = 0; xx < out_w; ++xx) {
+    const int32_t* k = &c.k[size_t(xx) * c.ksize] + (first[xx] - c.bounds[xx * 2]);
+    for (int q = 0; 2 * q < taps[xx]; ++q) {  // an odd last tap pairs with itself at weight 0
+      const int32_t wa = k[2 * q], wb = 2 * q + 1 < taps[xx] ? k[2 * q + 1] : 0;
+      hi[size_t(xx) * max_pairs + q] = pair16(wa >> 11, wb >> 11);
+      lo[size_t(xx) * max_pairs + q] = pair16(wa & 2047, wb & 2047);
     }
   }
 }
 
 __attribute__((target("avx2")))
 void horizontal_columns_avx2(const HorizontalColumns& hc, const uint8_t* src, int64_t src_stride, uint8_t* dst,
-                             int64_t dst_stride, int in_w, int out_w, const Coeffs& c, int rows) {
+                             int64_t dst_stride, int in_w, int out_w, int rows) {
   thread_local std::vector<uint8_t> tin, tout;  // the block's source and output pixels, 96 bytes each
   tin.resize(size_t(in_w) * 96);
   tout.resize(size_t(out_w) * 96);
   const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
-  const int pairs = hc.pairs, taps = hc.taps;
   for (int y0 = 0; y0 < rows; y0 += 32) {
     const int n_rows = std::min(32, rows - y0);
     to_columns(src + int64_t(y0) * src_stride, src_stride, n_rows, int64_t(in_w) * 3, tin.data());
     for (int xx = 0; xx < out_w; ++xx) {
-      const uint8_t* px = tin.data() + int64_t(c.bounds[xx * 2]) * 96;
-      const int32_t* wh_ = &hc.hi[size_t(xx) * pairs];
-      const int32_t* wl_ = &hc.lo[size_t(xx) * pairs];
+      const uint8_t* px = tin.data() + int64_t(hc.first[xx]) * 96;
+      const int taps = hc.taps[xx], pairs = (taps + 1) / 2;
+      const int32_t* wh_ = &hc.hi[size_t(xx) * hc.max_pairs];
+      const int32_t* wl_ = &hc.lo[size_t(xx) * hc.max_pairs];
       for (int j = 0; j < 96; j += 32) {  // vertical_avx2's sums over 32 bytes (rows of a channel)
         __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
         __m256i l0 = round, l1 = round, l2 = round, l3 = round;
@@ -206,7 +215,7 @@ void horizontal_columns_avx2(const HorizontalColumns& hc, const uint8_t* src, in
 void vertical_avx2(const uint8_t*, int64_t, uint8_t*, int64_t, int, const Coeffs&, int, int, int) {}
 HorizontalColumns::HorizontalColumns(const Coeffs&, int) {}
 void horizontal_columns_avx2(const HorizontalColumns&, const uint8_t*, int64_t, uint8_t*, int64_t, int, int,
-                             const Coeffs&, int) {}
+                             int) {}
 
 #endif
 

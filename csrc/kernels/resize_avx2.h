@@ -15,17 +15,18 @@ namespace vlmprep {
 void vertical_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t dst_stride,
                    int width, const Coeffs& c, int y0, int y1, int shift);
 
-// The horizontal pass over widened coefficients (every output has c.ksize taps, all inside the
-// row) with the vertical pass's sums, 32 rows at a time through a transpose: hc holds the
-// weights split as vertical_avx2 splits them, per output pixel.
+// The horizontal pass with the vertical pass's sums, 32 rows at a time through a transpose.
+// Per output pixel: its taps with the zero weights at either end left out (a widened window of
+// 5 bicubic taps mostly holds 4 nonzero), split in pairs as vertical_avx2 splits them.
 struct HorizontalColumns {
-  int taps = 0, pairs = 0;
-  std::vector<int32_t> hi, lo;  // per output pixel, per tap pair
+  int max_pairs = 0;
+  std::vector<int32_t> first, taps;  // per output pixel: first source pixel, tap count
+  std::vector<int32_t> hi, lo;       // per output pixel, max_pairs tap pairs (pair16 halves)
   HorizontalColumns() = default;
   HorizontalColumns(const Coeffs& c, int out_w);
 };
 
 void horizontal_columns_avx2(const HorizontalColumns& hc, const uint8_t* src, int64_t src_stride, uint8_t* dst,
-                             int64_t dst_stride, int in_w, int out_w, const Coeffs& c, int rows);
+                             int64_t dst_stride, int in_w, int out_w, int rows);
 
 }  // namespace vlmprep
