@@ -91,6 +91,59 @@ void row_k(const uint8_t* base, int64_t stride, int64_t fs, uint8_t* dst, const 
   }
 }
 
+// float32 rows streamed straight from registers (no staging copy): per channel and source, two
+// patch lines at a time, whose 2P values fill whole 16-byte pieces (P = 14: 112 bytes, 7
+// pieces; 16: 128 bytes, 8), each stored non-temporally to every slot it goes to. dst is
+// 16-byte aligned (the caller checks), and so is every piece: planes are 4P^2 bytes. A
+// channel's planes are written one after another (one or two write streams at a time, which
+// the write-combining buffers keep whole).
+template <int P, int TT>
+__attribute__((target("avx2")))
+void row_stream_k(const uint8_t* base, int64_t stride, int64_t fs, float* dst, const int32_t* lut32) {
+  static const Picks picks(P);
+  constexpr int64_t plane = int64_t(P) * P;
+  constexpr int kPieces = P / 2;
+  const int sources = fs ? TT : 1, copies = fs ? 1 : TT;
+  for (int c = 0; c < 3; ++c) {
+    const int* lut = reinterpret_cast<const int*>(lut32 + c * 256);
+    const __m128i la = load16(picks.lo_a[c]), lb = load16(picks.lo_b[c]);
+    const __m128i hb = load16(picks.hi_b[c]), he = load16(picks.hi_e[c]);
+    for (int k = 0; k < sources; ++k)
+      for (int py = 0; py < P; py += 2) {
+        __m256i v[2][2];  // [line][pixels 0-7, P-8 .. P-1]
+        for (int r = 0; r < 2; ++r) {
+          const uint8_t* line = base + k * fs + int64_t(py + r) * stride;
+          const __m128i a = load16(line), b = load16(line + 16), e = load16(line + 3 * P - 16);
+          const __m128i i0 = _mm_or_si128(_mm_shuffle_epi8(a, la), _mm_shuffle_epi8(b, lb));
+          const __m128i i1 = _mm_or_si128(_mm_shuffle_epi8(b, hb), _mm_shuffle_epi8(e, he));
+          v[r][0] = _mm256_i32gather_epi32(lut, _mm256_cvtepu8_epi32(i0), 4);
+          v[r][1] = _mm256_i32gather_epi32(lut, _mm256_cvtepu8_epi32(i1), 4);
+        }
+        __m128i piece[8];
+        if constexpr (P == 14) {  // line 0: v00 (px 0-7), v01 lanes 2-7 (px 8-13); line 1 likewise
+          piece[0] = _mm256_castsi256_si128(v[0][0]);
+          piece[1] = _mm256_extracti128_si256(v[0][0], 1);
+          piece[2] = _mm256_castsi256_si128(_mm256_permute4x64_epi64(v[0][1], 0x09));  // px 8-11
+          piece[3] = _mm_castpd_si128(_mm_shuffle_pd(_mm_castsi128_pd(_mm256_extracti128_si256(v[0][1], 1)),
+                                                     _mm_castsi128_pd(_mm256_castsi256_si128(v[1][0])), 1));
+          piece[4] = _mm256_castsi256_si128(_mm256_permute4x64_epi64(v[1][0], 0x09));  // px 2-5
+          piece[5] = _mm256_castsi256_si128(v[1][1]);                                   // px 6-9
+          piece[6] = _mm256_extracti128_si256(v[1][1], 1);                               // px 10-13
+        } else {
+          for (int r = 0; r < 2; ++r)
+            for (int h = 0; h < 2; ++h) {
+              piece[4 * r + 2 * h] = _mm256_castsi256_si128(v[r][h]);
+              piece[4 * r + 2 * h + 1] = _mm256_extracti128_si256(v[r][h], 1);
+            }
+        }
+        for (int t = 0; t < copies; ++t) {
+          __m128i* d = reinterpret_cast<__m128i*>(dst + (int64_t(c) * TT + k + t) * plane + int64_t(py) * P);
+          for (int m = 0; m < kPieces; ++m) _mm_stream_si128(d + m, piece[m]);
+        }
+      }
+  }
+}
+
 template <int ELEM>
 void row_elem(int P, int TT, const uint8_t* base, int64_t stride, int64_t fs, uint8_t* dst,
               const int32_t* lut32) {
@@ -101,7 +154,14 @@ void row_elem(int P, int TT, const uint8_t* base, int64_t stride, int64_t fs, ui
 }  // namespace
 
 void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, int64_t frame_stride,
-                    void* dst, const int32_t* lut32) {
+                    void* dst, const int32_t* lut32, bool stream) {
+  if (stream) {
+    float* f = static_cast<float*>(dst);
+    if (P == 14) return TT == 2 ? row_stream_k<14, 2>(base, stride, frame_stride, f, lut32)
+                                : row_stream_k<14, 1>(base, stride, 0, f, lut32);
+    return TT == 2 ? row_stream_k<16, 2>(base, stride, frame_stride, f, lut32)
+                   : row_stream_k<16, 1>(base, stride, 0, f, lut32);
+  }
   uint8_t* d = static_cast<uint8_t*>(dst);
   if (elem == 4) return row_elem<4>(P, TT, base, stride, frame_stride, d, lut32);
   if (elem == 2) return row_elem<2>(P, TT, base, stride, frame_stride, d, lut32);
@@ -111,7 +171,7 @@ void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride
 #else  // not x86-64: never usable, never called
 
 bool rows_avx2_usable() { return false; }
-void patch_row_avx2(int, int, int, const uint8_t*, int64_t, int64_t, void*, const int32_t*) {}
+void patch_row_avx2(int, int, int, const uint8_t*, int64_t, int64_t, void*, const int32_t*, bool) {}
 
 #endif
 

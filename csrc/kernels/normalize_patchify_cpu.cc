@@ -145,6 +145,7 @@ void patch_row_fixed(const uint8_t* base, int64_t stride, int64_t fs, T* dst, M 
 // set means uint8 output (no lut).
 struct RowsAvx2 {
   bool avx2 = false;
+  bool stream = false;  // float32 rows streamed from registers (patch_row_avx2's stream)
   const int32_t* lut32 = nullptr;
   std::vector<int32_t> widened;  // a bfloat16 lut as int32 (the gathers read 4 bytes)
 };
@@ -162,6 +163,23 @@ RowsAvx2 rows_avx2(const NormalizePatchifyParams& p) {
     r.lut32 = r.widened.data();
   }
   return r;
+}
+
+// Whether the AVX2 float32 rows of units [u0, u1) can be streamed from registers: every row
+// there on patch_row_avx2 (P 14 or 16, 1 or 2 temporal slots, merge_grouped or raster) and
+// 16-byte aligned (the output's start and each sample's offset; rows are 4 P^2 T bytes).
+template <typename T, bool kLut>
+bool rows_stream_direct(const NormalizePatchifyParams& p, const RowsAvx2& v,
+                        const std::vector<int64_t>& unit_start, int64_t u0, int64_t u1) {
+  if (sizeof(T) != 4 || !kLut || !v.avx2) return false;
+  if (p.order != Order::kMergeGrouped && p.order != Order::kRaster) return false;
+  const int32_t P = p.patch_size, T_ = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
+  if ((P != 14 && P != 16) || (T_ != 1 && T_ != 2)) return false;
+  for (size_t i = 0; i + 1 < unit_start.size(); ++i) {
+    if (unit_start[i + 1] <= u0 || unit_start[i] >= u1) continue;
+    if ((reinterpret_cast<uintptr_t>(static_cast<const T*>(p.out) + p.samples[i].out_offset) & 15) != 0) return false;
+  }
+  return true;
 }
 
 // One patch row of a patch order, written in column order.
@@ -184,7 +202,7 @@ void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T
   const int64_t plane = int64_t(P) * P;
   const int64_t fs = T_ > 1 ? s.frame_stride : 0;  // check_sample: 0 unless merge_grouped
   if (v.avx2 && (P == 14 || P == 16) && (T_ == 1 || T_ == 2))
-    return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, fs, dst, v.lut32);
+    return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, fs, dst, v.lut32, v.stream);
   if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, fs, dst, map);
   if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, fs, dst, map);
   if (T_ == 1 && P == 16) return patch_row_fixed<16, 1>(base, s.row_stride, 0, dst, map);
@@ -227,10 +245,11 @@ template <typename T, bool kLut>
 void run_units(const NormalizePatchifyParams& p, const std::vector<int64_t>& unit_start,
                int64_t u0, int64_t u1, bool stream) {
   Map<T, kLut> map{static_cast<const T*>(p.lut)};
-  const RowsAvx2 v = rows_avx2<T, kLut>(p);
+  RowsAvx2 v = rows_avx2<T, kLut>(p);
   T* out = static_cast<T*>(p.out);
+  v.stream = stream && rows_stream_direct<T, kLut>(p, v, unit_start, u0, u1);
   std::vector<T> row;  // a tile line, built before it is streamed
-  RowWriter writer(stream);
+  RowWriter writer(stream && !v.stream);
   int32_t i = int32_t(std::upper_bound(unit_start.begin(), unit_start.end(), u0) -
                       unit_start.begin()) - 1;
   for (int64_t u = u0; u < u1; ++u) {

@@ -175,6 +175,29 @@ def sweep_normalize_patchify() -> None:
                         _expect(_same(out, want), f"normalize_patchify {h}x{w} {order} P{P} m{m} T{T} "
                                                   f"{dtype} {where} {isa}")
     _sweep_groups(rng)
+    _sweep_streamed(rng)
+
+
+def _sweep_streamed(rng: np.random.Generator) -> None:
+    """float32 outputs over the 8 MiB streaming threshold (the AVX2 rows store them straight
+    from registers): the input and the output flush against a page, a still image and a
+    temporal group, every path."""
+    from vlmprep import kernels
+    lut, lut_np = _lut("float32")
+    for order, P, m, T, group in (("merge_grouped", 14, 2, 2, False), ("merge_grouped", 16, 2, 2, False),
+                                  ("raster", 14, 1, 1, False), ("merge_grouped", 14, 2, 2, True)):
+        q = P * m
+        shape = (T, q * 30, q * 30, 3) if group else (q * 30, q * 30, 3)
+        img = rng.integers(0, 256, shape, dtype=np.uint8)
+        want = torch.from_numpy(group_rows(img, lut_np, P, m) if group
+                                else rows(img, lut_np, order, P, m, T)).float()
+        for where, src in (_groups(img) if group else _inputs(img)):
+            for isa in ISAS:
+                _isa(isa)
+                out = _out(want.numel(), "float32", "start" if where == "start" else "end")
+                _case(f"normalize_patchify streamed {shape} {order} P{P} at the {where} {isa}")
+                kernels.normalize_patchify([src], lut, out, [0], order, P, m, T)
+                _expect(_same(out, want), f"normalize_patchify streamed {shape} {order} P{P} {where} {isa}")
 
 
 def _groups(frames: np.ndarray):

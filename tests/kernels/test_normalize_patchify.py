@@ -99,6 +99,37 @@ def test_large_batch_streamed_and_threaded(kernels, cpu_path, dtype):
             f"seed {SEED}, {threads} threads, {cpu_path} path"
 
 
+@pytest.mark.parametrize("order,P,m,T", [("merge_grouped", 14, 2, 2), ("merge_grouped", 16, 2, 2),
+                                         ("merge_grouped", 14, 2, 1), ("raster", 14, 1, 1),
+                                         ("raster", 16, 1, 1)])
+@pytest.mark.parametrize("shift", [0, 1, 4])
+def test_large_float32_rows_streamed_from_registers(kernels, cpu_path, order, P, m, T, shift):
+    """float32 rows over the streaming threshold, which the AVX2 row path stores non-temporally
+    straight from registers when the output is 16-byte aligned (shift 0 and 4 elements) and
+    through its staging copy otherwise (shift 1): every patch size and slot count that path
+    takes, two images (the second offset by the first's rows), equal to the oracle with the
+    elements before, between and after untouched."""
+    rng = np.random.default_rng(SEED + 7)
+    q = P * m
+    imgs = [rng.integers(0, 256, (q * (896 // q + 1), q * (1008 // q + 1), 3), dtype=np.uint8),
+            rng.integers(0, 256, (q * 3, q * 5, 3), dtype=np.uint8)]
+    lut = _lut(rng, torch.float32)
+    want = _oracle(imgs, lut, order, P, m, T, torch.float32)
+    assert want.numel() * 4 >= 8 << 20  # streamed
+    first = _oracle(imgs[:1], lut, order, P, m, T, torch.float32).numel()
+    for threads in (1, 2):
+        kernels.set_num_threads(threads)
+        out = torch.full((want.numel() + shift + 3,), float("nan"))
+        try:
+            kernels.normalize_patchify([torch.from_numpy(i) for i in imgs], lut, out,
+                                       [shift, shift + first], order, P, m, T)
+        finally:
+            kernels.set_num_threads(None)
+        assert torch.equal(_bits(out[shift:shift + want.numel()]), _bits(want)), \
+            f"seed {SEED}, {threads} threads, {cpu_path} path, shift {shift}"
+        assert out[:shift].isnan().all() and out[shift + want.numel():].isnan().all()
+
+
 @pytest.mark.parametrize("bad,match", [
     (lambda t: t[:, :, :2].contiguous(), "expected \\(h, w, 3\\) uint8"),
     (lambda t: t.float(), "expected \\(h, w, 3\\) uint8"),
