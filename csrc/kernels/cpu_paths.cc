@@ -18,7 +18,8 @@ const char* resize_cpu_path() {
 }
 
 const char* normalize_patchify_cpu_path() {
-  return band_path_cpu() ? "avx512-vbmi" : rows_avx2_usable() ? "avx2" : "scalar";
+  if (band_path_cpu()) return rows_avx2_usable() ? "avx512-vbmi, float32 patch rows avx2" : "avx512-vbmi";
+  return rows_avx2_usable() ? "avx2" : "scalar";
 }
 
 }  // namespace vlmprep

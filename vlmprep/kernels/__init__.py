@@ -99,7 +99,8 @@ def available() -> bool:
 
 def cpu_paths() -> dict:
     """The instruction-set path each CPU kernel takes here now: ``{"resize": "avx512-vnni" |
-    "avx2" | "neon" | "scalar", "normalize_patchify": "avx512-vbmi" | "avx2" | "scalar", "cap": the
+    "avx2" | "neon" | "scalar", "normalize_patchify": "avx512-vbmi, float32 patch rows avx2" (the
+    band path but for float32 rows of patch 14 / 16) | "avx2" | "scalar", "cap": the
     VLMPREP_CPU_ISA value or None}``. The kernels read VLMPREP_CPU_ISA ("avx2": no AVX-512;
     "scalar": plain C++) at every call, so this is what a call made now runs."""
     import torch
