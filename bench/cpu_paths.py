@@ -2,10 +2,11 @@
 N: the Pillow-exact resize on the families' 1080p sizes and filters, the torchvision-exact
 resize, normalize + patchify + pack (float32, bfloat16, uint8; Qwen2-VL's merge_grouped rows)
 against the output-write floor (``kernels.stream_store`` of the same bytes) and against their
-work beside the stores (a 28x476 crop's rows into a buffer that stays in cache, scaled to the
-image), and the fused resize-while-writing op; beside them Pillow's own resize and, when a side environment holds it,
-Pillow-SIMD's (built with ``CC="cc -mavx2" pip install pillow-simd`` into
-``build/simd-venv``: ``make simd-venv``), with how far Pillow-SIMD's pixels are from Pillow's.
+work beside the stores (a 28x952 crop's rows into a buffer that stays in cache, less a call's
+own cost, scaled to the image), and the fused resize-while-writing op; beside them Pillow's own
+resize and, when a side environment holds it, Pillow-SIMD's (built with ``CC="cc -mavx2" pip
+install pillow-simd`` into ``build/simd-venv``: ``make simd-venv``), with how far Pillow-SIMD's
+pixels are from Pillow's.
 
 The path is chosen with VLMPREP_CPU_ISA (read by the kernels at every call): "native" (the best
 this CPU has), "avx2" (no AVX-512), "scalar"; ``kernels.cpu_paths()`` names what each ran.
@@ -100,14 +101,16 @@ def kernel_rows(img: np.ndarray, n: int) -> dict:
                 [resized], use_lut, rotating(), [0], "merge_grouped", 14, 2, 2), n)
         r[f"normalize_patchify {dtype} / write floor"] = round(
             r[f"normalize_patchify {dtype}"] / r[f"write floor {dtype}"], 2)
-        # The work beside the stores: a 28x476 crop's rows into one buffer that stays in cache,
-        # scaled to the whole image's rows (what the rows cost if writing them were free).
-        crop = resized[:28, :476]
-        small = torch.zeros(((28 // 14) * (476 // 14), width), dtype=getattr(torch, dtype)).view(-1)
-        scale = rows / ((28 // 14) * (476 // 14))
-        r[f"normalize_patchify {dtype} in cache (scaled)"] = round(scale * best_ms(
-            lambda crop=crop, small=small, use_lut=use_lut: kernels.normalize_patchify(
-                [crop], use_lut, small, [0], "merge_grouped", 14, 2, 2), 20 * n), 3)
+        # The work beside the stores: a 28x952 crop's rows into one buffer that stays in cache,
+        # less a 28x28 crop's (the call's own cost), scaled to the whole image's rows: what the
+        # rows cost if writing them out were free.
+        def in_cache(w: int, dtype=dtype, use_lut=use_lut) -> float:
+            small = torch.zeros(((28 // 14) * (w // 14), width), dtype=getattr(torch, dtype)).view(-1)
+            crop = resized[:28, :w]
+            return best_ms(lambda: kernels.normalize_patchify([crop], use_lut, small, [0], "merge_grouped",
+                                                              14, 2, 2), 20 * n)
+        r[f"normalize_patchify {dtype} in cache (scaled)"] = round(
+            (in_cache(952) - in_cache(28)) * rows / ((28 // 14) * (952 // 14) - 2 * 2), 3)
         r[f"fused resize_normalize_patchify {dtype}"] = best_ms(
             lambda rotating=rotating, use_lut=use_lut: kernels.resize_normalize_patchify(
                 src, (1092, 1932), "bicubic", use_lut, rotating(), 0, "merge_grouped", 14, 2, 2), n)
