@@ -1,4 +1,5 @@
-// The AVX2 vertical pass of the Pillow-exact resize (resize_avx2.h).
+// The AVX2 passes of the Pillow-exact resize with Pillow's weights (resize_avx2.h): the vertical
+// pass, and the horizontal pass through transposed 32-row blocks (the same sums).
 //
 // Pillow sums uint8 x 22-bit weights in int32; AVX2's madd multiplies int16 pairs, so each
 // weight is split exactly as w = 2048 * hi + lo (hi = w >> 11, lo = w & 2047, both int16), as the
@@ -23,9 +24,53 @@ namespace {
 // int16 pair (w_a, w_b) as one int32, low half first (madd's order).
 inline int32_t pair16(int32_t a, int32_t b) { return int32_t((uint32_t(uint16_t(b)) << 16) | uint16_t(a)); }
 
+// Taps (wa, wb) of one pair as the madd weights of their hi and lo halves.
+inline void split_pair(int32_t wa, int32_t wb, int32_t* hi, int32_t* lo) {
+  *hi = pair16(wa >> 11, wb >> 11);
+  *lo = pair16(wa & 2047, wb & 2047);
+}
+
 // Pillow's sum 2048 * h + l (l holds its 2^21), then its shift.
 __attribute__((target("avx2"), always_inline)) inline __m256i total(__m256i h, __m256i l) {
   return _mm256_srai_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), kPrecisionBits);
+}
+
+// The sums of 32 output bytes: hi sums h[0..3] and lo sums l[0..3] (l holds Pillow's 2^21);
+// lane 0 holds bytes 0-3 / 4-7 / 8-11 / 12-15 of each 16-byte half in turn (the unpack order),
+// which finish() undoes.
+struct Sums32 {
+  __m256i h[4], l[4];
+};
+
+__attribute__((target("avx2"), always_inline)) inline void start(Sums32& s) {
+  for (int i = 0; i < 4; ++i) {
+    s.h[i] = _mm256_setzero_si256();
+    s.l[i] = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  }
+}
+
+// One pair of taps: the 32 bytes at ra and rb (their bytes interleaved), weights (wa, wb) split
+// as pair16 hi and lo halves.
+__attribute__((target("avx2"), always_inline)) inline void add_pair(Sums32& s, const uint8_t* ra, const uint8_t* rb,
+                                                                     int32_t w_hi, int32_t w_lo) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb));
+  const __m256i wh = _mm256_set1_epi32(w_hi), wl = _mm256_set1_epi32(w_lo);
+  const __m256i ab_lo = _mm256_unpacklo_epi8(a, b), ab_hi = _mm256_unpackhi_epi8(a, b);
+  const __m256i v[4] = {_mm256_unpacklo_epi8(ab_lo, zero), _mm256_unpackhi_epi8(ab_lo, zero),
+                        _mm256_unpacklo_epi8(ab_hi, zero), _mm256_unpackhi_epi8(ab_hi, zero)};
+  for (int i = 0; i < 4; ++i) {
+    s.h[i] = _mm256_add_epi32(s.h[i], _mm256_madd_epi16(v[i], wh));
+    s.l[i] = _mm256_add_epi32(s.l[i], _mm256_madd_epi16(v[i], wl));
+  }
+}
+
+// The 32 output bytes in order.
+__attribute__((target("avx2"), always_inline)) inline __m256i finish(const Sums32& s) {
+  const __m256i p01 = _mm256_packs_epi32(total(s.h[0], s.l[0]), total(s.h[1], s.l[1]));  // bytes 0-7 | 16-23
+  const __m256i p23 = _mm256_packs_epi32(total(s.h[2], s.l[2]), total(s.h[3], s.l[3]));  // bytes 8-15 | 24-31
+  return _mm256_packus_epi16(p01, p23);
 }
 
 }  // namespace
@@ -35,7 +80,6 @@ void vertical_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t
                    int width, const Coeffs& c, int y0, int y1, int shift) {
   const int n = width * 3;
   const int vec_end = n / 32 * 32;  // bytes [vec_end, n) of each row: scalar, same sums
-  const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
   std::vector<int32_t> w_hi, w_lo;  // one output row's tap pairs, as pair16
   for (int yy = y0; yy < y1; ++yy) {
     const int ymin = c.bounds[yy * 2] - shift, taps = c.bounds[yy * 2 + 1];
@@ -44,38 +88,18 @@ void vertical_avx2(const uint8_t* src, int64_t src_stride, uint8_t* dst, int64_t
     w_hi.resize(pairs);
     w_lo.resize(pairs);
     for (int q = 0; q < pairs; ++q) {  // an odd last tap pairs with itself at weight 0
-      const int32_t wa = k[2 * q], wb = 2 * q + 1 < taps ? k[2 * q + 1] : 0;
-      w_hi[q] = pair16(wa >> 11, wb >> 11);
-      w_lo[q] = pair16(wa & 2047, wb & 2047);
+      split_pair(k[2 * q], 2 * q + 1 < taps ? k[2 * q + 1] : 0, &w_hi[q], &w_lo[q]);
     }
     const uint8_t* rows = src + int64_t(ymin) * src_stride;
     uint8_t* out = dst + int64_t(yy - y0) * dst_stride;
     for (int j = 0; j < vec_end; j += 32) {
-      // hi sums h0..h3 and lo sums l0..l3 of bytes [j, j + 32): lane 0 holds bytes 0-3 / 4-7 /
-      // 8-11 / 12-15 of each 16-byte half in turn (the unpack order), which the packs undo.
-      __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
-      __m256i l0 = round, l1 = round, l2 = round, l3 = round;  // Pillow's 2^21 goes in the lo sums
+      Sums32 sums;
+      start(sums);
       for (int q = 0; q < pairs; ++q) {
         const uint8_t* ra = rows + int64_t(2 * q) * src_stride + j;
-        const uint8_t* rb = 2 * q + 1 < taps ? ra + src_stride : ra;
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb));
-        const __m256i wh = _mm256_set1_epi32(w_hi[q]), wl = _mm256_set1_epi32(w_lo[q]);
-        const __m256i ab_lo = _mm256_unpacklo_epi8(a, b), ab_hi = _mm256_unpackhi_epi8(a, b);
-        const __m256i v0 = _mm256_unpacklo_epi8(ab_lo, zero), v1 = _mm256_unpackhi_epi8(ab_lo, zero);
-        const __m256i v2 = _mm256_unpacklo_epi8(ab_hi, zero), v3 = _mm256_unpackhi_epi8(ab_hi, zero);
-        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, wh));
-        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, wh));
-        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(v2, wh));
-        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(v3, wh));
-        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, wl));
-        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, wl));
-        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(v2, wl));
-        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(v3, wl));
+        add_pair(sums, ra, 2 * q + 1 < taps ? ra + src_stride : ra, w_hi[q], w_lo[q]);
       }
-      const __m256i p01 = _mm256_packs_epi32(total(h0, l0), total(h1, l1));  // bytes 0-7 | 16-23
-      const __m256i p23 = _mm256_packs_epi32(total(h2, l2), total(h3, l3));  // bytes 8-15 | 24-31
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_packus_epi16(p01, p23));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), finish(sums));
     }
     for (int j = vec_end; j < n; ++j) out[j] = vertical_byte(rows, src_stride, k, taps, j);
   }
@@ -157,9 +181,8 @@ HorizontalColumns::HorizontalColumns(const Coeffs& c, int out_w) : first(out_w),
   for (int xx = 0; xx < out_w; ++xx) {
     const int32_t* k = &c.k[size_t(xx) * c.ksize] + (first[xx] - c.bounds[xx * 2]);
     for (int q = 0; 2 * q < taps[xx]; ++q) {  // an odd last tap pairs with itself at weight 0
-      const int32_t wa = k[2 * q], wb = 2 * q + 1 < taps[xx] ? k[2 * q + 1] : 0;
-      hi[size_t(xx) * max_pairs + q] = pair16(wa >> 11, wb >> 11);
-      lo[size_t(xx) * max_pairs + q] = pair16(wa & 2047, wb & 2047);
+      split_pair(k[2 * q], 2 * q + 1 < taps[xx] ? k[2 * q + 1] : 0, &hi[size_t(xx) * max_pairs + q],
+                 &lo[size_t(xx) * max_pairs + q]);
     }
   }
 }
@@ -170,7 +193,6 @@ void horizontal_columns_avx2(const HorizontalColumns& hc, const uint8_t* src, in
   thread_local std::vector<uint8_t> tin, tout;  // the block's source and output pixels, 96 bytes each
   tin.resize(size_t(in_w) * 96);
   tout.resize(size_t(out_w) * 96);
-  const __m256i zero = _mm256_setzero_si256(), round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
   for (int y0 = 0; y0 < rows; y0 += 32) {
     const int n_rows = std::min(32, rows - y0);
     to_columns(src + int64_t(y0) * src_stride, src_stride, n_rows, int64_t(in_w) * 3, tin.data());
@@ -180,30 +202,13 @@ void horizontal_columns_avx2(const HorizontalColumns& hc, const uint8_t* src, in
       const int32_t* wh_ = &hc.hi[size_t(xx) * hc.max_pairs];
       const int32_t* wl_ = &hc.lo[size_t(xx) * hc.max_pairs];
       for (int j = 0; j < 96; j += 32) {  // vertical_avx2's sums over 32 bytes (rows of a channel)
-        __m256i h0 = zero, h1 = zero, h2 = zero, h3 = zero;
-        __m256i l0 = round, l1 = round, l2 = round, l3 = round;
+        Sums32 sums;
+        start(sums);
         for (int q = 0; q < pairs; ++q) {
           const uint8_t* ra = px + int64_t(2 * q) * 96 + j;
-          const uint8_t* rb = 2 * q + 1 < taps ? ra + 96 : ra;  // an odd last tap: weight 0
-          const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ra));
-          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rb));
-          const __m256i wh = _mm256_set1_epi32(wh_[q]), wl = _mm256_set1_epi32(wl_[q]);
-          const __m256i ab_lo = _mm256_unpacklo_epi8(a, b), ab_hi = _mm256_unpackhi_epi8(a, b);
-          const __m256i v0 = _mm256_unpacklo_epi8(ab_lo, zero), v1 = _mm256_unpackhi_epi8(ab_lo, zero);
-          const __m256i v2 = _mm256_unpacklo_epi8(ab_hi, zero), v3 = _mm256_unpackhi_epi8(ab_hi, zero);
-          h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(v0, wh));
-          h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(v1, wh));
-          h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(v2, wh));
-          h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(v3, wh));
-          l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(v0, wl));
-          l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(v1, wl));
-          l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(v2, wl));
-          l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(v3, wl));
+          add_pair(sums, ra, 2 * q + 1 < taps ? ra + 96 : ra, wh_[q], wl_[q]);  // an odd last tap: weight 0
         }
-        const __m256i p01 = _mm256_packs_epi32(total(h0, l0), total(h1, l1));
-        const __m256i p23 = _mm256_packs_epi32(total(h2, l2), total(h3, l3));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tout.data() + int64_t(xx) * 96 + j),
-                            _mm256_packus_epi16(p01, p23));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(tout.data() + int64_t(xx) * 96 + j), finish(sums));
       }
     }
     from_columns(tout.data(), int64_t(out_w) * 3, dst + int64_t(y0) * dst_stride, dst_stride, n_rows);
