@@ -15,6 +15,12 @@
 
 namespace vlmprep {
 
+bool patch_rows_avx2_fit(const NormalizePatchifyParams& p) {
+  if (p.order != Order::kMergeGrouped && p.order != Order::kRaster) return false;
+  const int T = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
+  return (p.patch_size == 14 || p.patch_size == 16) && (T == 1 || T == 2);
+}
+
 #if defined(__x86_64__)
 
 bool rows_avx2_usable() {
@@ -45,6 +51,26 @@ __attribute__((target("avx2"), always_inline)) inline __m128i load16(const V* p)
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
+// One patch line's three loads (Picks' a, b, e) and channel c's bytes of its pixels [0, 8)
+// (i0) and [P - 8, P) (i1).
+struct LineBytes {
+  __m128i a, b, e;
+  template <int P>
+  __attribute__((target("avx2"), always_inline)) static LineBytes load(const uint8_t* line) {
+    return {load16(line), load16(line + 16), load16(line + 3 * P - 16)};
+  }
+  __attribute__((target("avx2"), always_inline)) void channel(const Picks& pk, int c, __m128i* i0,
+                                                               __m128i* i1) const {
+    *i0 = _mm_or_si128(_mm_shuffle_epi8(a, load16(pk.lo_a[c])), _mm_shuffle_epi8(b, load16(pk.lo_b[c])));
+    *i1 = _mm_or_si128(_mm_shuffle_epi8(b, load16(pk.hi_b[c])), _mm_shuffle_epi8(e, load16(pk.hi_e[c])));
+  }
+};
+
+// The lut's values (int32 bits) of 8 index bytes.
+__attribute__((target("avx2"), always_inline)) inline __m256i lookup8(const int32_t* lut, __m128i idx) {
+  return _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(idx), 4);
+}
+
 // ELEM: output bytes per value (4: lut32 as is, 2: its low 16 bits, 1: the source byte).
 // fs == 0: one source, its values stored to all TT temporal slots; else TT sources (frame t at
 // base + t * fs), each stored to its own slot.
@@ -57,13 +83,10 @@ void row_k(const uint8_t* base, int64_t stride, int64_t fs, uint8_t* dst, const 
   const int sources = fs ? TT : 1, copies = fs ? 1 : TT;
   for (int k = 0; k < sources; ++k)
   for (int py = 0; py < P; ++py) {
-    const uint8_t* line = base + k * fs + int64_t(py) * stride;
-    const __m128i a = load16(line), b = load16(line + 16), e = load16(line + 3 * P - 16);
+    const LineBytes line = LineBytes::load<P>(base + k * fs + int64_t(py) * stride);
     for (int c = 0; c < 3; ++c) {
-      const __m128i i0 = _mm_or_si128(_mm_shuffle_epi8(a, load16(picks.lo_a[c])),
-                                      _mm_shuffle_epi8(b, load16(picks.lo_b[c])));
-      const __m128i i1 = _mm_or_si128(_mm_shuffle_epi8(b, load16(picks.hi_b[c])),
-                                      _mm_shuffle_epi8(e, load16(picks.hi_e[c])));
+      __m128i i0, i1;
+      line.channel(picks, c, &i0, &i1);
       uint8_t* d = dst + (int64_t(c) * TT * plane + k * plane + int64_t(py) * P) * ELEM;
       if constexpr (ELEM == 1) {
         for (int t = 0; t < copies; ++t) {
@@ -71,9 +94,7 @@ void row_k(const uint8_t* base, int64_t stride, int64_t fs, uint8_t* dst, const 
           _mm_storel_epi64(reinterpret_cast<__m128i*>(d + t * plane + S), i1);
         }
       } else {
-        const int32_t* lut = lut32 + c * 256;
-        const __m256i v0 = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(i0), 4);
-        const __m256i v1 = _mm256_i32gather_epi32(reinterpret_cast<const int*>(lut), _mm256_cvtepu8_epi32(i1), 4);
+        const __m256i v0 = lookup8(lut32 + c * 256, i0), v1 = lookup8(lut32 + c * 256, i1);
         if constexpr (ELEM == 4) {
           for (int t = 0; t < copies; ++t) {
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + t * plane * 4), v0);
@@ -105,19 +126,15 @@ void row_stream_k(const uint8_t* base, int64_t stride, int64_t fs, float* dst, c
   constexpr int kPieces = P / 2;
   const int sources = fs ? TT : 1, copies = fs ? 1 : TT;
   for (int c = 0; c < 3; ++c) {
-    const int* lut = reinterpret_cast<const int*>(lut32 + c * 256);
-    const __m128i la = load16(picks.lo_a[c]), lb = load16(picks.lo_b[c]);
-    const __m128i hb = load16(picks.hi_b[c]), he = load16(picks.hi_e[c]);
+    const int32_t* lut = lut32 + c * 256;
     for (int k = 0; k < sources; ++k)
       for (int py = 0; py < P; py += 2) {
         __m256i v[2][2];  // [line][pixels 0-7, P-8 .. P-1]
         for (int r = 0; r < 2; ++r) {
-          const uint8_t* line = base + k * fs + int64_t(py + r) * stride;
-          const __m128i a = load16(line), b = load16(line + 16), e = load16(line + 3 * P - 16);
-          const __m128i i0 = _mm_or_si128(_mm_shuffle_epi8(a, la), _mm_shuffle_epi8(b, lb));
-          const __m128i i1 = _mm_or_si128(_mm_shuffle_epi8(b, hb), _mm_shuffle_epi8(e, he));
-          v[r][0] = _mm256_i32gather_epi32(lut, _mm256_cvtepu8_epi32(i0), 4);
-          v[r][1] = _mm256_i32gather_epi32(lut, _mm256_cvtepu8_epi32(i1), 4);
+          __m128i i0, i1;
+          LineBytes::load<P>(base + k * fs + int64_t(py + r) * stride).channel(picks, c, &i0, &i1);
+          v[r][0] = lookup8(lut, i0);
+          v[r][1] = lookup8(lut, i1);
         }
         __m128i piece[8];
         if constexpr (P == 14) {  // line 0: v00 (px 0-7), v01 lanes 2-7 (px 8-13); line 1 likewise

@@ -36,10 +36,7 @@ bool band_path_cpu() {
 // end 0.5 ms less (bench/results/cpu_paths_xeon3.json). bfloat16 and uint8 stay (1.90 / 1.11 ms
 // here against 2.39 / 1.11).
 static bool float32_rows_avx2(const NormalizePatchifyParams& p) {
-  if (p.dtype != DType::kFloat32 || !rows_avx2_usable()) return false;
-  if (p.order != Order::kMergeGrouped && p.order != Order::kRaster) return false;
-  const int T = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
-  return (p.patch_size == 14 || p.patch_size == 16) && (T == 1 || T == 2);
+  return p.dtype == DType::kFloat32 && rows_avx2_usable() && patch_rows_avx2_fit(p);
 }
 
 bool BandPath::usable(const NormalizePatchifyParams& p) {

@@ -141,8 +141,9 @@ void patch_row_fixed(const uint8_t* base, int64_t stride, int64_t fs, T* dst, M 
   }
 }
 
-// The row path's inputs to patch_row_avx2, decided once per call: null `lut32` with `avx2`
-// set means uint8 output (no lut).
+// The row path's inputs to patch_row_avx2, decided once per call: `avx2`, the rows go there
+// (the CPU allows it and patch_rows_avx2_fit); null `lut32` with `avx2` set means uint8 output
+// (no lut).
 struct RowsAvx2 {
   bool avx2 = false;
   bool stream = false;  // float32 rows streamed from registers (patch_row_avx2's stream)
@@ -153,7 +154,7 @@ struct RowsAvx2 {
 template <typename T, bool kLut>
 RowsAvx2 rows_avx2(const NormalizePatchifyParams& p) {
   RowsAvx2 r;
-  r.avx2 = rows_avx2_usable();
+  r.avx2 = rows_avx2_usable() && patch_rows_avx2_fit(p);
   if (!r.avx2 || !kLut) return r;
   const T* lut = static_cast<const T*>(p.lut);
   if constexpr (sizeof(T) == 4) {
@@ -166,15 +167,12 @@ RowsAvx2 rows_avx2(const NormalizePatchifyParams& p) {
 }
 
 // Whether the AVX2 float32 rows of units [u0, u1) can be streamed from registers: every row
-// there on patch_row_avx2 (P 14 or 16, 1 or 2 temporal slots, merge_grouped or raster) and
-// 16-byte aligned (the output's start and each sample's offset; rows are 4 P^2 T bytes).
+// there on patch_row_avx2 (v.avx2) and 16-byte aligned (the output's start and each sample's
+// offset; rows are 4 P^2 T bytes).
 template <typename T, bool kLut>
 bool rows_stream_direct(const NormalizePatchifyParams& p, const RowsAvx2& v,
                         const std::vector<int64_t>& unit_start, int64_t u0, int64_t u1) {
   if (sizeof(T) != 4 || !kLut || !v.avx2) return false;
-  if (p.order != Order::kMergeGrouped && p.order != Order::kRaster) return false;
-  const int32_t P = p.patch_size, T_ = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
-  if ((P != 14 && P != 16) || (T_ != 1 && T_ != 2)) return false;
   for (size_t i = 0; i + 1 < unit_start.size(); ++i) {
     if (unit_start[i + 1] <= u0 || unit_start[i] >= u1) continue;
     if ((reinterpret_cast<uintptr_t>(static_cast<const T*>(p.out) + p.samples[i].out_offset) & 15) != 0) return false;
@@ -201,8 +199,7 @@ void patch_row(const NormalizePatchifyParams& p, const NPSample& s, int64_t r, T
   const int32_t T_ = p.order == Order::kMergeGrouped ? p.temporal_patch_size : 1;
   const int64_t plane = int64_t(P) * P;
   const int64_t fs = T_ > 1 ? s.frame_stride : 0;  // check_sample: 0 unless merge_grouped
-  if (v.avx2 && (P == 14 || P == 16) && (T_ == 1 || T_ == 2))
-    return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, fs, dst, v.lut32, v.stream);
+  if (v.avx2) return patch_row_avx2(P, T_, int(sizeof(T)), base, s.row_stride, fs, dst, v.lut32, v.stream);
   if (T_ == 2 && P == 14) return patch_row_fixed<14, 2>(base, s.row_stride, fs, dst, map);
   if (T_ == 2 && P == 16) return patch_row_fixed<16, 2>(base, s.row_stride, fs, dst, map);
   if (T_ == 1 && P == 16) return patch_row_fixed<16, 1>(base, s.row_stride, 0, dst, map);

@@ -27,7 +27,10 @@ void normalize_patchify_sample_cpu(const NormalizePatchifyParams& p, const NPSam
 // top-left pixel; stride: the source's row stride in bytes; frame_stride: 0 repeats the one
 // image in every slot, else slot t reads the frame at base + t * frame_stride (TT == 2).
 // stream (float32 only, dst 16-byte aligned): non-temporal stores straight from registers.
+// patch_rows_avx2_fit: whether p's rows are ones patch_row_avx2 takes (the order, P and TT
+// above), whatever the CPU.
 bool rows_avx2_usable();
+bool patch_rows_avx2_fit(const NormalizePatchifyParams& p);
 void patch_row_avx2(int P, int TT, int elem, const uint8_t* base, int64_t stride, int64_t frame_stride,
                     void* dst, const int32_t* lut32, bool stream = false);
 

@@ -574,11 +574,11 @@ struct ResizeRows::Weights {
              int out_w, int rows) const {
 #if defined(__x86_64__)
     if (use_hcol) {  // a last block of under 8 rows costs more than a whole one is worth: below
-      const int cols = rows % 32 >= 8 ? rows : rows / 32 * 32;
-      if (cols) horizontal_columns_avx2(hcol, src, src_stride, dst, dst_stride, in_w, out_w, cols);
-      src += int64_t(cols) * src_stride;
-      dst += int64_t(cols) * dst_stride;
-      rows -= cols;
+      const int blocked = rows % 32 >= 8 ? rows : rows / 32 * 32;  // rows the blocks take
+      if (blocked) horizontal_columns_avx2(hcol, src, src_stride, dst, dst_stride, in_w, out_w, blocked);
+      src += int64_t(blocked) * src_stride;
+      dst += int64_t(blocked) * dst_stride;
+      rows -= blocked;
       if (rows == 0) return;
     }
     if (!kw16.empty())
